@@ -1,0 +1,40 @@
+# The README's commands. `make lab` starts the course, `make test` runs every test.
+# Both set up .venv first (tools/setup_env.py: the right torch, then perflab and its deps).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# JupyterLab listens on localhost only, with a random token (printed in the URL it shows).
+LAB_PORT ?= 8888
+# Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+.PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean
+
+setup:
+	@$(PYTHON) tools/setup_env.py --venv $(VENV)
+
+lab: setup
+	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+		--ServerApp.open_browser=False --LabApp.news_url=None \
+		--ServerApp.root_dir=$(CURDIR) $(ROOT_FLAG) notebooks/00_setup_and_your_machine.ipynb
+
+test: setup
+	$(PY) -m pytest
+
+# Unit tests only (no notebook execution): seconds rather than minutes.
+test-fast: setup
+	$(PY) -m pytest -m "not notebooks"
+
+# On a GPU box: only the tests that need CUDA (they run within `make test` too).
+test-gpu: setup
+	$(PY) -m pytest -m gpu
+
+lint: setup
+	$(VENV)/bin/ruff check perflab tests tools
+
+# Strip outputs and execution counts from every notebook (tests/test_notebooks_clean.py checks).
+clean-notebooks: setup
+	$(PY) -m perflab.nbclean notebooks labs
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

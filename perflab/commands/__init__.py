@@ -1,0 +1,1 @@
+"""Sub-commands of `perflab`: each module defines `register(subparsers)` (see perflab/cli.py)."""

@@ -1,0 +1,1 @@
+"""Checks for the labs in labs/: one module per lab (lab01_flops, ...)."""

@@ -1,0 +1,50 @@
+"""The roofline model: how fast a kernel can be, given its arithmetic intensity.
+
+attainable FLOP/s = min(peak FLOP/s, intensity × memory bandwidth), where intensity is FLOPs per
+byte moved to and from memory. Below the ridge point (peak / bandwidth) a kernel is
+memory-bound; above it, compute-bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .validate import positive_int
+
+
+def matmul_bytes(m: int, n: int, k: int, itemsize: int) -> int:
+    """Fewest bytes a matmul must move: read A and B once, write C once."""
+    return (m * k + k * n + m * n) * itemsize
+
+
+def matmul_intensity(m: int, n: int, k: int, itemsize: int) -> float:
+    """FLOPs per byte of an (m×k)·(k×n) matmul with `itemsize`-byte elements: 2mnk / bytes."""
+    m, n, k = positive_int("m", m), positive_int("n", n), positive_int("k", k)
+    return 2 * m * n * k / matmul_bytes(m, n, k, itemsize)
+
+
+def attainable_flops(intensity: float, peak_flops: float, bandwidth_bytes_per_s: float) -> float:
+    """The roofline: min(peak, intensity × bandwidth), in FLOP/s."""
+    return min(peak_flops, intensity * bandwidth_bytes_per_s)
+
+
+def ridge_point(peak_flops: float, bandwidth_bytes_per_s: float) -> float:
+    """Intensity (FLOPs/byte) where the memory roof meets the compute roof."""
+    return peak_flops / bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Roofline:
+    peak_flops: float  # FLOP/s
+    bandwidth: float  # bytes/s
+    label: str = ""
+
+    @property
+    def ridge(self) -> float:
+        return ridge_point(self.peak_flops, self.bandwidth)
+
+    def attainable(self, intensity: float) -> float:
+        return attainable_flops(intensity, self.peak_flops, self.bandwidth)
+
+    def bound(self, intensity: float) -> str:
+        return "memory-bound" if intensity < self.ridge else "compute-bound"

@@ -1,0 +1,75 @@
+"""Execute a notebook with papermill, top to bottom twice in one kernel.
+
+The second pass proves every cell can be re-run (a learner's habit), and papermill's parameter
+injection is what a headless user gets. Registered as papermill engine 'twice'.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import papermill as pm
+from nbclient.exceptions import CellExecutionError
+from papermill.clientwrap import PapermillNotebookClient
+from papermill.engines import NBClientEngine, papermill_engines
+from papermill.utils import merge_kwargs, remove_args
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class TwiceClient(PapermillNotebookClient):
+    passes = 2
+
+    def papermill_execute_cells(self):
+        for _ in range(self.passes):
+            for index, cell in enumerate(self.nb.cells):
+                try:
+                    self.nb_man.cell_start(cell, index)
+                    self.execute_cell(cell, index)
+                except CellExecutionError as ex:
+                    self.nb_man.cell_exception(self.nb.cells[index], cell_index=index, exception=ex)
+                    return
+                finally:
+                    self.nb_man.cell_complete(self.nb.cells[index], cell_index=index)
+
+
+class TwiceEngine(NBClientEngine):
+    @classmethod
+    def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None, stderr_file=None,
+                                 start_timeout=60, execution_timeout=None, **kwargs):
+        import logging
+
+        kwargs = remove_args(["input_path"], **kwargs)
+        safe = remove_args(["timeout", "startup_timeout"], **kwargs)
+        final = merge_kwargs(safe, timeout=execution_timeout or kwargs.get("timeout"), startup_timeout=start_timeout,
+                             kernel_name=kernel_name, log=logging.getLogger("papermill"), log_output=log_output,
+                             stdout_file=stdout_file, stderr_file=stderr_file)
+        return TwiceClient(nb_man, **final).execute()
+
+
+papermill_engines.register("twice", TwiceEngine)
+
+
+def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, *, twice: bool = True,
+                 timeout: int = 600) -> tuple[dict, float]:
+    """Execute `path` (cwd = its folder) with `parameters`; return (executed notebook, seconds)."""
+    out = out_dir / (path.parent.name + "__" + path.name)
+    t0 = time.perf_counter()
+    nb = pm.execute_notebook(
+        str(path), str(out), parameters=parameters or {"smoke": True}, kernel_name="python3",
+        engine_name="twice" if twice else None, cwd=str(path.parent), execution_timeout=timeout,
+        progress_bar=False, request_save_on_cell_execute=False,
+    )
+    return nb, time.perf_counter() - t0
+
+
+def all_notebooks() -> list[Path]:
+    found = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb")) \
+        + sorted((ROOT / "labs" / "solutions").glob("*.ipynb"))
+    return [p for p in found if ".ipynb_checkpoints" not in p.parts]
+
+
+def kernel_env_ok() -> None:
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")

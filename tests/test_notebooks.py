@@ -1,0 +1,40 @@
+"""Every notebook and lab runs under papermill with smoke=True, twice in the same kernel.
+
+The executed copies are written to $PERFLAB_EXECUTED (default: a temporary folder) for reading.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+from nbrun import ROOT, all_notebooks, run_notebook
+
+NOTEBOOKS = all_notebooks()
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory):
+    d = os.environ.get("PERFLAB_EXECUTED")
+    if d:
+        Path(d).mkdir(parents=True, exist_ok=True)
+        return Path(d)
+    return tmp_path_factory.mktemp("executed")
+
+
+def test_there_are_notebooks():
+    names = {p.name for p in NOTEBOOKS}
+    assert any(n.startswith("00_") for n in names), names
+    assert len(list((ROOT / "labs").glob("*.ipynb"))) == len(list((ROOT / "labs" / "solutions").glob("*.ipynb")))
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebook_runs_twice(path, out_dir):
+    nb, seconds = run_notebook(path, out_dir)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors[0]
+    # the first code cell is the papermill parameters cell, and smoke mode must keep a lesson quick
+    tagged = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert tagged, f"{path.name}: no cell tagged 'parameters'"
+    assert seconds < 240, f"{path.name} took {seconds:.0f} s for two smoke passes"

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Set up the course's virtual environment: the right torch first, then everything else.
+
+Run by `make setup` (and so by `make lab` and `make test`). Standard library only, so that it
+works on a machine that has nothing but Python and pip.
+
+How torch is chosen (override with PERFLAB_TORCH=cpu|cuda|keep, or give the index with
+PERFLAB_TORCH_INDEX=<url>):
+
+* A torch that is already importable in the environment is kept, unless it is a CPU build on a
+  machine that has an NVIDIA GPU (then a CUDA build is installed; PERFLAB_TORCH=keep keeps it).
+* If the Python that runs this script already has a CUDA torch (a GPU box's system or conda
+  Python), the venv is created with --system-site-packages so that torch is reused, not
+  downloaded again.
+* NVIDIA GPU present, no torch: `pip install torch` from PyPI, whose Linux wheels are CUDA builds.
+* No GPU (Linux): the CPU wheel `torch==2.13.0+cpu`, from a local wheel folder if pip is
+  configured with one, else from PyTorch's CPU index. An unpinned `torch` from PyPI would pull
+  several GB of CUDA libraries that a CPU-only machine cannot use; this never asks for it.
+* macOS: `torch==2.13.0` from PyPI (its macOS wheels are CPU/MPS builds).
+
+Then `pip install -e .` installs perflab and its dependencies; torch is already satisfied, so
+pip leaves it alone. Finally the `pynvml` compatibility shim that ipyexperiments pulls in is
+removed (nvidia-ml-py provides the real `pynvml` module; the shim only makes every
+`import torch` print a FutureWarning).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_TORCH = "2.13.0"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def say(msg: str) -> None:
+    print(f"[setup] {msg}", flush=True)
+
+
+def run(cmd: list[str], check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    say("$ " + " ".join(cmd))
+    kw = {"stdout": subprocess.DEVNULL} if quiet else {}
+    return subprocess.run(cmd, check=check, **kw)
+
+
+def has_nvidia_gpu() -> bool:
+    """True when an NVIDIA driver reports at least one GPU."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.is_dir() and any(gpus.iterdir()):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+            return out.returncode == 0 and "GPU" in out.stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return False
+
+
+def torch_build(python: str) -> str | None:
+    """'cuda', 'rocm', 'cpu' for the torch importable by `python`, or None when there is none."""
+    code = (
+        "import torch, sys\n"
+        "v = torch.version\n"
+        "sys.stdout.write('cuda' if v.cuda else 'rocm' if getattr(v, 'hip', None) else 'cpu')\n"
+    )
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def venv_python(venv_dir: Path) -> str:
+    sub = "Scripts/python.exe" if os.name == "nt" else "bin/python"
+    return str(venv_dir / sub)
+
+
+def stamp_of() -> str:
+    h = hashlib.sha256()
+    for name in ("pyproject.toml", "tools/setup_env.py"):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def install_torch(py: str, gpu: bool) -> None:
+    choice = os.environ.get("PERFLAB_TORCH", "auto").lower()
+    if choice not in {"auto", "cpu", "cuda", "keep"}:
+        sys.exit(f"[setup] PERFLAB_TORCH must be auto, cpu, cuda or keep (got {choice!r})")
+    have = torch_build(py)
+    index = os.environ.get("PERFLAB_TORCH_INDEX")
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
+
+    if have and (choice == "keep" or (choice == "auto" and not (gpu and have == "cpu"))):
+        say(f"keeping the torch already installed ({have} build)")
+        return
+    want = choice if choice in {"cpu", "cuda"} else ("cuda" if gpu else "cpu")
+    if have == "cpu" and want == "cuda":
+        say("torch here is a CPU build but an NVIDIA GPU is present: installing a CUDA build "
+            "(set PERFLAB_TORCH=keep to keep the CPU build)")
+    if index:
+        run(pip + ["torch", "--index-url", index])
+    elif want == "cuda":
+        # PyPI's Linux wheels of torch are CUDA builds.
+        run(pip + (["--upgrade", "--force-reinstall"] if have else []) + ["torch>=2.1"])
+    elif platform.system() == "Darwin":
+        run(pip + [f"torch=={CPU_TORCH}"])
+    else:
+        # First a local wheel folder (pip's find-links), without touching any CUDA wheel...
+        first = run(pip + [f"torch=={CPU_TORCH}+cpu"], check=False)
+        if first.returncode != 0:
+            # ...then PyTorch's own CPU index, which holds only CPU builds.
+            run(pip + [f"torch=={CPU_TORCH}+cpu", "--extra-index-url", CPU_INDEX])
+    got = torch_build(py)
+    if got is None:
+        sys.exit("[setup] torch did not install; see pip's message above")
+    say(f"torch installed ({got} build)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
+    ap.add_argument("--force", action="store_true", help="reinstall even if up to date")
+    args = ap.parse_args()
+
+    if sys.version_info < (3, 10):
+        sys.exit(f"[setup] perflab needs Python 3.10 or newer; this is {platform.python_version()}")
+    venv_dir = Path(args.venv).resolve()
+    py = venv_python(venv_dir)
+    stamp_file = venv_dir / ".perflab-setup"
+    if not args.force and stamp_file.exists() and stamp_file.read_text().strip() == stamp_of():
+        say(f"environment {venv_dir} is up to date")
+        return
+
+    gpu = has_nvidia_gpu()
+    say(f"NVIDIA GPU: {'yes' if gpu else 'no'}")
+    if not Path(py).exists():
+        # Reuse a CUDA torch that the running Python already has instead of downloading it.
+        reuse = torch_build(sys.executable) in {"cuda", "rocm"}
+        say(f"creating {venv_dir}" + (" (sharing this Python's CUDA torch)" if reuse else ""))
+        venv.EnvBuilder(with_pip=True, system_site_packages=reuse).create(venv_dir)
+
+    install_torch(py, gpu)
+    run([py, "-m", "pip", "install", "--disable-pip-version-check", "-e", f"{ROOT}[dev]"])
+    # The pynvml shim (pulled in by ipyexperiments) only re-exports nvidia-ml-py's module and
+    # makes every `import torch` warn; remove it so the real module is what gets imported.
+    run([py, "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", "pynvml"], check=False)
+    run([py, "-c", "import torch, perflab; print('torch', torch.__version__, '| perflab', perflab.__version__)"])
+    stamp_file.write_text(stamp_of() + "\n")
+    say("done")
+
+
+if __name__ == "__main__":
+    main()
