@@ -5,8 +5,15 @@ import torch
 from torch import nn
 
 from perflab.errors import InputError
-from perflab.flops import (conv2d_flops, flops_to_macs, linear_backward_flops, linear_flops, macs_to_flops,
-                           matmul_flops, torch_flop_count)
+from perflab.flops import (
+    conv2d_flops,
+    flops_to_macs,
+    linear_backward_flops,
+    linear_flops,
+    macs_to_flops,
+    matmul_flops,
+    torch_flop_count,
+)
 from perflab.roofline import Roofline, matmul_intensity
 
 

@@ -2,7 +2,12 @@ import pytest
 import torch
 
 from perflab.errors import InputError, UnsupportedError
-from perflab.measure import make_matmul, measure_copy_bandwidth, measure_host_to_device, measure_matmul
+from perflab.measure import (
+    make_matmul,
+    measure_copy_bandwidth,
+    measure_host_to_device,
+    measure_matmul,
+)
 
 
 def test_measure_matmul_cpu():
