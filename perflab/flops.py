@@ -82,3 +82,47 @@ def torch_flop_count(fn: Callable[[], Any], *, display: bool = False) -> tuple[i
             per_op[str(op)] = max(per_op.get(str(op), 0), int(n))
         break  # the 'Global' entry holds the whole run
     return int(counter.get_total_flops()), per_op
+
+
+def hand_vs_counter(device=None) -> list[dict[str, Any]]:
+    """Hand counts next to FlopCounterMode's for a few layers (run on `device`).
+
+    Returns rows {layer, shape, by_hand, counted, equal}: the notebook shows them as a table.
+    """
+    import torch
+    from torch import nn
+
+    from .device import pick_device
+
+    dev = torch.device(device) if device is not None else pick_device()
+    rows = []
+
+    def add(layer: str, shape: str, hand: int, fn):
+        counted, _ = torch_flop_count(fn)
+        rows.append({"layer": layer, "shape": shape, "by_hand": hand, "counted": counted, "equal": hand == counted})
+
+    a, b = torch.randn(512, 256, device=dev), torch.randn(256, 128, device=dev)
+    add("matmul", "512×256 · 256×128", matmul_flops(512, 128, 256), lambda: a @ b)
+    lin = nn.Linear(1024, 4096).to(dev)
+    x = torch.randn(64, 1024, device=dev)
+    add("nn.Linear forward", "64 tokens, 1024→4096", linear_flops(64, 1024, 4096), lambda: lin(x))
+    add("nn.Linear forward+backward (data input)", "64 tokens, 1024→4096",
+        linear_flops(64, 1024, 4096) + linear_backward_flops(64, 1024, 4096, input_requires_grad=False),
+        lambda: lin(x).sum().backward())
+    xg = torch.randn(64, 1024, device=dev, requires_grad=True)
+    add("nn.Linear forward+backward (input needs grad)", "64 tokens, 1024→4096",
+        linear_flops(64, 1024, 4096) + linear_backward_flops(64, 1024, 4096, input_requires_grad=True),
+        lambda: lin(xg).sum().backward())
+    conv = nn.Conv2d(3, 64, 7, stride=2, padding=3).to(dev)
+    img = torch.randn(8, 3, 224, 224, device=dev)
+    add("nn.Conv2d forward", "8×3×224×224, 64 filters 7×7 stride 2", conv2d_flops(8, 3, 64, 224, 224, 7, stride=2, padding=3),
+        lambda: conv(img))
+    return rows
+
+
+def elementwise_flops_and_bytes(numel: int, itemsize: int, op: str = "add") -> tuple[int, int]:
+    """FLOPs and fewest bytes of a binary elementwise op c = a ∘ b: 1 FLOP and 3 elements per item."""
+    positive_int("numel", numel)
+    if op not in {"add", "mul"}:
+        raise ValueError("op must be 'add' or 'mul'")
+    return numel, 3 * numel * itemsize

@@ -264,3 +264,23 @@ def host_sync_demo(n: int = 1024, device: torch.device | str | None = None, reps
     synchronize(dev)
     synced = (time.perf_counter() - t0) / reps
     return {"no_sync": no_sync, "synced": synced, "perflab_bench": events}
+
+
+def measure_elementwise(numel: int, dtype: str = "fp32", device: torch.device | str | None = None, *,
+                        rep_ms: float = 50) -> dict[str, float]:
+    """Time c = a + b over `numel` elements: a memory-bound kernel (intensity 1/(3·itemsize) FLOP/byte)."""
+    from .flops import elementwise_flops_and_bytes
+
+    dev = torch.device(device) if device is not None else pick_device()
+    dt = check_supported(dtype, dev)
+    numel = validate.positive_int("numel", numel)
+    validate.fits_in_memory(f"three {numel}-element tensors", 3 * numel * dt.itemsize, free_memory_bytes(dev))
+    a = torch.randn(numel, device=dev).to(dt.torch_dtype)
+    b = torch.randn(numel, device=dev).to(dt.torch_dtype)
+    out = torch.empty_like(a)
+    torch.add(a, b, out=out)
+    check_close(out, a.double() + b.double(), tol=default_tolerance(dt.torch_dtype), what="a + b")
+    r = bench(lambda: torch.add(a, b, out=out), device=dev, rep_ms=rep_ms, flush_l2=False, label=f"add {numel}")
+    flops, nbytes = elementwise_flops_and_bytes(numel, dt.itemsize)
+    return {"numel": numel, "median_s": r.median_s, "tflops": flops / r.median_s / 1e12, "gbps": nbytes / r.median_s / 1e9,
+            "intensity": flops / nbytes}

@@ -48,3 +48,17 @@ class Roofline:
 
     def bound(self, intensity: float) -> str:
         return "memory-bound" if intensity < self.ridge else "compute-bound"
+
+
+def device_roofline(info, peaks, dtype: str = "fp32", measured_bandwidth_gbps: float | None = None) -> tuple[Roofline | None, str]:
+    """This device's roofline for `dtype`: peak from the spec sheet (GPU) or the estimate (CPU), and
+    memory bandwidth from the spec sheet, else the measured copy bandwidth. Returns (roofline or
+    None, a one-line description of where each number came from)."""
+    peak = peaks.get(dtype)
+    spec_bw = peaks.spec.memory_bandwidth_gbps if peaks.spec else None
+    bw = spec_bw or measured_bandwidth_gbps
+    if not peak or not bw:
+        return None, f"no roofline for {dtype}: peak {'unknown' if not peak else 'known'}, bandwidth {'unknown' if not bw else 'known'}"
+    src_peak = f"{peaks.source} peak {peak:.3g} TFLOP/s"
+    src_bw = f"spec bandwidth {bw:g} GB/s" if spec_bw else f"measured copy bandwidth {bw:.3g} GB/s"
+    return Roofline(peak * 1e12, bw * 1e9, label=f"{info.name} {dtype}"), f"{src_peak}; {src_bw}"

@@ -1,0 +1,50 @@
+"""Panels: a slider change re-runs the function; a bad value becomes one line, not a traceback."""
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+from perflab.errors import InputError  # noqa: E402
+from perflab.widgets import Panel, choice, int_slider, log2_slider  # noqa: E402
+
+
+def test_panel_updates_and_reports_errors():
+    calls = []
+
+    def fn(n, dt):
+        calls.append((n, dt))
+        if n > 100:
+            raise InputError(f"n={n} is too large: choose n ≤ 100")
+        return f"{n} {dt}"
+
+    p = Panel(fn, n=int_slider("n", 10, 1, 1000), dt=choice("dtype", ["fp32", "bf16"]))
+    assert p.update() == "10 fp32" and p.last_error is None
+    assert p.set(n=20) == "20 fp32"
+    p.set(dt="bf16")
+    assert calls[-1] == (20, "bf16")
+    p.set(n=500)
+    assert p.last_error == "n=500 is too large: choose n ≤ 100"
+    assert p.last == "20 bf16"  # the last good result is kept
+
+
+def test_panel_survives_unexpected_errors():
+    p = Panel(lambda n: 1 / 0, n=int_slider("n", 1, 1, 3))
+    p.update()
+    assert p.last_error.startswith("ZeroDivisionError")
+
+
+def test_oom_is_named():
+    import torch
+
+    def boom(n):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    p = Panel(boom, n=int_slider("n", 1, 1, 3))
+    p.update()
+    assert "out of memory" in p.last_error.lower()
+
+
+def test_log2_slider_options():
+    s = log2_slider("n", 256, 64, 1024)
+    assert list(s.options) == [64, 128, 256, 512, 1024] and s.value == 256
+    assert s.continuous_update is False
