@@ -25,15 +25,15 @@ def pyproject_deps() -> set[str]:
 
 
 def environment_deps() -> set[str]:
+    yaml = pytest.importorskip("yaml")
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
     names = set()
-    for line in (ROOT / "environment.yml").read_text().splitlines():
-        m = re.match(r"^\s+-\s+(\S.*)$", line)
-        if not m:
-            continue
-        item = m.group(1).strip()
-        if item in {"pip", "pip:", "-e ."} or item.startswith(("python=", "-")):
-            continue
-        names.add(CONDA_NAMES.get(_name(item), _name(item)))
+    for item in env["dependencies"]:
+        items = item["pip"] if isinstance(item, dict) else [item]
+        for dep in items:
+            if dep == "pip" or dep.startswith(("python=", "python>", "-")):
+                continue
+            names.add(CONDA_NAMES.get(_name(dep), _name(dep)))
     return names
 
 
