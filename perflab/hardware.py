@@ -220,7 +220,7 @@ class Peaks:
         if self.cpu_estimate is not None:
             return self.cpu_estimate.explain(dtype)
         if v is None:
-            return f"{dtype}: peak unknown" if self.spec is None else f"{dtype}: {self.spec.name} has no dense {dtype} mode"
+            return f"{dtype}: peak unknown" if self.spec is None else f"{dtype}: no dense {dtype} figure for {self.spec.name} in the spec table (no such mode, or none published)"
         return f"{dtype}: {v:g} TFLOP/s dense ({self.spec.name}; {self.spec.sources['peak_tflops']})"
 
     def as_dict(self) -> dict[str, Any]:
