@@ -62,3 +62,26 @@ def device_roofline(info, peaks, dtype: str = "fp32", measured_bandwidth_gbps: f
     src_peak = f"{peaks.source} peak {peak:.3g} TFLOP/s"
     src_bw = f"spec bandwidth {bw:g} GB/s" if spec_bw else f"measured copy bandwidth {bw:.3g} GB/s"
     return Roofline(peak * 1e12, bw * 1e9, label=f"{info.name} {dtype}"), f"{src_peak}; {src_bw}"
+
+
+def measure_on_roofline(n: int, dtype: str, device, info, peaks, *, bandwidth_gbps: float | None = None,
+                        background=None, rep_ms: float = 100, warmup_ms: float = 10):
+    """Measure an n³ matmul and draw it on this device's roofline, with `background` points in grey.
+
+    Returns (figure, MatmulResult). Sizes and dtype are validated (InputError / UnsupportedError).
+    """
+    from . import plots
+    from .dtypes import parse_dtype
+    from .measure import measure_matmul
+
+    r = measure_matmul(n, n, n, dtype, device, rep_ms=rep_ms, warmup_ms=warmup_ms)
+    inten = matmul_intensity(n, n, n, parse_dtype(dtype).itemsize)
+    rf, _ = device_roofline(info, peaks, r.dtype, measured_bandwidth_gbps=bandwidth_gbps)
+    fig = plots.roofline(rf.peak_flops / 1e12 if rf else None, rf.bandwidth / 1e9 if rf else None,
+                         [{"intensity": inten, "tflops": r.tflops, "label": f"{n}³ {r.dtype}: {r.tflops:.3g} TFLOP/s"}],
+                         title=f"live: {n}³ {r.dtype} on {info.name}")
+    if background is not None and len(background):
+        fig.axes[0].scatter(background["intensity"], background["tflops"], color="lightgray", zorder=2,
+                            label="sweep above")
+        fig.axes[0].legend(fontsize=8, loc="lower right")
+    return fig, r

@@ -126,6 +126,20 @@ def install_torch(py: str, gpu: bool) -> None:
     say(f"torch installed ({got} build)")
 
 
+def quiet_jupyterlab(venv_dir: Path) -> None:
+    """Turn off JupyterLab's news and update checks in this environment: they reach out to the
+    internet and their pop-up covers the notebook."""
+    import json
+
+    settings = venv_dir / "share" / "jupyter" / "lab" / "settings"
+    settings.mkdir(parents=True, exist_ok=True)
+    path = settings / "overrides.json"
+    current = json.loads(path.read_text()) if path.exists() else {}
+    current.setdefault("@jupyterlab/apputils-extension:notification", {}).update(
+        {"fetchNews": "false", "checkForUpdates": False})
+    path.write_text(json.dumps(current, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
@@ -155,6 +169,7 @@ def main() -> None:
     # makes every `import torch` warn; remove it so the real module is what gets imported.
     run([py, "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", "pynvml"], check=False)
     run([py, "-c", "import torch, perflab; print('torch', torch.__version__, '| perflab', perflab.__version__)"])
+    quiet_jupyterlab(venv_dir)
     stamp_file.write_text(stamp_of() + "\n")
     say("done")
 
