@@ -293,7 +293,7 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
                 "mean": b["mean"], "median": b["median"], "max": b["max"]}
     grid_points = math.prod(len(a) for a in axes)
     result = MamfResult(best, dt.name, stat, strategy, grid_points, len(scores), state["measured"], elapsed,
-                        state["interrupted"], file, [rows[i] for i in sorted(rows)], info.name)
+                        state["interrupted"], file, list(rows.values()), info.name)  # in the order looked at
     if save_ceiling and best is not None and not state["interrupted"] and path is None:
         result.ceiling_path = save_ceiling_record(result, info, axes)
     return result

@@ -151,10 +151,10 @@ def load_references(kind: str, root: Path | str | None = None, *, gpu_only: bool
     return sorted(out, key=lambda r: str(r.provenance.get("date", "")), reverse=True)
 
 
-def missing_note(kind: str) -> str:
+def missing_note(kind: str, instead: str = "the model's prediction") -> str:
     """What a notebook says when no GPU reference of `kind` is shipped."""
-    return (f"No GPU reference data for '{kind}' is shipped with this copy of the course yet, so there is no real "
-            f"GPU measurement to show here: the plot shows the model's prediction only. On a GPU machine, "
+    return (f"No GPU reference data for '{kind}' is shipped with this copy of the course yet: there is no real GPU "
+            f"measurement to show here, so this section shows {instead}. On a GPU machine, "
             f"`perflab reference record --what {kind}` measures it and writes data/{kind}__<device>.json "
             "(with device, driver, CUDA and torch versions and the date).")
 

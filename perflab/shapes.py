@@ -36,6 +36,11 @@ from .validate import positive_int
 TILE_SHAPES: tuple[tuple[int, int], ...] = (
     (256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64),
 )
+# Blocks to try when fitting a CPU's steps: CPU BLAS kernels work on register blocks of a few
+# vectors (16 fp32 values per AVX-512 register) inside cache blocks of a few hundred.
+CPU_BLOCKS: tuple[tuple[int, int], ...] = (
+    (8, 8), (16, 16), (32, 32), (64, 64), (128, 128), (16, 64), (64, 16), (32, 128), (128, 32),
+)
 
 
 def parse_tile(text: str | Sequence[int]) -> tuple[int, int]:
@@ -529,8 +534,8 @@ def fit_tile(values: Sequence[int], times_s: Sequence[float], dim: str, fixed: d
              tiles: Iterable[tuple[int, int]] = TILE_SHAPES, blocks_per_sm: Iterable[int] = (1, 2)) -> TileFit:
     """Fit t ≈ sec_per_wave · waves(value) + overhead for every candidate tile; rank by residual.
 
-    A least-squares line through the measured times against each candidate's wave count (the
-    slope must be positive). The tile whose staircase puts its steps where the measurement steps
+    A least-squares line (on relative error) through the measured times against each candidate's
+    wave count (the slope must be positive). The tile whose staircase puts its steps where the measurement steps
     has the smallest relative RMS residual. Needs at least 3 points.
     """
     import numpy as np
@@ -549,8 +554,9 @@ def fit_tile(values: Sequence[int], times_s: Sequence[float], dim: str, fixed: d
             if np.ptp(w) == 0:  # a flat staircase explains nothing about where steps fall
                 slope, icpt = 0.0, float(ts.mean())
             else:
-                A = np.stack([w, np.ones_like(w)], axis=1)
-                (slope, icpt), *_ = np.linalg.lstsq(A, ts, rcond=None)
+                # least squares on the relative error (weights 1/t): one slow outlier cannot pull the line
+                A = np.stack([w, np.ones_like(w)], axis=1) / ts[:, None]
+                (slope, icpt), *_ = np.linalg.lstsq(A, np.ones_like(ts), rcond=None)
                 if slope <= 0:
                     slope, icpt = 0.0, float(ts.mean())
             pred = slope * w + icpt
@@ -626,3 +632,102 @@ def sm_count_of(device_info=None, gpu: str | None = None) -> tuple[int | None, s
     if device_info is not None and device_info.kind == "cuda":
         return int(device_info.details["sm_count"]), f"{device_info.name} (reported by the driver)"
     return None, "no CUDA GPU here"
+
+
+# ---------------------------------------------------------------- helpers the lessons call
+
+@dataclass(frozen=True)
+class ModelTarget:
+    """The GPU a lesson's model describes: this machine's GPU, or one chosen from the hardware table."""
+
+    spec: Any  # perflab.hardware.AcceleratorSpec or None (a GPU not in the table)
+    sms: int
+    label: str
+    this_machine: bool
+
+    def peak(self, dtype: str) -> float | None:
+        return self.spec.peak(dtype) if self.spec is not None else None
+
+    @property
+    def bandwidth_gbps(self) -> float | None:
+        return self.spec.memory_bandwidth_gbps if self.spec is not None else None
+
+
+THIS_GPU = "this GPU"
+DEFAULT_GPU = "a100-sxm-80gb"  # the guide's worked example is on an A100
+
+
+def model_target(info, gpu: str | None = None) -> ModelTarget:
+    """The GPU the model describes: `gpu` (an id or name from the hardware table), or — when `gpu`
+    is None or THIS_GPU — this machine's GPU if it has one (SM count from the driver), else an A100."""
+    from .hardware import lookup
+
+    if gpu in (None, THIS_GPU):
+        if info is not None and getattr(info, "kind", None) == "cuda":
+            spec = lookup(info.name)
+            return ModelTarget(spec, int(info.details["sm_count"]), f"{info.name} (this machine)", True)
+        gpu = DEFAULT_GPU
+    spec = lookup(gpu)
+    if spec is None or not spec.sm_count:
+        raise InputError(f"{gpu!r} is not a GPU with a published SM count in perflab's table: try a100-sxm-80gb or h100-sxm")
+    here = info is not None and getattr(info, "kind", None) == "cuda" and lookup(info.name) is spec
+    return ModelTarget(spec, int(spec.sm_count), spec.name + (" (this machine)" if here else " (model only: not this machine)"),
+                       here)
+
+
+def gpu_choices(info=None) -> list[str]:
+    """Options for a 'which GPU' control: this GPU (when there is one), then every table id with an SM count."""
+    from .hardware import accelerators
+
+    ids = [a.id for a in accelerators() if a.sm_count]
+    return ([THIS_GPU] if info is not None and getattr(info, "kind", None) == "cuda" else []) + ids
+
+
+def explain_gemm(m: int, n: int, k: int, *, dtype: str, target: ModelTarget, tile=(256, 128), extra_sms: int = 0):
+    """One GEMM through every model, as a two-column table: tiles, waves, utilization, intensity,
+    roofline, predicted TFLOP/s and Tensor Core alignment (with `extra_sms` more SMs when asked)."""
+    import pandas as pd
+
+    from .dtypes import parse_dtype
+
+    dt = parse_dtype(dtype)
+    itemsize = 4 if dt.name == "tf32" else dt.itemsize
+    sms = target.sms + int(extra_sms)
+    w = wave_model(m, n, k, sms=sms, tile=tile, itemsize=itemsize)
+    rows = [("SMs (wave size)", f"{sms} × 1 block = {w.wave_size}" + (f"  (+{extra_sms} what-if)" if extra_sms else "")),
+            ("tiles", f"{w.tiles_m} × {w.tiles_n} = {w.tiles}"),
+            ("waves", f"{w.waves} (last wave {w.last_wave_tiles}/{w.wave_size} busy)"),
+            ("tile utilization", f"{w.tile_utilization:.1%}"), ("wave utilization", f"{w.wave_utilization:.1%}"),
+            ("utilization", f"{w.utilization:.1%}"),
+            ("arithmetic intensity", f"{w.arithmetic_intensity:.1f} FLOPs/byte")]
+    peak = target.peak(dt.name)
+    if peak and extra_sms:  # the what-if chip: each SM as fast as before, so the peak grows with the SM count
+        peak = peak * sms / target.sms
+    if target.spec is not None:
+        rb = roofline_bound(m, n, k, dt.name, target.spec)
+        if peak:
+            pred = predicted_tflops(m, n, k, sms=sms, tile=tile, peak_tflops=peak, bandwidth_gbps=target.bandwidth_gbps,
+                                    itemsize=itemsize)
+            rows += [("roofline", f"{rb['bound']} (ridge {rb['ridge']:.0f} FLOPs/byte)"),
+                     ("predicted time", f"{2 * m * n * k / pred / 1e12 * 1e3:.4g} ms"),
+                     ("predicted", f"{pred:.4g} TFLOP/s of {peak:.4g} peak ({pred / peak:.0%})")]
+        else:
+            rows.append(("roofline", f"{target.spec.name} has no dense {dt.name} mode"))
+        for c in check_alignment(m, n, k, dt.name, target.spec.id):
+            rows.append((f"alignment {c.dim}", c.reason))
+    return pd.DataFrame(rows, columns=["quantity", "value"]).set_index("quantity")
+
+
+def alignment_table(dtypes: Sequence[str] = ("fp16", "bf16", "tf32", "fp8", "fp32"),
+                    archs: Sequence[str] = ("v100-sxm2-32gb", "a100-sxm-80gb", "l4", "h100-sxm")):
+    """Recommended multiple (elements) per dtype and GPU; '—' where Tensor Cores do not run that dtype."""
+    import pandas as pd
+
+    from .hardware import lookup
+
+    data = {}
+    for a in archs:
+        spec = lookup(a)
+        col = spec.name if spec else a
+        data[col] = {d: (tensor_core_alignment(d, a).recommended or "—") for d in dtypes}
+    return pd.DataFrame(data)

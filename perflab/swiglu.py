@@ -258,6 +258,64 @@ def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res)
     return SwigluSearch(h, tokens, dtype, device_name, base, df, res.path, failed)
 
 
+def recommend(frame, max_params_delta_pct: float = 1.0) -> dict[str, Any]:
+    """The fastest measured width (highest TFLOP/s) whose parameter change against 8/3·h is within
+    ±max_params_delta_pct percent. `frame` is SwigluSearch.frame (or any frame with d_ff, tflops and
+    params_delta_pct)."""
+    if max_params_delta_pct < 0:
+        raise InputError("the parameter budget must be ≥ 0 percent")
+    ok = frame[frame["params_delta_pct"].abs() <= max_params_delta_pct + 1e-12]
+    if not len(ok):
+        raise InputError(f"no measured width changes the parameters by at most {max_params_delta_pct}%: widen the budget")
+    best = ok.sort_values(["tflops", "d_ff"], ascending=[False, True]).iloc[0]
+    return {k: _py(v) for k, v in best.to_dict().items()}
+
+
+def baseline_alignment(hs, target=None, tokens: int = 8192):
+    """For each h: ⌊8/3·h⌋, the largest power of two dividing it, and the tile/wave model's
+    utilization of the forward GEMM (tokens×h by h×d_ff) on `target` (a shapes.ModelTarget)."""
+    import pandas as pd
+
+    from .shapes import largest_pow2_divisor, wave_model
+
+    rows = []
+    for h in hs:
+        base = baseline_width(h)
+        row = {"h": h, "8/3·h": round(eight_thirds(h), 2), "⌊8/3·h⌋": base, "divisible by": largest_pow2_divisor(base),
+               "next multiple of 64": -(-base // 64) * 64}
+        if target is not None:
+            row["model utilization (fwd GEMM)"] = wave_model(tokens, base, h, sms=target.sms, tile=(128, 256)).utilization
+            row["… at the multiple of 64"] = wave_model(tokens, row["next multiple of 64"], h, sms=target.sms,
+                                                       tile=(128, 256)).utilization
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("h")
+
+
+def candidate_table(h: int, radius: int = 100, step: int = 4, *, target=None, tokens: int = 8192,
+                    dtype: str = "bf16"):
+    """Every candidate width with what can be said before measuring: ratio to h, parameter change
+    against 8/3·h, the largest power of two dividing it, whether it meets the Tensor Core rule for
+    `dtype` on `target` (a shapes.ModelTarget), and the tile/wave model's utilization of the
+    forward GEMM (tokens×h by h×d_ff, 128×256 tiles) on it."""
+    import pandas as pd
+
+    from .shapes import largest_pow2_divisor, tensor_core_alignment, wave_model
+
+    rule = tensor_core_alignment(dtype, target.spec.id) if target is not None and target.spec is not None else None
+    base = baseline_width(h)
+    rows = []
+    for w in candidate_widths(h, radius, step):
+        row = {"d_ff": w, "ratio": w / h, "params_delta_pct": 100 * params_delta(h, w) / (8 * h * h),
+               "divisible by": largest_pow2_divisor(w), "baseline": w == base}
+        if rule is not None and rule.recommended:
+            row["Tensor Core rule"] = ("best" if w % rule.recommended == 0 else
+                                       "minimum" if w % rule.required == 0 else "fails")
+        if target is not None:
+            row["model utilization"] = wave_model(tokens, w, h, sms=target.sms, tile=(128, 256)).utilization
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def from_published(record: dict[str, Any]):
     """The published H100 search (perflab.reference.published('swiglu_h100_h4096')) as a DataFrame."""
     import pandas as pd
