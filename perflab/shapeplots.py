@@ -139,7 +139,7 @@ def swiglu_widths(frame, baseline: int, *, title: str = "", published=None, ax=N
     ax.set_xlabel("MLP width d_ff (elements)")
     ax.set_ylabel("TFLOP/s of the MLP GEMMs (fwd + bwd)")
     ax.set_title(title or "SwiGLU MLP speed by width")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
 
