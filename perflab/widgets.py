@@ -81,23 +81,26 @@ class Panel:
         import matplotlib.pyplot as plt
 
         self.calls += 1
-        with self.out:
-            self.out.clear_output(wait=True)
-            try:
-                result = self.fn(**self.values)
-                self.last, self.last_error = result, None
-                _show(result)
-            except PerflabError as e:
-                self.last_error = one_line(e)
-                print(f"⚠ {self.last_error}")
-            except Exception as e:  # keep the panel alive; say what happened in one line
-                from .results import classify_failure
+        try:
+            result = self.fn(**self.values)
+            self.last, self.last_error = result, None
+            outputs = _outputs(result)
+        except PerflabError as e:
+            self.last_error = one_line(e)
+            outputs = [_stream(f"⚠ {self.last_error}")]
+        except Exception as e:  # keep the panel alive; say what happened in one line
+            from .results import classify_failure
 
-                self.last_error = one_line(e)
-                prefix = "out of memory: choose smaller sizes — " if classify_failure(e) == "oom" else ""
-                print(f"⚠ {prefix}{self.last_error}")
-            finally:
-                plt.close("all")
+            self.last_error = one_line(e)
+            prefix = "out of memory: choose smaller sizes — " if classify_failure(e) == "oom" else ""
+            outputs = [_stream(f"⚠ {prefix}{self.last_error}")]
+        finally:
+            plt.close("all")
+        # One assignment replaces the area's outputs (no flicker). Capturing with `with self.out:`
+        # would make a headless client (nbclient, papermill) send comm messages back to the kernel
+        # while the cell runs, which with ipykernel 7 intermittently left the cell without its
+        # reply: the cell hung until the client's timeout.
+        self.out.outputs = tuple(outputs)
         return self.last
 
     def _ipython_display_(self):
@@ -107,20 +110,28 @@ class Panel:
         self.update()
 
 
-def _show(result: Any) -> None:
-    from IPython.display import display
+def _stream(text: str) -> dict[str, Any]:
+    return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
+
+
+def _outputs(result: Any) -> list[dict[str, Any]]:
+    """The result (or each item of a tuple) as Jupyter output records: figures and tables through
+    IPython's display formatter (PNG, HTML), anything else as text."""
+    from IPython.core.interactiveshell import InteractiveShell
 
     if result is None:
-        return
-    items = result if isinstance(result, tuple) else (result,)
-    for item in items:
-        fig = getattr(item, "figure", None) if not _is_figure(item) else item
-        if _is_figure(fig):
-            display(fig)
-        elif hasattr(item, "to_html") or hasattr(item, "_repr_html_"):
-            display(item)
+        return []
+    fmt = InteractiveShell.instance().display_formatter.format
+    out = []
+    for item in result if isinstance(result, tuple) else (result,):
+        fig = item if _is_figure(item) else getattr(item, "figure", None)
+        obj = fig if _is_figure(fig) else item
+        if _is_figure(obj) or hasattr(obj, "to_html") or hasattr(obj, "_repr_html_"):
+            data, metadata = fmt(obj)
+            out.append({"output_type": "display_data", "data": data, "metadata": metadata})
         else:
-            print(item)
+            out.append(_stream(str(obj)))
+    return out
 
 
 def _is_figure(x: Any) -> bool:
