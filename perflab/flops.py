@@ -82,3 +82,12 @@ def torch_flop_count(fn: Callable[[], Any], *, display: bool = False) -> tuple[i
             per_op[str(op)] = max(per_op.get(str(op), 0), int(n))
         break  # the 'Global' entry holds the whole run
     return int(counter.get_total_flops()), per_op
+
+
+def count_flops(fn: Callable[..., Any], *args, **kwargs):
+    """Run `fn(*args, **kwargs)` and count the FLOPs of everything it ran, attention included on
+    every device; returns a `perflab.flopcounter.FlopCount` (`.total`, `.by_phase`, `.table()`,
+    `.result`). Call backward inside `fn` to count it. See `perflab.flopcounter` for the scope."""
+    from .flopcounter import count_flops as _count
+
+    return _count(fn, *args, **kwargs)
