@@ -35,7 +35,6 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.module_tracker import ModuleTracker
 
 PHASES = ("forward", "backward", "recompute")
 
@@ -196,25 +195,126 @@ def _module_sort_key(name: str):
     return (1, *[(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts])
 
 
+class _ModuleTracker:
+    """Which module an op belongs to, in the forward, the backward and the recompute.
+
+    Forward (and recompute): a stack of the modules whose forward is running, kept by global
+    forward pre/post hooks. Backward: autograd numbers every graph node it creates
+    (`sequence_nr`); each module's forward covers a range of those numbers, so the node the
+    engine is executing (`torch._C._current_autograd_node()`) says which module's backward runs —
+    residual branches and checkpointing cannot confuse it the way entry/exit hooks can.
+    Names are the outermost module's class name followed by attribute names, and an op counts
+    for its module and every enclosing one.
+    """
+
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.stack: list[tuple[str, int]] = []
+        self.spans: list[tuple[int, int, str]] = []  # (first, end) sequence numbers of a module's forward
+        self._starts: list[tuple[int, int]] = []
+        self._node_owner: dict[int, str | None] = {}
+        self._handles: list = []
+
+    def _name(self, mod) -> str:
+        key = id(mod)
+        if key not in self.names:
+            self.names[key] = type(mod).__name__
+            self._name_children(mod, self.names[key])
+        return self.names[key]
+
+    def _name_children(self, mod, prefix: str) -> None:
+        for child_name, child in mod.named_children():
+            if id(child) not in self.names:
+                self.names[id(child)] = f"{prefix}.{child_name}"
+                self._name_children(child, self.names[id(child)])
+
+    def _pre(self, mod, _inputs) -> None:
+        seq = torch._C._autograd._get_sequence_nr() if torch._C._current_graph_task_id() == -1 else -1
+        self.stack.append((self._name(mod), seq))
+
+    def _post(self, mod, _inputs, _output) -> None:
+        if not self.stack:
+            return
+        name, start = self.stack.pop()
+        if start >= 0:
+            end = torch._C._autograd._get_sequence_nr()
+            if end > start:
+                import bisect
+
+                # sorted by start, and for equal starts the outer (longer) span first, so that walking
+                # back from the last span starting at or before a node meets the innermost one first
+                key = (start, -end)
+                i = bisect.bisect_right(self._starts, key)
+                self._starts.insert(i, key)
+                self.spans.insert(i, (start, end, name))
+
+    def owner(self, phase: str) -> str | None:
+        """The innermost module of the op running now (None: outside every module)."""
+        if phase != "backward":
+            return self.stack[-1][0] if self.stack else None
+        if self.stack:  # a recomputation that stopped early leaves entries behind
+            self.stack.clear()
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return None
+        seq = node._sequence_nr()
+        if seq in self._node_owner:
+            return self._node_owner[seq]
+        import bisect
+
+        i = bisect.bisect_right(self._starts, (seq, float("inf"))) - 1
+        found = None
+        while i >= 0:
+            first, end, name = self.spans[i]
+            if first <= seq < end:
+                found = name
+                break
+            i -= 1
+        self._node_owner[seq] = found
+        return found
+
+    def __enter__(self):
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+
+def _with_ancestors(name: str | None) -> list[str]:
+    out = ["Global"]
+    if name:
+        parts = name.split(".")
+        out += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return out
+
+
 class _CountingMode(TorchDispatchMode):
-    def __init__(self, tracker: ModuleTracker, result: FlopCount):
+    def __init__(self, tracker: _ModuleTracker, result: FlopCount):
         super().__init__()
         from torch.utils.flop_counter import flop_registry
 
         self.tracker = tracker
         self.res = result
         self.registry = {k: v for k, v in flop_registry.items() if isinstance(k, torch._ops.OpOverloadPacket)}
-        self.fwd = {op for op in _SDPA_FWD}
-        self.bwd = {op for op in _SDPA_BWD}
+        self.fwd = set(_SDPA_FWD)
+        self.bwd = set(_SDPA_BWD)
         self.mod_counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(PHASES, 0))
 
-    def _book(self, phase: str, n: int, op: str) -> None:
+    def _book(self, phase: str, n: int, op: str, owners: list[str]) -> None:
         if not n:
             return
         self.res.total += n
         self.res.by_phase[phase] += n
         self.res.by_op[op] = self.res.by_op.get(op, 0) + n
-        for name in set(self.tracker.parents):
+        for name in owners:
             self.mod_counts[name][phase] += n
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -224,24 +324,26 @@ class _CountingMode(TorchDispatchMode):
         in_backward = torch._C._current_graph_task_id() != -1
         phase = "forward" if not in_backward else ("recompute" if torch.is_grad_enabled() else "backward")
         op = packet.__name__
-        if (packet in self.fwd or packet in self.bwd) and args[1].dim() != 4:
-            # variable-length (packed) attention: torch's own formula knows the layout
-            if packet in self.registry:
-                self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op)
-        elif packet in self.fwd:
-            self._book(phase, _sdpa_forward_flops(func, args), op)
-        elif packet in self.bwd:
-            n, r = _sdpa_backward_flops(func, args)
-            self._book(phase, n, op)
-            self._book("recompute", r, op + " (scores recomputed)")
-        elif packet in self.registry:
-            n = int(self.registry[packet](*args, **kwargs, out_val=out))
-            self._book(phase, n, op)
-        else:
+        counted = packet in self.fwd or packet in self.bwd or packet in self.registry
+        if not counted:
             try:
                 self.res.other += _other_flops(func, args, out)
             except Exception:  # an estimate must never break the run it measures
                 pass
+            return out
+        owners = _with_ancestors(self.tracker.owner(phase))
+        if (packet in self.fwd or packet in self.bwd) and args[1].dim() != 4:
+            # variable-length (packed) attention: torch's own formula knows the layout
+            if packet in self.registry:
+                self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op, owners)
+        elif packet in self.fwd:
+            self._book(phase, _sdpa_forward_flops(func, args), op, owners)
+        elif packet in self.bwd:
+            n, r = _sdpa_backward_flops(func, args)
+            self._book(phase, n, op, owners)
+            self._book("recompute", r, op + " (scores recomputed)", owners)
+        else:
+            self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op, owners)
         return out
 
 
@@ -253,7 +355,7 @@ def count_flops(fn: Callable[..., Any], *args, **kwargs) -> FlopCount:
     `fn` returned. Works on CPU, CUDA and MPS alike; counts attention on every device.
     """
     res = FlopCount()
-    tracker = ModuleTracker()
+    tracker = _ModuleTracker()
     with tracker, _CountingMode(tracker, res) as mode:
         res.result = fn(*args, **kwargs)
     res.by_module = {k: dict(v) for k, v in mode.mod_counts.items()}

@@ -97,8 +97,8 @@ def narayanan_eq3(batch: int, seq: int, layers: int, hidden: int, vocab: int) ->
     count 3× (forward + backward, not recomputed). Expanded to integers:
     96·B·s·l·h² + 16·B·s²·l·h + 6·B·s·h·V.
     """
-    B, s, l, h, V = batch, seq, layers, hidden, vocab
-    return 96 * B * s * l * h * h + 16 * B * s * s * l * h + 6 * B * s * h * V
+    B, s, L, h, V = batch, seq, layers, hidden, vocab  # the paper's l is L here
+    return 96 * B * s * L * h * h + 16 * B * s * s * L * h + 6 * B * s * h * V
 
 
 def korthikanti_eq7(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> int:
@@ -133,8 +133,8 @@ def narayanan_params_eq2(layers: int, hidden: int, vocab: int, seq: int) -> int:
     token and position embeddings; it leaves out the final LayerNorm (2h), which perflab's
     `param_count` includes.
     """
-    l, h = layers, hidden
-    return 12 * l * h * h + 13 * l * h + (vocab + seq) * h
+    L, h = layers, hidden  # the paper's l
+    return 12 * L * h * h + 13 * L * h + (vocab + seq) * h
 
 
 def narayanan_training_days(tokens: float, params: float, gpus: int, tflops_per_gpu: float) -> float:

@@ -64,7 +64,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..models import non_embedding_params, param_count
-    from ..transformer_flops import CONVENTION_INFO, CONVENTIONS, conventions_frame, exact_flops, flops_per_token, palm_params
+    from ..transformer_flops import (
+        CONVENTION_INFO,
+        CONVENTIONS,
+        conventions_frame,
+        exact_flops,
+        flops_per_token,
+        palm_params,
+    )
 
     cfg = config_from_args(args)
     seq = args.seq or cfg.seq_len
