@@ -288,3 +288,28 @@ def comparability(run_a: dict[str, Any], run_b: dict[str, Any]):
         rows.append({"question": question, "look at": what, run_a.get("name", "run A"): a or "unknown",
                      run_b.get("name", "run B"): b or "unknown", "verdict": verdict})
     return pd.DataFrame(rows).set_index("question")
+
+
+def run_description(run_id: str) -> dict[str, str]:
+    """The checklist answers perflab/data/published_runs.json holds for a published run."""
+    for r in published_runs():
+        if r["id"] == run_id:
+            if "describe" not in r:
+                raise InputError(f"no checklist description for {run_id!r}")
+            return dict(r["describe"])
+    raise InputError(f"unknown run {run_id!r}: use one of {', '.join(r['id'] for r in published_runs())}")
+
+
+def describe_report(report, name: str = "this step") -> dict[str, str]:
+    """Checklist answers for a step measured with `perflab.train.measure_step`."""
+    peak = (f"{report.peak_tflops:.3g} TFLOP/s {report.dtype} ({report.peak_source})" if report.peak_tflops
+            else "peak unknown") + (f"; ceiling {report.ceiling_tflops:.3g} TFLOP/s measured" if report.ceiling_tflops else "")
+    return {
+        "name": name,
+        "flops": "exact per-component count (perflab), matmul-class, dense attention, logits",
+        "recompute": "MFU: no recompute counted; HFU includes it",
+        "time": f"median wall-clock step ({report.steps} steps) incl. optimizer, excl. data loading",
+        "peak": peak,
+        "precision": f"{report.dtype} matmuls",
+        "scale": f"1 device ({report.device_name})",
+    }

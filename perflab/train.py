@@ -338,7 +338,7 @@ def grad_accum_sweep(cfg, gas_values: Sequence[int], *, batch: int = 4, seq: int
 
     def one(p):
         r = measure_step(cfg, batch=p["batch"], seq=p["seq"], steps=p["steps"], grad_accum=p["gas"], device=dev,
-                         verify=False, **kw)
+                         verify=False, **({"warmup": 1} | kw))
         return {"tokens_per_s": r.tokens_per_s, "step_s": r.step_s, "optimizer_s": r.optimizer_s,
                 "forward_s": r.forward_s, "backward_s": r.backward_s, "mfu_spec": r.mfu_spec, "mfu_ceiling": r.mfu_ceiling,
                 "tokens_per_step": r.tokens_per_step}
@@ -354,15 +354,23 @@ class PythonGarbage:
     """Python objects of the kind a data pipeline and a logger make, for the GC lesson.
 
     heap: long-lived objects (a tokenized-dataset index held as dicts and lists) that every *full*
-      collection must walk. per_step: objects created each step in reference cycles (a record that
+      collection must walk. per_step: records created each step in reference cycles (a record that
       points at its batch and back), freed only by the cyclic collector. keep: how many of them
       each step survive in a log that is never cleared (they age into the oldest generation and
-      eventually trigger a full collection).
+      eventually trigger a full collection); by default sized from the number of objects this
+      process already tracks so that a full collection comes about every `full_every` steps.
     """
 
-    def __init__(self, heap: int = 20_000, per_step: int = 5_000, keep: int = 2_500):
+    def __init__(self, heap: int = 20_000, per_step: int | None = None, keep: int | None = None, full_every: int = 8):
         self.heap = [{"doc": i, "tokens": [i, i + 1]} for i in range(int(heap))]
-        self.per_step, self.keep = int(per_step), int(keep)
+        if keep is None:
+            # Python (3.8-3.13) runs a full collection once the objects that survived younger
+            # collections exceed 25% of the long-lived ones; size the log so that happens about
+            # every `full_every` steps in this process, whatever else it holds.
+            tracked = len(gc.get_objects())
+            keep = max(100, int(0.25 * tracked / (2 * max(1, full_every))))
+        self.keep = int(keep)
+        self.per_step = int(per_step) if per_step is not None else self.keep + 1000
         self.log: list[dict] = []
 
     def __call__(self, runner=None, step: int = 0) -> None:
@@ -442,6 +450,7 @@ def gc_straggler_series(cfg, *, steps: int = 40, batch: int = 2, seq: int = 32, 
     gc.callbacks.append(on_gc)
     try:
         on = series(True)
+        garbage.log.clear()  # the second run starts from the same heap as the first
         off = series(False)
     finally:
         gc.callbacks.remove(on_gc)
