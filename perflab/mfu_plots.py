@@ -34,16 +34,15 @@ def conventions_bars(df, title: str = ""):
     y = list(range(len(d)))[::-1]
     vals = [100 * v for v in d["vs_exact_model"]]
     ax.barh(y, vals, color=colors)
-    for yi, v, f in zip(y, vals, d["flops_per_token"]):
-        ax.text(v + (0.5 if v >= 0 else -0.5), yi, f"{v:+.1f}%  ({f:.3g} FLOPs/token)", va="center",
-                ha="left" if v >= 0 else "right", fontsize=8)
-    ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(y, d["convention"])
     lo, hi = min(vals + [0]), max(vals + [0])
     span = max(hi - lo, 1)
-    ax.set_xlim(lo - 0.45 * span - 1, hi + 0.6 * span + 1)
+    for yi, v, f in zip(y, vals, d["flops_per_token"]):
+        ax.text(max(v, 0) + 0.01 * span, yi, f"{v:+.1f}%  ({f:.3g} FLOPs/token)", va="center", ha="left", fontsize=8)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(y, d["convention"])
+    ax.set_xlim(lo - 0.05 * span - 1, hi + 0.75 * span + 1)
     ax.set_xlabel("FLOPs per token vs the exact model count (%)")
-    ax.set_title(title or "conventions side by side (blue: model FLOPs, orange: hardware FLOPs)")
+    ax.set_title(title or "FLOPs per token by convention (blue: model, orange: hardware FLOPs)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -109,7 +108,7 @@ def utilization_bars(reports: Sequence, labels: Sequence[str] | None = None, tit
 
 def phase_bars(reports: Sequence, labels: Sequence[str] | None = None, title: str = ""):
     """Where a step's time goes: forward, backward (with any recomputation) and optimizer, in ms."""
-    fig, ax = _fig((8, 2.2 + 0.5 * len(reports)))
+    fig, ax = _fig((8, 2.5 + 0.5 * len(reports)))
     labels = list(labels or [("checkpointing" if r.checkpointing else "no checkpointing") for r in reports])
     y = list(range(len(reports)))[::-1]
     left = [0.0] * len(reports)
@@ -127,7 +126,7 @@ def phase_bars(reports: Sequence, labels: Sequence[str] | None = None, title: st
     ax.set_xlim(0, max(left) * 1.3 if max(left) else 1)
     ax.set_xlabel("median time per step (ms)")
     ax.set_title(title or "forward vs backward vs optimizer")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=3, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -160,18 +159,25 @@ def step_time_series(series: Sequence, title: str = ""):
     """Step time (ms) against step index for each GC mode; full (generation-2) collections marked
     with their measured duration."""
     fig, ax = _fig((9, 3.8))
+    from matplotlib.ticker import ScalarFormatter
+
     colors = ["tab:red", "tab:blue", "tab:green", "tab:purple"]
-    for s, c in zip(series, colors):
+    for k, (s, c) in enumerate(zip(series, colors)):
         ms = [1e3 * t for t in s.step_s]
         ax.plot(range(len(ms)), ms, "o-", ms=3, color=c, label=f"{s.mode} (median {1e3 * s.median_s:.1f} ms)")
         for step, gen, dur in s.collections:
             if gen == 2 and 0 <= step < len(ms):
                 ax.plot([step], [ms[step]], marker="x", color="black", ms=9)
-                ax.annotate(f"full GC {1e3 * dur:.0f} ms", (step, ms[step]), textcoords="offset points", xytext=(3, 6),
-                            fontsize=7, color=c)
+                ax.annotate(f"full GC {1e3 * dur:.0f} ms", (step, ms[step]), textcoords="offset points",
+                            xytext=(4, 6 + 11 * k), fontsize=7, color=c)
     ax.set_xlabel("training step")
-    ax.set_ylabel("step time (ms)")
+    ax.set_ylabel("step time (ms, log scale)")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi * 1.6)
     ax.set_title(title or "step time with Python's GC on vs off (× = a full collection inside that step)")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -208,7 +214,7 @@ def published_plot(df, title: str = ""):
         ax.text(100 * max(p, c) + 0.5, yi, f"{100 * p:.1f} | {100 * c:.2f}", va="center", fontsize=7)
     ax.set_yticks(y, [f"{r} — {q}" for r, q in zip(d["run"], d["quantity"])], fontsize=7)
     ax.set_xlabel("utilization (%)")
-    ax.set_xlim(0, 100 * max(d["published"].max(), d["perflab"].max()) * 1.2)
+    ax.set_xlim(0, 100 * max(d["published"].max(), d["perflab"].max()) * 1.75)
     ax.set_title(title or "published MFU/HFU recomputed by perflab")
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
