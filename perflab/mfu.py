@@ -160,7 +160,7 @@ def matmul_ceiling(device=None, dtype: str = "fp32", size: int | None = None) ->
         from .measure import measure_matmul
 
         r = measure_matmul(n, n, n, dt, dev, warmup_ms=50 if dev.type == "cuda" else 25,
-                           rep_ms=300 if dev.type == "cuda" else 200)
+                           rep_ms=300 if dev.type == "cuda" else (200 if n >= 1024 else 50))
         _CEILINGS[key] = Ceiling(r.tflops, f"measured matmul ceiling (largest square matmul measured here: {n}³ {dt})",
                                  "matmul", n)
     return _CEILINGS[key]
