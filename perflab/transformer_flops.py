@@ -312,6 +312,20 @@ def exact_flops(cfg: ModelConfig, batch: int = 1, seq: int | None = None, *, che
     return ExactCount(cfg, batch, seq, checkpointing, fused_attention, fwd, bwd, rec)
 
 
+def exact_for_counted(cfg: ModelConfig, batch: int, seq: int, counted: int, *, checkpointing: bool = False,
+                      steps: int = 1) -> ExactCount:
+    """The exact count that matches a counted run: PyTorch picks the attention kernel at run time (a
+    fused one, whose backward recomputes the scores, or the unfused "math" path), so try both.
+    `steps` micro-steps were counted together. Raises AssertionError when neither matches."""
+    for fused in (True, False):
+        ex = exact_flops(cfg, batch, seq, checkpointing=checkpointing, fused_attention=fused)
+        if ex.hardware * steps == counted:
+            return ex
+    raise AssertionError(f"counted {counted:,} FLOPs, but the exact count is "
+                         f"{exact_flops(cfg, batch, seq, checkpointing=checkpointing).hardware * steps:,} "
+                         f"(fused attention) or {exact_flops(cfg, batch, seq, checkpointing=checkpointing, fused_attention=False).hardware * steps:,} (unfused)")
+
+
 # ---------------------------------------------------------------- all conventions side by side
 
 

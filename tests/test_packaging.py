@@ -26,7 +26,9 @@ def pyproject_deps() -> set[str]:
 
 def environment_deps() -> set[str]:
     names = set()
-    for line in (ROOT / "environment.yml").read_text().splitlines():
+    text = (ROOT / "environment.yml").read_text()
+    text = text[text.index("\ndependencies:"):]  # the channels list above it is not a dependency
+    for line in text.splitlines():
         m = re.match(r"^\s+-\s+(\S.*)$", line)
         if not m:
             continue

@@ -228,3 +228,14 @@ def test_conventions_frame_and_bad_input():
         exact_flops(preset("tiny-gpt"), 0, 16)
     with pytest.raises(InputError):
         flops_per_token(preset("tiny-gpt"), -3)
+
+
+def test_exact_for_counted_picks_the_kernel():
+    from perflab.transformer_flops import exact_for_counted
+
+    cfg = preset("tiny-gpt")
+    fused, unfused = exact_flops(cfg, 2, 32), exact_flops(cfg, 2, 32, fused_attention=False)
+    assert exact_for_counted(cfg, 2, 32, fused.hardware).fused_attention is True
+    assert exact_for_counted(cfg, 2, 32, 3 * unfused.hardware, steps=3).fused_attention is False
+    with pytest.raises(AssertionError, match="exact count"):
+        exact_for_counted(cfg, 2, 32, fused.hardware + 2)
