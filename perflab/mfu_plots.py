@@ -40,7 +40,7 @@ def conventions_bars(df, title: str = ""):
         ax.text(max(v, 0) + 0.01 * span, yi, f"{v:+.1f}%  ({f:.3g} FLOPs/token)", va="center", ha="left", fontsize=8)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(y, d["convention"])
-    ax.set_xlim(lo - 0.05 * span - 1, hi + 0.75 * span + 1)
+    ax.set_xlim(lo - 0.05 * span - 1, hi + 0.9 * span + 1)
     ax.set_xlabel("FLOPs per token vs the exact model count (%)")
     ax.set_title(title or "FLOPs per token by convention (blue: model, orange: hardware FLOPs)", fontsize=10)
     fig.tight_layout()
@@ -172,10 +172,12 @@ def step_time_series(series: Sequence, title: str = ""):
                             xytext=(4, 6 + 11 * k), fontsize=7, color=c)
     ax.set_xlabel("training step")
     ax.set_ylabel("step time (ms, log scale)")
+    from matplotlib.ticker import LogLocator, NullFormatter
+
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_formatter(ScalarFormatter())
-    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.yaxis.set_minor_formatter(NullFormatter())
     lo, hi = ax.get_ylim()
     ax.set_ylim(lo, hi * 1.6)
     ax.set_title(title or "step time with Python's GC on vs off (× = a full collection inside that step)")
@@ -184,10 +186,22 @@ def step_time_series(series: Sequence, title: str = ""):
     return fig
 
 
+def grad_accum_prediction(df):
+    """Tokens/s predicted from the GAS = 1 point if accumulation saved only optimizer time:
+    per micro-batch (step − optimizer) + optimizer / GAS."""
+    first = df.sort_values("gas").iloc[0]
+    micro_tokens = first["tokens_per_step"] / first["gas"]
+    micro = (first["step_s"] - first["optimizer_s"]) / first["gas"]
+    return [micro_tokens / (micro + first["optimizer_s"] / g) for g in df["gas"]]
+
+
 def grad_accum_plot(df, title: str = ""):
-    """Tokens/s against gradient-accumulation steps, with the optimizer's share of the step."""
+    """Tokens/s against gradient-accumulation steps (measured, and predicted from the GAS = 1 step
+    if only the optimizer's time were saved), with the optimizer's share of the step."""
     fig, ax = _fig((7, 3.6))
-    ax.plot(df["gas"], df["tokens_per_s"], "o-", color="tab:blue", label="tokens/s")
+    ax.plot(df["gas"], df["tokens_per_s"], "o-", color="tab:blue", label="measured")
+    ax.plot(df["gas"], grad_accum_prediction(df), ":", color="tab:blue", label="predicted: optimizer time amortized")
+    ax.legend(fontsize=8, loc="lower left")
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(df["gas"]), [str(g) for g in df["gas"]])
     ax.set_xlabel("gradient-accumulation steps (micro-batches per optimizer step)")

@@ -120,3 +120,15 @@ def test_measure_step_cuda_bf16():
     r = measure_step(preset("small-llama"), batch=8, seq=256, steps=5, device="cuda")
     assert r.dtype == "bf16" and r.counted_flops_per_step == r.hardware_flops_per_step
     assert r.peak_tflops and 0 < r.mfu_spec < 1 and 0 < r.mfu_ceiling < 1.2
+
+
+def test_grad_accum_prediction():
+    import pandas as pd
+
+    from perflab.mfu_plots import grad_accum_prediction
+
+    df = pd.DataFrame({"gas": [1, 2, 4], "tokens_per_step": [100, 200, 400], "step_s": [1.0, 1.9, 3.7],
+                       "optimizer_s": [0.2, 0.2, 0.2]})
+    pred = grad_accum_prediction(df)
+    assert pred[0] == pytest.approx(100.0)  # the GAS = 1 point itself
+    assert pred[1] == pytest.approx(100 / (0.8 + 0.1)) and pred[2] == pytest.approx(100 / (0.8 + 0.05))
