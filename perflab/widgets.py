@@ -81,23 +81,26 @@ class Panel:
         import matplotlib.pyplot as plt
 
         self.calls += 1
-        with self.out:
-            self.out.clear_output(wait=True)
-            try:
-                result = self.fn(**self.values)
-                self.last, self.last_error = result, None
-                _show(result)
-            except PerflabError as e:
-                self.last_error = one_line(e)
-                print(f"⚠ {self.last_error}")
-            except Exception as e:  # keep the panel alive; say what happened in one line
-                from .results import classify_failure
+        # The output area's contents are set directly rather than captured with `with self.out:`.
+        # Capturing makes a headless client (papermill/nbclient) echo every captured output back
+        # to the kernel mid-cell, and with ipykernel 7 that intermittently stalls the cell until
+        # the execution timeout.
+        try:
+            result = self.fn(**self.values)
+            self.last, self.last_error = result, None
+            outputs = _outputs(result)
+        except PerflabError as e:
+            self.last_error = one_line(e)
+            outputs = [_stream(f"⚠ {self.last_error}")]
+        except Exception as e:  # keep the panel alive; say what happened in one line
+            from .results import classify_failure
 
-                self.last_error = one_line(e)
-                prefix = "out of memory: choose smaller sizes — " if classify_failure(e) == "oom" else ""
-                print(f"⚠ {prefix}{self.last_error}")
-            finally:
-                plt.close("all")
+            self.last_error = one_line(e)
+            prefix = "out of memory: choose smaller sizes — " if classify_failure(e) == "oom" else ""
+            outputs = [_stream(f"⚠ {prefix}{self.last_error}")]
+        finally:
+            plt.close("all")
+        self.out.outputs = tuple(outputs)
         return self.last
 
     def _ipython_display_(self):
@@ -107,20 +110,27 @@ class Panel:
         self.update()
 
 
-def _show(result: Any) -> None:
-    from IPython.display import display
+def _stream(text: str) -> dict:
+    return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
+
+
+def _outputs(result: Any) -> list[dict]:
+    """The output area's contents for a result: figures and tables as rich displays, the rest as text."""
+    from IPython.core.interactiveshell import InteractiveShell
 
     if result is None:
-        return
+        return []
+    fmt = InteractiveShell.instance().display_formatter.format
+    out = []
     items = result if isinstance(result, tuple) else (result,)
     for item in items:
         fig = getattr(item, "figure", None) if not _is_figure(item) else item
-        if _is_figure(fig):
-            display(fig)
-        elif hasattr(item, "to_html") or hasattr(item, "_repr_html_"):
-            display(item)
+        if _is_figure(fig) or hasattr(item, "to_html") or hasattr(item, "_repr_html_"):
+            data, metadata = fmt(fig if _is_figure(fig) else item)
+            out.append({"output_type": "display_data", "data": data, "metadata": metadata})
         else:
-            print(item)
+            out.append(_stream(str(item)))
+    return out
 
 
 def _is_figure(x: Any) -> bool:
