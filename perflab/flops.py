@@ -126,3 +126,12 @@ def elementwise_flops_and_bytes(numel: int, itemsize: int, op: str = "add") -> t
     if op not in {"add", "mul"}:
         raise ValueError("op must be 'add' or 'mul'")
     return numel, 3 * numel * itemsize
+
+
+def count_flops(fn: Callable[..., Any], *args, **kwargs):
+    """Run `fn(*args, **kwargs)` and count the FLOPs of everything it ran, attention included on
+    every device; returns a `perflab.flopcounter.FlopCount` (`.total`, `.by_phase`, `.table()`,
+    `.result`). Call backward inside `fn` to count it. See `perflab.flopcounter` for the scope."""
+    from .flopcounter import count_flops as _count
+
+    return _count(fn, *args, **kwargs)

@@ -107,6 +107,21 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+# Shapes of the published runs notebook 02 recomputes (added for the MFU lesson).
+# PaLM 540B — Chowdhery et al. 2022, Table 1 and §2: 118 layers, d_model 18432, 48 heads of size
+# 256, multi-query attention (one K/V head), SwiGLU with d_ff = 4·d_model, 256k vocabulary, shared
+# input/output embedding, no biases, RoPE. PaLM uses "parallel" blocks with one LayerNorm per layer;
+# perflab's blocks are serial with two, so this count is 18432 × 118 parameters (0.0004%) above
+# PaLM's 540.35B. Megatron-LM shapes — Korthikanti et al. 2022, Table 3 (22B, 530B, 1T) with
+# Megatron's padded vocabulary 51,200 and s = 2048: GPT-style (4h MLP, biases, learned positions, tied).
+PRESETS.update({
+    "palm-540b": ModelConfig("palm-540b", 118, 18432, 48, 1, 73728, True, 256000, 2048, True, False, "rotary", "layernorm", 256),
+    "megatron-22b": ModelConfig("megatron-22b", 48, 6144, 64, None, 24576, False, 51200, 2048, True, True, "learned", "layernorm"),
+    "mt-nlg-530b": ModelConfig("mt-nlg-530b", 105, 20480, 128, None, 81920, False, 51200, 2048, True, True, "learned", "layernorm"),
+    "megatron-1t": ModelConfig("megatron-1t", 128, 25600, 160, None, 102400, False, 51200, 2048, True, True, "learned", "layernorm"),
+})
+
+
 def preset(name: str) -> ModelConfig:
     """A named shape; the error lists the known names."""
     key = name.strip().lower()

@@ -62,8 +62,9 @@ class Panel:
         self.last: Any = None
         self.last_error: str | None = None
         self.calls = 0
+        self._quiet = False
         for c in controls.values():
-            c.observe(lambda _change: self.update(), names="value")
+            c.observe(self._changed, names="value")
         header = [w.HTML(f"<b>{title}</b>")] if title else []
         self.widget = w.VBox(header + [w.HBox(list(controls.values()), layout=w.Layout(flex_flow="row wrap")), self.out])
 
@@ -71,10 +72,21 @@ class Panel:
     def values(self) -> dict[str, Any]:
         return {k: c.value for k, c in self.controls.items()}
 
+    def _changed(self, _change) -> None:
+        if not self._quiet:
+            self.update()
+
     def set(self, **values) -> Any:
-        """Set controls (as a learner would drag them) and return the new result."""
-        for k, v in values.items():
-            self.controls[k].value = v  # triggers update via observe when the value changes
+        """Set controls (as a learner would drag them) and return the new result (one update)."""
+        unknown = set(values) - set(self.controls)
+        if unknown:
+            raise KeyError(f"no control named {', '.join(sorted(unknown))}; controls: {', '.join(self.controls)}")
+        self._quiet = True
+        try:
+            for k, v in values.items():
+                self.controls[k].value = v
+        finally:
+            self._quiet = False
         return self.update()
 
     def update(self) -> Any:

@@ -48,3 +48,12 @@ def test_log2_slider_options():
     s = log2_slider("n", 256, 64, 1024)
     assert list(s.options) == [64, 128, 256, 512, 1024] and s.value == 256
     assert s.continuous_update is False
+
+
+def test_set_runs_the_function_once():
+    calls = []
+    p = Panel(lambda a, b: calls.append((a, b)) or a + b, a=int_slider("a", 1, 1, 9), b=int_slider("b", 1, 1, 9))
+    assert p.set(a=3, b=4) == 7
+    assert calls == [(3, 4)]
+    p.controls["a"].value = 5  # a learner dragging still updates
+    assert calls[-1] == (5, 4) and p.last == 9
