@@ -448,3 +448,79 @@ def demo_table(results: list[dict[str, Any]], primitive: str):
 
 def _fmt(values: list[float]) -> str:
     return "[" + ", ".join(f"{v:g}" for v in values) + "]"
+
+
+# ----------------------------------------------------------------------------- one call: launch and verify
+@dataclass
+class CollectivesRun:
+    """Every primitive verified on n ranks: the launch, each rank's report, and the summaries."""
+
+    launch: Any  # perflab.dist.LaunchResult
+    slow_s: float
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return self.launch.results
+
+    @property
+    def summary(self):
+        df = summarize(self.results)
+        timing = self.barrier_rows()
+        if len(df) and timing:
+            ok = barrier_ok(timing, self.slow_s)
+            df.loc[df["primitive"] == "barrier", "ok"] = bool(df.loc[df["primitive"] == "barrier", "ok"].all() and ok)
+        return df
+
+    def barrier_rows(self) -> list[dict[str, float]]:
+        return [r["barrier_timing"] for r in self.results if r and "barrier_timing" in r]
+
+    def ring_rows(self) -> list[dict[str, Any]]:
+        return [{"rank": i, **r["ring"]} for i, r in enumerate(self.results) if r and "ring" in r]
+
+    @property
+    def ring_ok(self) -> bool | None:
+        rows = self.ring_rows()
+        if not rows:
+            return None
+        return all(r["ok"] and r["bytes_sent"] == r["bytes_exact"] for r in rows) and len(rows) == self.launch.world_size
+
+    @property
+    def ok(self) -> bool:
+        s = self.summary
+        return bool(self.launch.ok and len(s) == len(PRIMITIVES) and s["ok"].all() and self.ring_ok is not False)
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.summary
+        out = {"ok": self.ok, "nproc": self.launch.world_size, "backend": self.launch.backend.name,
+               "device": self.launch.backend.device, "backend_reason": self.launch.backend.reason,
+               "seconds": round(self.launch.seconds, 3), "message": self.launch.message,
+               "primitives": [{"primitive": r["primitive"], "ok": bool(r["ok"]), "native": bool(r["native"]),
+                               "equivalent": r["equivalent"], "equivalent_ok": bool(r["equivalent_ok"]),
+                               "note": r["note"]} for r in s.to_dict("records")] if len(s) else []}
+        timing = self.barrier_rows()
+        if timing:
+            out["barrier_with_slow_ranks"] = {"delay_s": self.slow_s, "ok": barrier_ok(timing, self.slow_s), "ranks": timing}
+        ring = self.ring_rows()
+        if ring:
+            out["ring_all_reduce"] = {"ok": self.ring_ok, "ranks": ring}
+        if not self.launch.ok:
+            out["ranks"] = [r.as_dict() for r in self.launch.ranks]
+        return out
+
+
+def run_all(nproc: int = 4, *, backend: str | None = None, timeout: float = 120.0, check_k: int = 4096,
+            slow_s: float = 0.2, ring_numel: int = 4096, nnodes: int = 1) -> CollectivesRun:
+    """Launch perflab.workers.collectives on nproc ranks and gather the verdicts."""
+    from .dist import launch
+    from .validate import positive_int
+
+    check_k = positive_int("check_k", check_k, maximum=2**24)
+    ring_numel = positive_int("ring_numel", ring_numel, maximum=2**26)
+    if not 0 <= slow_s <= 10:
+        from .errors import InputError
+
+        raise InputError(f"slow_s must be between 0 and 10 seconds (got {slow_s})")
+    res = launch("perflab.workers.collectives", nproc,
+                 ["--check-k", check_k, "--slow-s", slow_s, "--ring-numel", ring_numel],
+                 nnodes=nnodes, timeout=timeout, backend=backend)
+    return CollectivesRun(res, slow_s)
