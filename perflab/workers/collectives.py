@@ -30,7 +30,28 @@ def body(ctx, a):
     if a.ring_numel > 0:
         ctx.step("ring all-reduce")
         out["ring"] = C.check_ring(ctx.rank, ctx.world_size, a.ring_numel, device=ctx.device)
+    out["listening"] = listening_addresses()
     return out
+
+
+def listening_addresses() -> list[str]:
+    """TCP addresses this rank and its torchrun agent listen on (all should be loopback)."""
+    import os
+
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return []
+    found = set()
+    for pid in (os.getpid(), os.getppid()):
+        try:
+            conns = psutil.Process(pid).net_connections(kind="tcp")
+        except (psutil.Error, OSError):
+            continue
+        for c in conns:
+            if c.status == psutil.CONN_LISTEN and c.laddr:
+                found.add(f"{c.laddr.ip}:{c.laddr.port}")
+    return sorted(found)
 
 
 def main(argv: list[str] | None = None) -> None:
