@@ -524,3 +524,78 @@ def run_all(nproc: int = 4, *, backend: str | None = None, timeout: float = 120.
                  ["--check-k", check_k, "--slow-s", slow_s, "--ring-numel", ring_numel],
                  nnodes=nnodes, timeout=timeout, backend=backend)
     return CollectivesRun(res, slow_s)
+
+
+# ----------------------------------------------------------------------------- tables and figures for the lesson
+def predictions(n: int, k: int = 2, root: int = 0):
+    """What every rank must hold after each primitive (closed forms), before anything runs."""
+    import pandas as pd
+
+    rows = []
+    for p in PRIMITIVES[:-1]:
+        for r in range(n):
+            want = expected(p, r, n, k, root=root)
+            rows.append({"primitive": p, "rank": r, "holds before": _fmt(rank_input(p, r, n, k, root=root).tolist()),
+                         "must hold after": "(unspecified)" if want is None else _fmt(want.tolist())})
+    return pd.DataFrame(rows).set_index(["primitive", "rank"])
+
+
+def demo_frame(results: list[dict[str, Any]]):
+    """Every primitive's demo on every rank: before, after, expected, ok (rows: primitive × rank)."""
+    import pandas as pd
+
+    frames = []
+    for p in PRIMITIVES[:-1]:
+        t = demo_table(results, p).reset_index()
+        t.insert(0, "primitive", p)
+        frames.append(t)
+    return pd.concat(frames).set_index(["primitive", "rank"])
+
+
+def plot_barrier(rows: list[dict[str, float]], *, title: str = ""):
+    """Per rank: its work, then its wait at the barrier (s); everyone leaves with the slowest."""
+    import matplotlib.pyplot as plt
+
+    rows = sorted(rows, key=lambda r: r["rank"])
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * len(rows) + 1.2))
+    ranks = [f"rank {r['rank']}" for r in rows]
+    ax.barh(ranks, [r["arrive_s"] for r in rows], color="tab:blue", label="working")
+    ax.barh(ranks, [r["waited_s"] for r in rows], left=[r["arrive_s"] for r in rows], color="tab:gray",
+            label="waiting in dist.barrier()")
+    ax.axvline(max(r["arrive_s"] for r in rows), color="tab:red", linestyle=":", label="the slowest rank arrives")
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the start (s)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    return fig
+
+
+def ring_steps(log: list[dict[str, Any]]):
+    """simulate_ring's log as a table: who sends which chunk to whom, and its values."""
+    import pandas as pd
+
+    return pd.DataFrame([{"phase": e["phase"], "step": e["step"], "send": f"{e['sender']} → {e['receiver']}",
+                          "chunk": e["chunk"], "values": _fmt(e["values"])} for e in log])
+
+
+def plot_traffic(numel: int, ns=(2, 4, 8, 16, 32, 64, 128), itemsize: int = 4, *, measured: dict[int, float] | None = None):
+    """Bytes through one rank's link for an all-reduce of `numel` elements: ring vs everything through a root."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ns = list(ns)
+    ax.plot(ns, [ring_bytes_formula(numel, n, itemsize) / 2**20 for n in ns], "o-", label="ring: 2(N−1)K/N per rank")
+    ax.plot(ns, [naive_root_bytes(numel, n, itemsize) / 2**20 for n in ns], "s--",
+            label="through a root: 2(N−1)K on the root's link")
+    ax.axhline(2 * numel * itemsize / 2**20, color="gray", linestyle=":", label="2K (the ring's limit)")
+    for n, b in (measured or {}).items():
+        ax.plot([n], [b / 2**20], "*", markersize=14, color="tab:red", label=f"measured here, N={n}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks N")
+    ax.set_ylabel("bytes sent per rank (MiB)")
+    ax.set_title(f"all-reduce of K = {numel:,} elements × {itemsize} B")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

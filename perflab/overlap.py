@@ -277,7 +277,7 @@ def plot(results: list[Overlap], *, title: str = "", ax=None):
     import matplotlib.pyplot as plt
 
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 3.6))
+        fig, ax = plt.subplots(figsize=(8, 4.2))
     else:
         fig = ax.figure
     ys = list(range(len(results)))
@@ -295,7 +295,7 @@ def plot(results: list[Overlap], *, title: str = "", ax=None):
     ax.set_xlim(min(comm + comp) / 3, hi * 12)
     ax.set_xlabel("time per overlap window (ms, log scale)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     return fig
 

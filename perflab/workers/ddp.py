@@ -15,22 +15,29 @@ def body(ctx, a):
     from .. import ddp
     from .runtime import init_group
 
+    import time
+
     want = set(a.experiments.split(","))
-    out = {"rank": ctx.rank, "backend": ctx.backend, "device": str(ctx.device)}
-    ctx.step("init_memory" if "init_memory" in want else "init")
+    out = {"rank": ctx.rank, "backend": ctx.backend, "device": str(ctx.device), "seconds": {}}
+
+    def timed(name, fn):
+        ctx.step(name)
+        t0 = time.perf_counter()
+        value = fn()
+        out["seconds"][name] = time.perf_counter() - t0
+        return value
+
     if "init_memory" in want:
-        out["init_memory"] = ddp.init_memory(ctx)
+        out["init_memory"] = timed("init_memory", lambda: ddp.init_memory(ctx))
     else:
-        init_group(ctx)
+        timed("init", lambda: init_group(ctx))
     if "roles" in want:
-        ctx.step("roles")
-        out["roles"] = ddp.roles(ctx)
+        out["roles"] = timed("roles", lambda: ddp.roles(ctx))
     if "accumulation" in want:
-        ctx.step("gradient accumulation")
-        out["grad_accumulation"] = ddp.grad_accumulation(ctx, gas=a.gas, steps=a.steps, width=a.width)
+        out["grad_accumulation"] = timed("gradient accumulation", lambda: ddp.grad_accumulation(
+            ctx, gas=a.gas, steps=a.steps, width=a.width))
     if "hooks" in want:
-        ctx.step("communication hooks")
-        out["comm_hooks"] = ddp.comm_hooks(ctx, steps=a.hook_steps, width=a.width)
+        out["comm_hooks"] = timed("communication hooks", lambda: ddp.comm_hooks(ctx, steps=a.hook_steps, width=a.width))
     return out
 
 
