@@ -273,10 +273,10 @@ class LaunchResult:
             others = [r for r in waiting if r not in culprits]
             if others:
                 calls = sorted({r.waiting_in for r in others})
-                msg += f"; rank(s) {_ranks([r.rank for r in others])} were waiting for it in {', '.join(calls)}()"
+                msg += f"; {_who([r.rank for r in others])} waiting for it in {', '.join(calls)}()"
             done = [r.rank for r in self.ranks if r.status == "ok"]
             if done:
-                msg += f"; rank(s) {_ranks(done)} finished"
+                msg += f"; {_who(done, 'had', 'had')} finished"
             return msg + "; every process was stopped"
         failed = sorted([r for r in self.ranks if r.status in ("raised", "failed")],
                         key=lambda r: (r.error_time is None, r.error_time or 0.0, r.rank))
@@ -288,32 +288,42 @@ class LaunchResult:
             later = failed[1:]
             if later:
                 steps = sorted({r.step for r in later if r.step})
-                msg += (f"; rank(s) {_ranks([r.rank for r in later])} then failed too"
+                msg += (f"; then {_who([r.rank for r in later], 'failed', 'failed')} too"
                         + (f" (in {', '.join(repr(s) for s in steps)}, waiting for it)" if steps else ""))
             stopped = [r.rank for r in self.ranks if r.status in ("stopped", "unknown")]
             if stopped:
-                msg += f"; rank(s) {_ranks(stopped)} were stopped"
+                msg += f"; {_who(stopped)} stopped"
             return msg
         if len(self.ranks) < n:
             return f"only {len(self.ranks)} of {n} ranks started (torchrun exit codes {self.returncodes})"
         bad = [r for r in self.ranks if r.status != "ok"]
         if bad:
-            return f"rank(s) {_ranks([r.rank for r in bad])} did not finish ({bad[0].status})"
+            return f"{_who([r.rank for r in bad], 'did', 'did')} not finish ({bad[0].status})"
         return f"torchrun exited with {self.returncodes} although every rank finished"
 
     def report(self, lines: int = 15) -> str:
         """The one-line message, then each rank that did not finish with the tail of its output."""
         out = [self.message]
-        for r in self.ranks:
+        for r in self._failed_first():
             if r.status == "ok":
                 continue
-            out.append(f"--- rank {r.rank}: {r.status}" + (f" ({r.error})" if r.error else "")
+            out.append(f"--- rank {r.rank}: {r.status}" + (f" ({_short(r.error, 120)})" if r.error else "")
                        + (f", last step {r.step!r}" if r.step else "") + " ---")
             out.append(r.tail(lines) or "(no output)")
         if not self.ok and not self.ranks and self.agent_output:
             out.append("--- torchrun ---")
             out.append("\n".join(self.agent_output.strip().splitlines()[-lines:]))
         return "\n".join(out)
+
+    def _failed_first(self) -> list[RankOutcome]:
+        """Ranks in the order that explains the failure: the first to raise, or the stuck ones, first."""
+        def key(r: RankOutcome):
+            if r.status in ("raised", "failed"):
+                return (0, r.error_time is None, r.error_time or 0.0, r.rank)
+            if r.status == "timeout":
+                return (0 if not r.waiting_in else 1, False, 0.0, r.rank)
+            return (2, False, 0.0, r.rank)
+        return sorted(self.ranks, key=key)
 
     def raise_for_status(self) -> LaunchResult:
         if not self.ok:
@@ -333,6 +343,11 @@ class LaunchResult:
 
 def _ranks(xs: list[int]) -> str:
     return ", ".join(str(x) for x in xs)
+
+
+def _who(xs: list[int], singular: str = "was", plural: str = "were") -> str:
+    """'rank 1 was' / 'ranks 0, 2 were'."""
+    return f"rank {xs[0]} {singular}" if len(xs) == 1 else f"ranks {_ranks(xs)} {plural}"
 
 
 def _short(text: str | None, limit: int = 160) -> str:
