@@ -356,10 +356,22 @@ class BusbwRun:
 
         return pd.DataFrame(self.rows)
 
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r.get("status", "ok") == "ok" and r.get("correct", True) for r in self.rows)
+
+    def report(self) -> str:
+        """One line per size that was not measured, and the job's report if it failed."""
+        bad = [f"{r['bytes']} B: {r.get('status')} ({r.get('reason')})" for r in self.rows if r.get("status", "ok") != "ok"]
+        text = "\n".join(bad)
+        if self.launch is not None and not self.launch.ok:
+            text += ("\n" if text else "") + self.launch.report()
+        return text or "every size measured"
+
     def as_dict(self) -> dict[str, Any]:
         return {"op": self.op, "nproc": self.nproc, "backend": self.backend, "factor": bus_factor(self.op, self.nproc),
                 "factor_formula": FACTOR_TEXT[self.op], "size_means": SIZE_MEANING[self.op],
-                "ok": all(r.get("status", "ok") == "ok" and r.get("correct", True) for r in self.rows) and bool(self.rows),
+                "ok": self.ok,
                 "rows": self.rows, "message": self.launch.message if self.launch is not None else "already measured"}
 
 
@@ -401,12 +413,13 @@ def measure(op: str, nproc: int, sizes: list[int] | None = None, *, backend: str
 
 def measure_sweep(op: str, nproc: int, sizes: list[int] | None = None, *, backend: str | None = None,
                   name: str | None = None, timeout: float | None = None, budget_s: float = 0.2,
-                  progress: bool = True) -> BusbwRun:
+                  progress: bool = True, retry_failed: bool = False) -> BusbwRun:
     """Like `measure`, but every point goes to the results folder (perflab.results) and a re-run resumes.
 
     Only the sizes not yet recorded are measured, all in one torchrun job (starting ranks costs
     seconds); the rows are appended as the job reports them. A size the job did not reach is
-    recorded as an error with the job's one-line report.
+    recorded as an error with the job's one-line report, and (as in `run_sweep`) is only measured
+    again with `retry_failed=True`.
     """
     from .dist import choose_backend
     from .results import load_rows, point_key, run_sweep, sweep_path
@@ -417,7 +430,7 @@ def measure_sweep(op: str, nproc: int, sizes: list[int] | None = None, *, backen
     name = name or f"busbw_{op}_{nproc}ranks_{choice.name}"
     points = [{"op": op, "nproc": nproc, "backend": choice.name, "bytes": s} for s in sizes]
     path = sweep_path(name)
-    done = {point_key(r["params"]) for r in load_rows(path) if r.get("status") == "ok"}
+    done = {point_key(r["params"]) for r in load_rows(path) if retry_failed is False or r.get("status") == "ok"}
     todo = [p["bytes"] for p in points if point_key(p) not in done]
     got: dict[int, dict] = {}
     res = None
@@ -434,7 +447,7 @@ def measure_sweep(op: str, nproc: int, sizes: list[int] | None = None, *, backen
             raise CorrectnessError(f"{op} of {p['bytes']} B gave a wrong result on some rank")
         return {k: v for k, v in row.items() if k != "bytes"}
 
-    sweep = run_sweep(name, points, one, path=path, progress=progress)
+    sweep = run_sweep(name, points, one, path=path, progress=progress, retry_failed=retry_failed)
     rows = []
     for r in sweep.rows:
         flat = {**r.get("params", {}), **{k: v for k, v in r.items() if k != "params"}}

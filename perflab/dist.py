@@ -655,14 +655,11 @@ def _outcomes(run_dir: Path, nproc: int, nnodes: int, res: LaunchResult) -> list
             else:
                 o.error = parse_exception(o.stderr)
                 o.status = "raised" if o.error else "failed"
-        elif all_zero and not wheres:
+        elif all_zero:
             o.status, o.exit_code = "ok", 0  # a plain script: torchrun exits 0 only when every rank did
-        elif not wheres.get(rank) and all_zero:
-            o.status = "ok"
         else:
-            o.status = "stopped" if not o.stderr.strip() or parse_exception(o.stderr) is None else "raised"
-            if o.status == "raised":
-                o.error = parse_exception(o.stderr)
+            o.error = parse_exception(o.stderr)
+            o.status = "raised" if o.error else "stopped"
         if o.status in ("timeout", "stopped", "unknown"):
             o.where, o.waiting_in = parse_stack_dump(o.stderr)
         out.append(o)

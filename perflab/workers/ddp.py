@@ -12,10 +12,10 @@ import argparse
 
 
 def body(ctx, a):
+    import time
+
     from .. import ddp
     from .runtime import init_group
-
-    import time
 
     want = set(a.experiments.split(","))
     out = {"rank": ctx.rank, "backend": ctx.backend, "device": str(ctx.device), "seconds": {}}
