@@ -26,7 +26,8 @@ def pyproject_deps() -> set[str]:
 
 def environment_deps() -> set[str]:
     names = set()
-    for line in (ROOT / "environment.yml").read_text().splitlines():
+    text = (ROOT / "environment.yml").read_text()
+    for line in text[text.index("dependencies:"):].splitlines():  # not the `channels:` list above it
         m = re.match(r"^\s+-\s+(\S.*)$", line)
         if not m:
             continue
