@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from queue import Empty
 
 import papermill as pm
 from nbclient.exceptions import CellExecutionError
+from nbclient.util import ensure_async
 from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, papermill_engines
 from papermill.utils import merge_kwargs, remove_args
@@ -21,6 +23,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class TwiceClient(PapermillNotebookClient):
     passes = 2
+
+    async def _async_poll_for_reply(self, msg_id, cell, timeout, *args, **kwargs):
+        # nbclient waits for a cell's execute_reply with one get_msg(timeout=<cell timeout>); after a
+        # cell that creates ipywidgets that wait sometimes misses the reply and lasts the whole
+        # timeout (jupyter/nbclient#312). Waiting in 1 s slices finds the reply at the next slice.
+        channel = self.kc.shell_channel
+        original = channel.get_msg
+
+        async def sliced(timeout=None):
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                left = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+                try:
+                    return await ensure_async(original(timeout=left))
+                except Empty:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+
+        channel.get_msg = sliced
+        try:
+            return await super()._async_poll_for_reply(msg_id, cell, timeout, *args, **kwargs)
+        finally:
+            channel.get_msg = original
 
     def papermill_execute_cells(self):
         for _ in range(self.passes):
