@@ -1,0 +1,22 @@
+"""Importing perflab is cheap and side-effect free; every module is reachable as perflab.<name>."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import perflab
+
+PKG = Path(perflab.__file__).parent
+
+
+def test_every_module_is_a_lazy_attribute():
+    mods = {p.stem for p in PKG.glob("*.py") if not p.stem.startswith("_") and p.stem != "cli"}
+    assert mods == set(perflab._SUBMODULES)
+
+
+def test_import_does_not_import_torch_or_change_state():
+    code = ("import sys, os; before = dict(os.environ); import perflab; "
+            "assert 'torch' not in sys.modules, 'import perflab imported torch'; "
+            "assert dict(os.environ) == before")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
