@@ -359,13 +359,16 @@ def estimate(params: float | None = None, *, cfg=None, precision: str = "mixed",
              optimizer: str = "adamw", zero: int = 0, dp: int = 1, batch: int | None = None,
              seq: int | None = None, tp: int = 1, sp: bool = False, recompute: str = "none",
              layers: int | None = None, hidden: int | None = None, heads: int | None = None,
-             vocab: int | None = None) -> MemoryEstimate:
+             vocab: int | None = None, activation_model: str = "paper") -> MemoryEstimate:
     """Predict the memory of one training step on one GPU.
 
     Give `params` (a count) or `cfg` (a `ModelConfig`, whose exact count is used). Activations are
     added when the shape is known (batch and seq, with layers/hidden/heads or a cfg), after
     Korthikanti et al. 2022; the fp32 logits of the loss come in when the vocabulary is known.
     Model states are divided by tp (Megatron splits every weight matrix t ways).
+    `activation_model='perflab'` counts the activations of perflab's own model instead
+    (`model_activation_bytes`: needs `cfg`, no tensor parallelism, recompute 'none' or 'full'),
+    in fp32 for precision fp32 and in bf16 otherwise.
     """
     from .models import param_count
 
@@ -390,19 +393,32 @@ def estimate(params: float | None = None, *, cfg=None, precision: str = "mixed",
     if batch is not None or seq is not None:
         if not (batch and seq and layers and hidden and heads):
             raise InputError("activations need --batch and --seq with --layers, --hidden and --heads (or --preset)")
-        per_layer = activations_per_layer_bytes(seq, batch, hidden, heads, t=tp, sp=sp, recompute=recompute)
-        act = positive_int("layers", layers) * per_layer
-        if vocab:
-            act += output_activation_bytes(seq, batch, hidden, vocab, t=tp)
-        comps["activations"] = act
-        notes.append("activations after Korthikanti et al. 2022 (16-bit activations, dropout, attention scores "
-                      "materialized); FlashAttention removes the 5as/h term")
+        if activation_model == "perflab":
+            if cfg is None or tp != 1 or sp:
+                raise InputError("activation model 'perflab' needs a preset and no tensor/sequence parallelism")
+            parts = model_activation_bytes(cfg, batch, seq, dtype="fp32" if precision == "fp32" else "bf16",
+                                           recompute=recompute)
+            per_layer = parts["per_layer"] if recompute == "none" else batch * seq * cfg.hidden * (
+                4 if precision == "fp32" else 2)
+            comps["activations"] = activation_total(parts)
+            notes.append("activations of perflab's model (no dropout, SDPA attention, norm statistics counted)")
+        elif activation_model == "paper":
+            per_layer = activations_per_layer_bytes(seq, batch, hidden, heads, t=tp, sp=sp, recompute=recompute)
+            act = positive_int("layers", layers) * per_layer
+            if vocab:
+                act += output_activation_bytes(seq, batch, hidden, vocab, t=tp)
+            comps["activations"] = act
+            notes.append("activations after Korthikanti et al. 2022 (16-bit activations, dropout, attention scores "
+                          "materialized); FlashAttention removes the 5as/h term")
+        else:
+            raise InputError(f"activation model must be 'paper' or 'perflab' (got {activation_model!r})")
     o = optimizer_of(optimizer)
     if o.note:
         notes.append(f"{o.name}: {o.note}")
     inputs = {"params": params, "precision": precision, "grad_dtype": grad_dtype or precision_of(precision).default_grad,
               "optimizer": optimizer, "zero": int(zero), "dp": dp, "tp": tp, "sp": sp, "recompute": recompute,
-              "batch": batch, "seq": seq, "layers": layers, "hidden": hidden, "heads": heads, "vocab": vocab}
+              "batch": batch, "seq": seq, "layers": layers, "hidden": hidden, "heads": heads, "vocab": vocab,
+              "activation_model": activation_model}
     return MemoryEstimate(comps, inputs, bytes_per_param(precision, optimizer, grad_dtype), per_layer, notes)
 
 
