@@ -2,8 +2,8 @@
 
 Each experiment that depends on process-wide settings runs in a fresh subprocess (the settings
 are read once, when CUDA starts): lazy vs eager kernel loading (`CUDA_MODULE_LOADING`), the
-allocator's `expandable_segments`, and `torch.distributed` on one GPU (NCCL, 127.0.0.1, a free
-port). `step_snapshot` records the allocator's history over one training step for
+allocator's `expandable_segments`, and `torch.distributed` on one GPU (NCCL, a file rendezvous:
+no port is opened). `step_snapshot` records the allocator's history over one training step for
 https://pytorch.org/memory_viz. On a machine without CUDA every function raises UnsupportedError
 with a one-line reason (`gpu_skip_reason` returns it without raising).
 """
@@ -123,17 +123,18 @@ def distributed_init_memory(device_id: bool = False, timeout: float = 180) -> li
     """Device memory of a one-rank NCCL process group, step by step: after CUDA starts, after
     `init_process_group`, after the first and second `barrier`, after an all-reduce and after
     `destroy_process_group`. NCCL allocates its buffers on first use (the first barrier) unless
-    `device_id` binds the group to the GPU at init. Listens on 127.0.0.1 only, on a free port."""
+    `device_id` binds the group to the GPU at init. Rendezvous through a temporary file: no port
+    is opened."""
     _require_gpu()
     code = _USED + f"""
-import socket, datetime
+import datetime, tempfile, os
 import torch.distributed as dist
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+store = os.path.join(tempfile.mkdtemp(), "rendezvous")
 torch.cuda.set_device(0)
 x = torch.ones(1, device="cuda"); torch.cuda.synchronize()
 rows = [("after CUDA init", driver_used(), nvml_used())]
 kw = {{"device_id": torch.device("cuda", 0)}} if {bool(device_id)} else {{}}
-dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{{port}}", rank=0, world_size=1,
+dist.init_process_group("nccl", init_method=f"file://{{store}}", rank=0, world_size=1,
                         timeout=datetime.timedelta(seconds=60), **kw)
 rows.append(("after init_process_group", driver_used(), nvml_used()))
 dist.barrier(); torch.cuda.synchronize()

@@ -269,9 +269,10 @@ def model_activation_bytes(cfg, batch: int, seq: int | None = None, *, dtype: st
     layer["q, k, v"] = N * qw * e + 2 * N * (qw if cfg.n_kv != cfg.heads else kvw) * e
     layer["attention output"] = N * qw * e
     layer["attention log-sum-exp (fp32)"] = b * cfg.heads * s * 4
-    # The output projection reads attention output transposed to (b, s, a·d): a view of the same
-    # storage when q was itself a transposed view, a copy when rotary made q contiguous.
-    layer["output-projection input copy"] = N * qw * e if rotary else 0
+    # The output projection reads the attention output transposed to (b, s, a·d). torch's CPU kernel
+    # writes its output in q's layout: a view when q was itself a transposed view, a copy when
+    # rotary made q contiguous. CUDA's flash/efficient kernels write (b, s, a, d): always a view.
+    layer["output-projection input copy"] = N * qw * e if (rotary and str(device).startswith("cpu")) else 0
     layer["MLP"] = (4 if cfg.glu else 2) * N * f * e  # GELU: its input and output; SwiGLU: gate, silu, up, product
     per_layer = sum(layer.values())
 
