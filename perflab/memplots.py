@@ -90,7 +90,7 @@ def step_figure(bars: dict[str, dict[str, float]], *, title: str = ""):
     inner = {k: v for k, v in bars.items() if k not in outer}
     if not outer:
         fig, ax = plt.subplots(figsize=(max(6.5, 1.9 * len(inner) + 3), 4.2))
-        stacked_bars(inner, title="\n".join(textwrap.wrap(title, 70)), ax=ax)
+        stacked_bars(inner, title="\n".join(w for line in title.split("\n") for w in textwrap.wrap(line, 70)), ax=ax)
         return fig
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.5, 4.4), gridspec_kw={"width_ratios": [len(inner), 1.4]})
     stacked_bars(inner, ax=a1, legend=False, title="torch's allocator")
@@ -100,7 +100,7 @@ def step_figure(bars: dict[str, dict[str, float]], *, title: str = ""):
         for h, lab in zip(*ax.get_legend_handles_labels()):
             labels.setdefault(lab, h)
     fig.legend(list(labels.values()), list(labels), fontsize=8, loc="upper left", bbox_to_anchor=(0.8, 0.88))
-    fig.suptitle("\n".join(textwrap.wrap(title, 90)), fontsize=10)
+    fig.suptitle("\n".join(w for line in title.split("\n") for w in textwrap.wrap(line, 90)), fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     return fig
 
@@ -112,7 +112,9 @@ def bars_table(bars: dict[str, dict[str, float]]):
     rows = [{"bar": k.replace("\n", " "), "component": c, "MiB": v / MiB} for k, parts in bars.items() for c, v in parts.items()]
     df = pd.DataFrame(rows).pivot_table(index="component", columns="bar", values="MiB", sort=False)
     df.loc["total"] = df.sum()
-    return df[[k.replace("\n", " ") for k in bars]]
+    df = df[[k.replace("\n", " ") for k in bars]]
+    df.columns = [f"{c} (MiB)" for c in df.columns]
+    return df
 
 
 def zero_stages_figure(params: float, dp: int, *, precision: str = "mixed", grad_dtype: str | None = "fp16",
@@ -251,6 +253,7 @@ def checkpointing_figure(out: dict[str, Any]):
                label="predicted")
     a1.set_xticks([0, 1], ["all activations stored", "blocks recomputed"])
     a1.set_ylabel(f"activations kept by the forward ({uname})")
+    a1.set_title("allocator's count", fontsize=9)
     a1.legend(fontsize=8)
     med = [out[f"{k}_step_s"] * 1e3 for k in keys]
     err = [[m - out[f"{k}_step_q25_s"] * 1e3 for m, k in zip(med, keys)],
@@ -259,10 +262,11 @@ def checkpointing_figure(out: dict[str, Any]):
     a2.axhline(out["stored_step_s"] * 1e3 * out["flop_ratio"], color="black", linestyle="--", linewidth=1,
                label="stored × 4/3 (one more forward)")
     a2.set_xticks([0, 1], ["stored", "recomputed"])
-    a2.set_ylabel("forward + backward (ms; median, bar: quartiles)")
+    a2.set_ylabel("forward + backward (ms)")
+    a2.set_title("median; error bars: quartiles", fontsize=9)
     a2.legend(fontsize=8)
     fig.suptitle(f"gradient checkpointing: {out['model']} b={out['batch']} s={out['seq']} {out['dtype']} "
-                 f"on {out['device']}", fontsize=10)
+                 f"on {out['device']}", fontsize=10, y=0.99)
     fig.tight_layout()
     return fig
 
