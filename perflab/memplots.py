@@ -276,7 +276,7 @@ def checkpointing_figure(out: dict[str, Any]):
 
 @lru_cache(maxsize=32)
 def _measured(model: str, batch: int, seq: int, precision: str, optimizer: str, checkpointing: bool, device: str):
-    """One measured step per setting and session: dragging back to a setting redraws at once."""
+    """One measured step per setting in this Python process: dragging back to a setting redraws at once."""
     from .memprobe import measure_step_phases
     from .models import preset
 

@@ -73,7 +73,7 @@ def peak_cases(device=None) -> list[dict]:
 
 def measured_peak(cfg, batch: int, seq: int, device=None) -> int:
     """The measured peak bytes of the second (steady-state) training step: fp32, AdamW. Measured
-    once per shape and session, so re-running the check after a fix answers at once."""
+    once per shape in this Python process, so re-running the check after a fix answers at once."""
     return _measured_peak(cfg, batch, seq, None if device is None else str(device))
 
 
