@@ -1,0 +1,120 @@
+"""`perflab memory`: predict the memory of a training step on one GPU.
+
+    perflab memory --params 7.5e9 --precision mixed --grad-dtype fp16 --zero 1 --dp 64
+    perflab memory --preset llama2-7b --batch 1 --seq 4096 --recompute selective --json
+    perflab memory --layers 32 --hidden 4096 --heads 32 --vocab 32000 --batch 1 --seq 4096 --tp 8 --sp
+    perflab memory --params 7e9 --gpus 64 --tp 8 --pp 2 --mbs 2 --gbs 1024     # batch arithmetic too
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cli import emit, positive_float, positive_int
+from ..errors import InputError
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Flags that describe a model: a preset, or its shape (flags override a preset's fields)."""
+    g = p.add_argument_group("model")
+    g.add_argument("--params", type=positive_float, help="parameter count N (e.g. 7.5e9); or give a shape/preset")
+    g.add_argument("--preset", help="a named shape: gpt2-small … gpt3-175b, llama2-7b/13b/70b, tiny-gpt, small-llama, ...")
+    g.add_argument("--layers", type=positive_int, help="transformer layers L")
+    g.add_argument("--hidden", type=positive_int, help="hidden size h")
+    g.add_argument("--heads", type=positive_int, help="attention heads a")
+    g.add_argument("--vocab", type=positive_int, help="vocabulary V (adds the fp32 logits to the activations)")
+
+
+def model_config_from_args(args):
+    """A `ModelConfig` from --preset (with --layers/--hidden/--heads/--vocab/--seq overriding its
+    fields), or None when no preset is named."""
+    from ..models import preset
+
+    if not getattr(args, "preset", None):
+        return None
+    cfg = preset(args.preset)
+    changes = {k: v for k, v in (("layers", args.layers), ("hidden", args.hidden), ("heads", args.heads),
+                                 ("vocab", args.vocab)) if v}
+    if getattr(args, "seq", None) and args.seq > cfg.seq_len:
+        changes["seq_len"] = args.seq
+    if "heads" in changes or "hidden" in changes:
+        changes.setdefault("kv_heads", None)
+    return cfg.with_(**changes) if changes else cfg
+
+
+def register(sub) -> None:
+    p = sub.add_parser("memory", help="predict the memory of a training step (model states, ZeRO, activations, batch sizes)",
+                       description="Bytes on one GPU: weights, master weights, gradients, optimizer states (per ZeRO "
+                                   "stage) and activations (Korthikanti et al. 2022); GB = 1e9 bytes.")
+    add_model_args(p)
+    t = p.add_argument_group("training")
+    t.add_argument("--precision", default="mixed", choices=["fp32", "mixed", "bf16"],
+                   help="fp32; mixed (16-bit weights + fp32 master weights and states); bf16 (pure). Default mixed")
+    t.add_argument("--grad-dtype", choices=["fp32", "bf16", "fp16"],
+                   help="gradient dtype (default: fp32 for fp32 and mixed → 18 bytes/param with AdamW; fp16 gives the ZeRO paper's 16)")
+    t.add_argument("--optimizer", default="adamw",
+                   help="adamw, adamw-fused, adam8bit, sgd (with momentum), lion, adafactor (default adamw)")
+    t.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO-DP stage (default 0)")
+    t.add_argument("--dp", type=positive_int, help="data-parallel degree (default: gpus/(tp·pp), else 1)")
+    a = p.add_argument_group("activations")
+    a.add_argument("--batch", type=positive_int, help="micro-batch size b (MBS)")
+    a.add_argument("--seq", type=positive_int, help="sequence length s (default: the preset's)")
+    a.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree t (default 1)")
+    a.add_argument("--sp", action="store_true", help="sequence parallelism (with tensor parallelism)")
+    a.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
+                   help="activation recomputation (default none)")
+    a.add_argument("--activations", default="paper", choices=["paper", "perflab"],
+                   help="paper: Korthikanti et al. 2022's GPT layer (default); perflab: perflab's own model, "
+                        "exactly (needs --preset; recompute none or full)")
+    c = p.add_argument_group("batch arithmetic: DP = GPUs/(TP·PP), GBS = MBS·DP·GAS")
+    c.add_argument("--gpus", type=positive_int, help="number of GPUs")
+    c.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel degree (default 1)")
+    c.add_argument("--mbs", type=positive_int, help="micro-batch size (default: --batch, else 1)")
+    c.add_argument("--gas", type=positive_int, help="gradient-accumulation steps (default 1)")
+    c.add_argument("--gbs", type=positive_int, help="target global batch size (solves for GAS)")
+    p.add_argument("--json", action="store_true", help="print JSON: components_bytes, total_bytes, activations_per_layer_bytes, ...")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..memory import batch_plan, estimate
+
+    cfg = model_config_from_args(args)
+    if cfg is None and args.params is None and not (args.layers and args.hidden):
+        raise InputError("describe the model: --params N, --preset NAME, or --layers/--hidden/--heads")
+    plan = None
+    dp = args.dp
+    if args.gpus:
+        if args.gas and args.gbs:
+            raise InputError("give --gas or --gbs, not both")
+        plan = batch_plan(args.gpus, tp=args.tp, pp=args.pp, mbs=args.mbs or args.batch or 1, gas=args.gas or 1,
+                          gbs=args.gbs, seq=args.seq or (cfg.seq_len if cfg else None))
+        if dp is not None and dp != plan.dp:
+            raise InputError(f"--dp {dp} disagrees with --gpus {args.gpus}/(tp·pp = {args.tp * args.pp}) = {plan.dp}: drop --dp")
+        dp = plan.dp
+    elif args.gas or args.gbs:
+        raise InputError("batch arithmetic needs --gpus (DP = GPUs/(TP·PP))")
+    # activations when a micro-batch is named, or a sequence length with a known shape
+    shape_known = cfg is not None or bool(args.layers and args.hidden and args.heads)
+    batch = args.batch or (args.mbs if shape_known else None)
+    seq = args.seq
+    if seq and not batch and shape_known:
+        batch = 1
+    if batch and not shape_known:
+        raise InputError("activations need the model's shape: add --layers, --hidden and --heads (or --preset)")
+    if not batch:
+        seq = None
+    est = estimate(args.params, cfg=cfg, precision=args.precision, grad_dtype=args.grad_dtype,
+                   optimizer=args.optimizer, zero=args.zero, dp=dp or 1, batch=batch, seq=seq, tp=args.tp,
+                   sp=args.sp, recompute=args.recompute, layers=args.layers, hidden=args.hidden, heads=args.heads,
+                   vocab=args.vocab, activation_model=args.activations)
+    out = est.as_dict()
+    if cfg is not None:
+        out["model"] = cfg.as_dict()
+    if plan is not None:
+        out["batch"] = plan.as_dict()
+    text = est.text()
+    if plan is not None:
+        text += "\n" + plan.text()
+    emit(out, args.json, text)
+    return 0

@@ -1,0 +1,39 @@
+"""Lab 03's checks can fail: wrong answers raise, stubs say 'not done', right answers pass."""
+
+import pytest
+
+from perflab import grading
+from perflab.grading import LabCheckError
+from perflab.labs import lab03_memory as lab
+from perflab.memory import activation_total, model_activation_bytes, step_phases
+from perflab.models import param_count
+
+
+def test_stubs_are_not_done():
+    grading.reset()
+
+    def stub(*a, **k):
+        raise NotImplementedError
+
+    assert lab.check_bytes_per_param(stub) is False
+    assert lab.check_step_peak(stub, device="cpu") is False
+
+
+def test_wrong_formulas_raise():
+    with pytest.raises(LabCheckError, match="bytes per parameter"):
+        lab.check_bytes_per_param(lambda precision, optimizer, grad_dtype: 16)
+    with pytest.raises(LabCheckError, match="ZeRO"):
+        lab.check_zero(lambda params, stage, dp: 16 * params / dp)
+    with pytest.raises(LabCheckError, match="activations"):
+        lab.check_activations(lambda s, b, h, a: 34 * s * b * h)
+
+
+def test_step_peak_check_measures_and_grades():
+    # the phase model passes; forgetting the activations fails; the textbook sum W+G+O+A misses the
+    # loss-gradient transient and falls outside ±5% on the tiny model
+    lab.check_step_peak(lambda cfg, batch, seq: max(p.peak_bytes for p in step_phases(cfg, batch, seq)), device="cpu")
+    with pytest.raises(LabCheckError, match="measured"):
+        lab.check_step_peak(lambda cfg, batch, seq: 16 * param_count(cfg), device="cpu")
+    with pytest.raises(LabCheckError, match="tiny-gpt"):
+        lab.check_step_peak(lambda cfg, batch, seq: 16 * param_count(cfg)
+                            + activation_total(model_activation_bytes(cfg, batch, seq)), device="cpu")
