@@ -21,43 +21,15 @@ from papermill.utils import merge_kwargs, remove_args
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _repoll_shell(kc) -> None:
-    """Wait for shell replies in 1-second slices instead of one long poll.
-
-    With ipykernel 7.4 / nbclient 0.11 / pyzmq 27 the single long `poll` on the shell socket
-    sometimes never wakes although the execute_reply has arrived (the kernel is idle, the client
-    waits forever); cells that send many widget messages hit it in about a third of runs. Polling
-    again each second picks the reply up.
-    """
-    from queue import Empty
-    from time import monotonic
-
-    ch = kc.shell_channel
-    if getattr(ch, "_perflab_repoll", False):
-        return
-    once = ch.get_msg
-
-    async def get_msg(timeout=None):
-        deadline = None if timeout is None else monotonic() + timeout
-        while True:
-            step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - monotonic()))
-            try:
-                return await once(timeout=step)
-            except Empty:
-                if deadline is not None and monotonic() >= deadline:
-                    raise
-
-    ch.get_msg = get_msg
-    ch._perflab_repoll = True
-
-
 class TwiceClient(PapermillNotebookClient):
     passes = 2
 
     async def _async_poll_for_reply(self, msg_id, cell, timeout, *args, **kwargs):
-        # nbclient waits for a cell's execute_reply with one get_msg(timeout=<cell timeout>); after a
-        # cell that creates ipywidgets that wait sometimes misses the reply and lasts the whole
-        # timeout (jupyter/nbclient#312). Waiting in 1 s slices finds the reply at the next slice.
+        # nbclient waits for a cell's execute_reply with one get_msg(timeout=<cell timeout>). With
+        # ipykernel 7.4 / nbclient 0.11 / pyzmq 27 that single long poll sometimes never wakes
+        # although the reply has arrived (the kernel is idle), mostly after cells that send many
+        # widget messages (jupyter/nbclient#312). Waiting in 1 s slices finds the reply at the
+        # next slice.
         channel = self.kc.shell_channel
         original = channel.get_msg
 
@@ -78,7 +50,6 @@ class TwiceClient(PapermillNotebookClient):
             channel.get_msg = original
 
     def papermill_execute_cells(self):
-        _repoll_shell(self.kc)
         for _ in range(self.passes):
             for index, cell in enumerate(self.nb.cells):
                 try:
