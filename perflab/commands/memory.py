@@ -23,14 +23,26 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hidden", type=positive_int, help="hidden size h")
     g.add_argument("--heads", type=positive_int, help="attention heads a")
     g.add_argument("--vocab", type=positive_int, help="vocabulary V (adds the fp32 logits to the activations)")
+    g.add_argument("--kv-heads", type=positive_int, help="K/V heads (grouped-query attention; default: = heads)")
+    g.add_argument("--head-dim", type=positive_int, help="head size (default: hidden / heads)")
+    g.add_argument("--ffn", type=positive_int, help="MLP width (default: 4h, or 8h/3 rounded up to 256 with --glu)")
+    g.add_argument("--glu", action="store_true", default=None, help="SwiGLU MLP (three matrices)")
+    g.add_argument("--tied", action="store_true", default=None, help="output layer shares the input embedding")
+    g.add_argument("--no-bias", action="store_true", help="no biases in linear layers and norms")
+    g.add_argument("--rotary", action="store_true", help="rotary positions (no learned position table)")
 
 
 def model_config_from_args(args):
     """A `ModelConfig` from --preset (with --layers/--hidden/--heads/--vocab/--seq overriding its
-    fields), or None when no preset is named."""
+    fields), or from a full shape (--layers --hidden --heads --vocab, read as `perflab flops` reads
+    it, so the parameter count is exact); None when neither is given (then --params, or the shape
+    alone for activations)."""
     from ..models import preset
+    from .flops import config_from_args
 
     if not getattr(args, "preset", None):
+        if args.params is None and all(getattr(args, f, None) for f in ("layers", "hidden", "heads", "vocab")):
+            return config_from_args(args)
         return None
     cfg = preset(args.preset)
     changes = {k: v for k, v in (("layers", args.layers), ("hidden", args.hidden), ("heads", args.heads),
