@@ -183,6 +183,45 @@ def narayanan_table1() -> list[dict[str, Any]]:
     return [dict(r) for r in _published_raw()["narayanan_table1"]["rows"]]
 
 
+def narayanan_table1_mfu():
+    """Narayanan et al. 2021's Table 1 with each row's MFU under Korthikanti's eq. 7.
+
+    The table's achieved TFLOP/s count a full recomputation (eq. 3), so they are hardware FLOPs;
+    scaling by eq. 7 / eq. 3 (at the table's s and V) turns them into model FLOPs. The peak is the
+    A100's dense bf16 figure from perflab's spec table. Returns a DataFrame.
+    """
+    import pandas as pd
+
+    from . import transformer_flops as tf
+    from .hardware import by_id
+
+    meta = _published_raw()["narayanan_table1"]
+    peak = by_id(meta["accelerator"]).peak(meta["dtype"])
+    df = pd.DataFrame(narayanan_table1())
+    s, v = meta["seq"], meta["vocab"]
+    df["eq7/eq3"] = [tf.korthikanti_eq7(1, s, r.layers, r.hidden, v) / tf.narayanan_eq3(1, s, r.layers, r.hidden, v)
+                     for r in df.itertuples()]
+    df["HFU (published %)"] = 100 * df["peak_fraction"]
+    df["MFU (eq. 7, %)"] = 100 * df["tflops_per_gpu"] / peak * df["eq7/eq3"]
+    df.attrs["peak_tflops"] = peak
+    return df
+
+
+def handbook_estimate_example() -> dict[str, Any]:
+    """The handbook's quick TFLOP/s estimate on its own BLOOM-style inputs, with HFU and MFU against
+    the A100's spec peak: {inputs, hfu_tflops, mfu_tflops, peak_tflops, hfu, mfu, source}."""
+    from . import transformer_flops as tf
+    from .hardware import by_id
+
+    ex = _published_raw()["handbook_estimate"]
+    i = ex["inputs"]
+    peak = by_id(ex["accelerator"]).peak(ex["dtype"])
+    hw = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
+    model = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
+    return {"inputs": dict(i), "hfu_tflops": hw, "mfu_tflops": model, "peak_tflops": peak, "hfu": hw / peak,
+            "mfu": model / peak, "source": ex["source"]}
+
+
 def printed(value: float, decimals: int, rounding: str) -> float:
     """`value` as a paper prints it with `decimals` decimals: rounded, or truncated."""
     scale = 10 ** decimals

@@ -109,3 +109,26 @@ def test_comparability():
     assert v["Model or hardware FLOPs?"] == "same"
     assert v["How were the FLOPs counted?"] == "differs"
     assert v["What does the time include?"] == "unknown"
+
+
+def test_narayanan_table1_mfu_below_published_hfu():
+    """Table 1's TFLOP/s count a full recomputation (eq. 3): model FLOPs (eq. 7) are 3/4 of them up to the
+    attention term, so every row's MFU lies below its published fraction of peak (Narayanan et al. 2021, Table 1)."""
+    from perflab.mfu import narayanan_table1_mfu
+
+    df = narayanan_table1_mfu()
+    assert df.attrs["peak_tflops"] == 312
+    assert ((df["MFU (eq. 7, %)"] < df["HFU (published %)"]) & (df["MFU (eq. 7, %)"] > 0.7 * df["HFU (published %)"])).all()
+    first = df.iloc[0]  # 1.7B: 137 TFLOP/s is 44% of 312
+    assert first["tflops_per_gpu"] / 312 == pytest.approx(first["peak_fraction"], abs=0.005)
+
+
+def test_handbook_estimate_example():
+    """The handbook's perl one-liner (52B, s=2048, GBS=1024, 127 s, 64 GPUs) prints 107.3 TFLOP/s with factor 4
+    (S. Bekman, Machine Learning Engineering, 'TFLOPS as a performance metric')."""
+    from perflab.mfu import handbook_estimate_example
+
+    ex = handbook_estimate_example()
+    assert ex["hfu_tflops"] == pytest.approx(52 * 4 * 2 * 2048 * 1024 / (127 * 64 * 1e3))
+    assert round(ex["hfu_tflops"], 1) == 107.3
+    assert ex["mfu_tflops"] == pytest.approx(ex["hfu_tflops"] * 3 / 4)
