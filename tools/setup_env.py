@@ -110,8 +110,9 @@ def install_torch(py: str, gpu: bool) -> None:
     if index:
         run(pip + ["torch", "--index-url", index])
     elif want == "cuda":
-        # PyPI's Linux wheels of torch are CUDA builds.
-        run(pip + (["--upgrade", "--force-reinstall"] if have else []) + ["torch>=2.1"])
+        # PyPI's Linux wheels of torch are CUDA builds; a local CPU wheel (which a pip configured
+        # with a wheel folder would prefer: '+cpu' sorts above the plain version) is excluded.
+        run(pip + (["--upgrade", "--force-reinstall"] if have else []) + [f"torch>=2.1,!={CPU_TORCH}+cpu"])
     elif platform.system() == "Darwin":
         run(pip + [f"torch=={CPU_TORCH}"])
     else:
@@ -123,6 +124,9 @@ def install_torch(py: str, gpu: bool) -> None:
     got = torch_build(py)
     if got is None:
         sys.exit("[setup] torch did not install; see pip's message above")
+    if want == "cuda" and got != "cuda":
+        say(f"warning: a {got} build of torch was installed although a CUDA build was wanted; install one with "
+            "PERFLAB_TORCH_INDEX=https://download.pytorch.org/whl/cu128 make setup")
     say(f"torch installed ({got} build)")
 
 
