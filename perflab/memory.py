@@ -20,12 +20,11 @@ GiB = 2**30. Every function returns bytes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InputError
-from .validate import positive_int
+from .validate import positive_int, positive_number
 
 GB = 1e9
 GiB = 2**30
@@ -144,7 +143,7 @@ def _zero_divisors(zero: int, dp: int) -> dict[str, int]:
 def model_state_bytes(params: float, precision: str = "mixed", optimizer: str = "adamw",
                       grad_dtype: str | None = None, zero: int = 0, dp: int = 1) -> dict[str, float]:
     """Bytes of weights, master weights, gradients and optimizer states on one GPU."""
-    n = _positive_number("params", params)
+    n = positive_number("params", params)
     zero = _zero_stage(zero)
     dp = positive_int("dp", dp)
     per = bytes_per_param(precision, optimizer, grad_dtype)
@@ -152,14 +151,6 @@ def model_state_bytes(params: float, precision: str = "mixed", optimizer: str = 
     return {k: n * v / div[k] for k, v in per.items()}
 
 
-def _positive_number(name: str, value) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a positive number (got {value!r})") from None
-    if not v > 0 or math.isinf(v):
-        raise InputError(f"{name} must be a positive number (got {value!r})")
-    return v
 
 
 def _zero_stage(zero) -> int:

@@ -24,21 +24,12 @@ from importlib import resources
 from typing import Any
 
 from .errors import InputError
-
-
-def _positive(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a positive number (got {value!r})") from None
-    if not v > 0 or math.isinf(v):
-        raise InputError(f"{name} must be a positive number (got {value!r})")
-    return v
+from .validate import positive_number
 
 
 def achieved_tflops(tokens_per_s: float, flops_per_token: float, devices: int = 1) -> float:
     """TFLOP/s per device: tokens/s × FLOPs per token / devices / 1e12."""
-    return _positive("tokens_per_s", tokens_per_s) * _positive("flops_per_token", flops_per_token) / _devices(devices) / 1e12
+    return positive_number("tokens_per_s", tokens_per_s) * positive_number("flops_per_token", flops_per_token) / _devices(devices) / 1e12
 
 
 def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops: float, devices: int = 1) -> float:
@@ -46,7 +37,7 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops: float, devices
 
     Pass model FLOPs per token for MFU, hardware FLOPs per token for HFU.
     """
-    return achieved_tflops(tokens_per_s, flops_per_token, devices) / _positive("peak_tflops", peak_tflops)
+    return achieved_tflops(tokens_per_s, flops_per_token, devices) / positive_number("peak_tflops", peak_tflops)
 
 
 hfu = mfu  # the same division; the difference is which FLOPs per token you pass
@@ -65,7 +56,7 @@ def resolve_peak(peak_tflops: float | None = None, accelerator: str | None = Non
     says so: never another chip's peak.
     """
     if peak_tflops is not None:
-        return _positive("peak_tflops", peak_tflops), "given"
+        return positive_number("peak_tflops", peak_tflops), "given"
     if not accelerator:
         raise InputError("give a peak (--peak TFLOP/s) or an accelerator name (--accelerator h100-sxm)")
     from .hardware import accelerators, lookup
@@ -115,7 +106,7 @@ def implied_recompute_fraction(mfu_value: float, hfu_value: float) -> float:
     """Share of one forward pass that must have been recomputed for a run with this MFU to have this
     HFU, assuming model FLOPs = 3 forwards (forward + a backward of twice the forward):
     hardware/model = 1 + f/3, so f = 3·(HFU/MFU − 1)."""
-    return 3 * (_positive("hfu", hfu_value) / _positive("mfu", mfu_value) - 1)
+    return 3 * (positive_number("hfu", hfu_value) / positive_number("mfu", mfu_value) - 1)
 
 
 # ---------------------------------------------------------------- the device's measured ceiling

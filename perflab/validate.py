@@ -5,6 +5,7 @@ Every check raises `InputError` with one line; nothing here imports torch at mod
 
 from __future__ import annotations
 
+import math
 import numbers
 
 from .errors import InputError
@@ -32,6 +33,17 @@ def positive_int(name: str, value, *, maximum: int | None = None, multiple_of: i
         near = f"{lo} or {hi}" if lo else f"{hi}"
         raise InputError(f"{name}={value} must be a multiple of {multiple_of}: try {near}")
     return value
+
+
+def positive_number(name: str, value) -> float:
+    """`value` as a finite float > 0, or an InputError naming `name`."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a positive number (got {value!r})") from None
+    if not v > 0 or math.isinf(v):
+        raise InputError(f"{name} must be a positive number (got {value!r})")
+    return v
 
 
 def fits_in_memory(what: str, nbytes: int, free_bytes: int | None, *, fraction: float = 0.8) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from ..cli import emit, positive_int
 
 
-def add_model_arguments(p, *, seq_help: str = "sequence length (default: the model's context)") -> None:
-    """The model-shape flags `perflab flops` and `perflab mfu` share."""
-    p.add_argument("--preset", help="a named shape (gpt2-small, llama2-7b, palm-540b, ...); flags below override its fields")
+def add_shape_arguments(p) -> None:
+    """The flags that describe a transformer's shape (shared by flops, mfu and memory)."""
     p.add_argument("--layers", type=positive_int, help="L, transformer layers")
     p.add_argument("--hidden", type=positive_int, help="h, hidden size")
     p.add_argument("--heads", type=positive_int, help="a, attention heads")
@@ -19,15 +18,18 @@ def add_model_arguments(p, *, seq_help: str = "sequence length (default: the mod
     p.add_argument("--tied", action="store_true", default=None, help="output layer shares the input embedding")
     p.add_argument("--no-bias", action="store_true", help="no biases in linear layers and norms")
     p.add_argument("--rotary", action="store_true", help="rotary positions (no learned position table)")
+
+
+def add_model_arguments(p, *, seq_help: str = "sequence length (default: the model's context)") -> None:
+    """The model flags `perflab flops` and `perflab mfu` share: a preset, the shape, s and b."""
+    p.add_argument("--preset", help="a named shape (gpt2-small, llama2-7b, palm-540b, ...); flags below override its fields")
+    add_shape_arguments(p)
     p.add_argument("--seq", type=positive_int, help=seq_help)
     p.add_argument("--batch", type=positive_int, default=1, help="b, sequences per step (default 1)")
 
 
-def config_from_args(args):
-    """A ModelConfig from --preset and/or the shape flags; a missing required flag is one line."""
-    from ..errors import InputError
-    from ..models import ModelConfig, preset
-
+def shape_changes(args) -> dict:
+    """The ModelConfig fields the shape flags set (only those given)."""
     changes = {}
     for flag, field in (("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"), ("kv_heads", "kv_heads"),
                         ("head_dim", "head_dim"), ("ffn", "ffn"), ("vocab", "vocab")):
@@ -42,6 +44,15 @@ def config_from_args(args):
         changes["bias"] = False
     if getattr(args, "rotary", False):
         changes["positions"] = "rotary"
+    return changes
+
+
+def config_from_args(args):
+    """A ModelConfig from --preset and/or the shape flags; a missing required flag is one line."""
+    from ..errors import InputError
+    from ..models import ModelConfig, preset
+
+    changes = shape_changes(args)
     if args.preset:
         cfg = preset(args.preset)
         return cfg.with_(**changes) if changes else cfg

@@ -12,6 +12,7 @@ import argparse
 
 from ..cli import emit, positive_float, positive_int
 from ..errors import InputError
+from .flops import add_shape_arguments, shape_changes
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -19,21 +20,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--params", type=positive_float, help="parameter count N (e.g. 7.5e9); or give a shape/preset")
     g.add_argument("--preset", help="a named shape: gpt2-small … gpt3-175b, llama2-7b/13b/70b, tiny-gpt, small-llama, ...")
-    g.add_argument("--layers", type=positive_int, help="transformer layers L")
-    g.add_argument("--hidden", type=positive_int, help="hidden size h")
-    g.add_argument("--heads", type=positive_int, help="attention heads a")
-    g.add_argument("--vocab", type=positive_int, help="vocabulary V (adds the fp32 logits to the activations)")
-    g.add_argument("--kv-heads", type=positive_int, help="K/V heads (grouped-query attention; default: = heads)")
-    g.add_argument("--head-dim", type=positive_int, help="head size (default: hidden / heads)")
-    g.add_argument("--ffn", type=positive_int, help="MLP width (default: 4h, or 8h/3 rounded up to 256 with --glu)")
-    g.add_argument("--glu", action="store_true", default=None, help="SwiGLU MLP (three matrices)")
-    g.add_argument("--tied", action="store_true", default=None, help="output layer shares the input embedding")
-    g.add_argument("--no-bias", action="store_true", help="no biases in linear layers and norms")
-    g.add_argument("--rotary", action="store_true", help="rotary positions (no learned position table)")
+    add_shape_arguments(g)
 
 
 def model_config_from_args(args):
-    """A `ModelConfig` from --preset (with --layers/--hidden/--heads/--vocab/--seq overriding its
+    """A `ModelConfig` from --preset (with the shape flags and a longer --seq overriding its
     fields), or from a full shape (--layers --hidden --heads --vocab, read as `perflab flops` reads
     it, so the parameter count is exact); None when neither is given (then --params, or the shape
     alone for activations)."""
@@ -45,12 +36,11 @@ def model_config_from_args(args):
             return config_from_args(args)
         return None
     cfg = preset(args.preset)
-    changes = {k: v for k, v in (("layers", args.layers), ("hidden", args.hidden), ("heads", args.heads),
-                                 ("vocab", args.vocab)) if v}
+    changes = shape_changes(args)
     if getattr(args, "seq", None) and args.seq > cfg.seq_len:
         changes["seq_len"] = args.seq
-    if "heads" in changes or "hidden" in changes:
-        changes.setdefault("kv_heads", None)
+    if ("heads" in changes or "hidden" in changes) and "kv_heads" not in changes:
+        changes["kv_heads"] = None
     return cfg.with_(**changes) if changes else cfg
 
 
