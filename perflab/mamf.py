@@ -45,18 +45,9 @@ STRATEGIES = ("refine", "grid")
 def parse_range(start: int, stop: int, step: int, name: str = "m") -> list[int]:
     """START, START+STEP, ... up to and including STOP; sizes below 1 are skipped (so `0 4096 256`,
     as mamf-finder.py users write it, means 256, 512, ..., 4096)."""
-    try:
-        start, stop, step = int(start), int(stop), int(step)
-    except (TypeError, ValueError):
-        raise InputError(f"--{name}-range needs three whole numbers: START STOP STEP") from None
-    if step < 1:
-        raise InputError(f"--{name}-range step must be ≥ 1 (got {step})")
-    if stop < start:
-        raise InputError(f"--{name}-range {start} {stop} {step} is empty: STOP must be ≥ START")
-    values = [v for v in range(start, stop + 1, step) if v >= 1]
-    if not values:
-        raise InputError(f"--{name}-range {start} {stop} {step} holds no size ≥ 1: raise STOP")
-    return values
+    from .shapes import fine_values
+
+    return fine_values(start, stop, step, name=f"--{name}-range")
 
 
 # ---------------------------------------------------------------- measuring one point

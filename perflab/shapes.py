@@ -606,14 +606,20 @@ def sweep_dimension(dim: str, values: Iterable[int], fixed: dict[str, int], dtyp
     return sweep_matmul(pts, device, name=label, rep_ms=rep_ms, warmup_ms=warmup_ms, progress=progress)
 
 
-def fine_values(start: int, stop: int, step: int) -> list[int]:
-    """start, start+step, ... ≤ stop (all ≥ 1)."""
-    start, stop, step = int(start), int(stop), positive_int("step", step)
+def fine_values(start: int, stop: int, step: int, name: str = "range") -> list[int]:
+    """start, start+step, ... up to and including stop; sizes below 1 are skipped. `name` labels
+    the one-line error (e.g. '--m-range')."""
+    try:
+        start, stop, step = int(start), int(stop), int(step)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} needs three whole numbers: START STOP STEP") from None
+    if step < 1:
+        raise InputError(f"{name} step must be ≥ 1 (got {step})")
     if stop < start:
-        raise InputError(f"range {start}..{stop} is empty: stop must be ≥ start")
+        raise InputError(f"{name} {start} {stop} {step} is empty: STOP must be ≥ START")
     vals = [v for v in range(start, stop + 1, step) if v >= 1]
     if not vals:
-        raise InputError(f"range {start}..{stop} step {step} holds no size ≥ 1")
+        raise InputError(f"{name} {start} {stop} {step} holds no size ≥ 1: raise STOP")
     return vals
 
 
