@@ -34,7 +34,7 @@ lint: setup
 
 # Strip outputs and execution counts from every notebook (tests/test_notebooks_clean.py checks).
 clean-notebooks: setup
-	$(PY) -m perflab.nbclean notebooks labs
+	$(PY) -m perflab.course.nbclean notebooks labs
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -4,59 +4,24 @@ Importing perflab has no side effects: it sets no seeds, threads or global flags
 torch only where a function needs it. Start with:
 
     >>> import perflab
-    >>> dev = perflab.device.pick_device()
-    >>> print(perflab.device.describe(dev))
+    >>> dev = perflab.core.device.pick_device()
+    >>> print(perflab.core.device.describe(dev))
 
-Modules are named after the concept they hold: `device`, `hardware`, `timing`, `results`,
-`measure`, `flops`, `roofline`, `plots`, `widgets`, `grading`.
+The package is laid out as the course is (README, "How the code is laid out"); imports only go
+down this list:
+
+- `cli`, `commands`: the `perflab` command line
+- `course`: what only notebooks need (lesson start, widgets, shared plots, reference data)
+- one package per lesson topic: `flops` (01–02), `memory` (03), `gemm` (04–05), `dist` (06),
+  `pipeline` (07), `numa` (08), `profiling` (09), `compiler` (10)
+- `workload`: the models and the timed training step several lessons share
+- `core`: measuring anything on any device (device, hardware, dtypes, timing, results, errors)
 """
 
-from importlib import import_module as _import_module
+from perflab._lazy import lazy_modules
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    "attention",
-    "busbw",
-    "collectives",
-    "ddp",
-    "device",
-    "dist",
-    "dtypes",
-    "errors",
-    "flopcounter",
-    "flops",
-    "gpumem",
-    "grading",
-    "hardware",
-    "mamf",
-    "measure",
-    "memory",
-    "memplots",
-    "memprobe",
-    "mfu",
-    "mfu_plots",
-    "models",
-    "nbclean",
-    "notebook",
-    "overlap",
-    "plots",
-    "reference",
-    "results",
-    "roofline",
-    "shapeplots",
-    "shapes",
-    "swiglu",
-    "timing",
-    "train",
-    "transformer_flops",
-    "validate",
-    "widgets",
-}
-
-
-def __getattr__(name: str):
-    # Lazy submodule access (perflab.timing, ...) without importing torch at `import perflab`.
-    if name in _SUBMODULES:
-        return _import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'perflab' has no attribute {name!r}")
+PACKAGES = ("core", "workload", "flops", "memory", "gemm", "dist", "pipeline", "numa", "profiling",
+            "compiler", "course", "commands", "cli")
+__getattr__, __dir__ = lazy_modules(__name__, PACKAGES)

@@ -17,7 +17,7 @@ import pkgutil
 import sys
 from typing import Any
 
-from .errors import PerflabError, one_line
+from perflab.core.errors import PerflabError, one_line
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -72,7 +72,7 @@ def _clean(x):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__, commands
+    from perflab import __version__, commands
 
     parser = OneLineParser(prog="perflab", description="Measure what your hardware really does for training.")
     parser.add_argument("--version", action="version", version=f"perflab {__version__}")
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"perflab {args.command}: interrupted\n")
         return 130
     except Exception as e:  # out of memory is the user's to fix too; other bugs keep their traceback
-        from .results import classify_failure
+        from perflab.core.results import classify_failure
 
         if classify_failure(e) == "oom":
             sys.stderr.write(f"perflab {args.command}: error: out of memory ({one_line(e)}): choose smaller sizes\n")

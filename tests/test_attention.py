@@ -1,7 +1,7 @@
 import pytest
 
-from perflab import attention
-from perflab.errors import InputError
+from perflab.core.errors import InputError
+from perflab.gemm import attention
 
 
 def test_head_splits():

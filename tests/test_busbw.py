@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from perflab import busbw as B
-from perflab.errors import InputError
+from perflab.core.errors import InputError
+from perflab.dist import busbw as B
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64])

@@ -71,7 +71,7 @@ def test_matmul_agrees_with_torch_benchmark_timer():
     """
     import torch.utils.benchmark as tb
 
-    from perflab.measure import measure_matmul
+    from perflab.core.measure import measure_matmul
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     a = torch.randn(2048, 2048, device=dev)
@@ -90,7 +90,7 @@ def test_matmul_agrees_with_torch_benchmark_timer():
 @pytest.mark.gpu
 def test_matmul_bf16_8192_agrees_with_triton():
     triton_testing = pytest.importorskip("triton.testing")
-    from perflab.measure import make_matmul, measure_matmul
+    from perflab.core.measure import make_matmul, measure_matmul
 
     r = measure_matmul(8192, 8192, 8192, "bf16", "cuda", warmup_ms=100, rep_ms=1000)
     fn, _, _ = make_matmul(8192, 8192, 8192, "bf16", "cuda")

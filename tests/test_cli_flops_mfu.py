@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from perflab.models import preset
-from perflab.transformer_flops import CONVENTIONS, flops_per_token
+from perflab.flops.transformer import CONVENTIONS, flops_per_token
+from perflab.workload.models import preset
 
 
 def perflab(*args, timeout=300):

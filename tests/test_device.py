@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from perflab import device
-from perflab.errors import InputError
+from perflab.core import device
+from perflab.core.errors import InputError
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -1,8 +1,13 @@
 import pytest
 import torch
 
-from perflab.dtypes import check_supported, parse_dtype, supported_matmul_dtypes, unsupported_reason
-from perflab.errors import InputError, UnsupportedError
+from perflab.core.dtypes import (
+    check_supported,
+    parse_dtype,
+    supported_matmul_dtypes,
+    unsupported_reason,
+)
+from perflab.core.errors import InputError, UnsupportedError
 
 
 @pytest.mark.parametrize("name,canon", [("bf16", "bf16"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"), ("FP32", "fp32"),

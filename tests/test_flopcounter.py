@@ -5,9 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perflab.flops import conv2d_flops, count_flops, torch_flop_count
-from perflab.models import build_model, preset
-from perflab.transformer_flops import exact_flops
+from perflab.flops.counting import conv2d_flops, count_flops, torch_flop_count
+from perflab.flops.transformer import exact_flops
+from perflab.workload.models import build_model, preset
 
 
 def _step(model, x):

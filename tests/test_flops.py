@@ -4,8 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from perflab.errors import InputError
-from perflab.flops import (
+from perflab.core.errors import InputError
+from perflab.core.roofline import Roofline, matmul_intensity
+from perflab.flops.counting import (
     conv2d_flops,
     flops_to_macs,
     linear_backward_flops,
@@ -14,7 +15,6 @@ from perflab.flops import (
     matmul_flops,
     torch_flop_count,
 )
-from perflab.roofline import Roofline, matmul_intensity
 
 
 def test_mac_is_two_flops():

@@ -2,13 +2,14 @@
 
 import pytest
 
-from perflab import mamf, reference, shapes, swiglu
+from perflab.course import reference
+from perflab.gemm import mamf, shapes, swiglu
 
 
 @pytest.mark.gpu
 def test_mamf_bf16_is_a_sane_fraction_of_the_spec_peak(tmp_path):
-    from perflab.device import describe
-    from perflab.hardware import peaks_for
+    from perflab.core.device import describe
+    from perflab.core.hardware import peaks_for
 
     vals = mamf.parse_range(2048, 8192, 2048)
     r = mamf.search(vals, vals, vals, dtype="bf16", device="cuda", path=tmp_path / "m.jsonl", progress=False)
@@ -28,7 +29,7 @@ def test_aligned_swiglu_width_beats_eight_thirds_on_gpu():
 
 @pytest.mark.gpu
 def test_a_tile_staircase_explains_a_fine_sweep_on_gpu():
-    from perflab.device import describe
+    from perflab.core.device import describe
 
     sms = describe("cuda").details["sm_count"]
     fixed = {"m": 2304, "k": 4096}

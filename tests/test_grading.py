@@ -1,8 +1,8 @@
 import pytest
 
-from perflab import grading
-from perflab.grading import LabCheckError, grade
-from perflab.labs import lab01_flops as lab01
+from perflab.core import grading
+from perflab.core.grading import LabCheckError, grade
+from perflab.flops import lab01
 
 
 def setup_function():

@@ -9,9 +9,9 @@ e.g. `1513 / 2`.
 
 import pytest
 
-from perflab import hardware
-from perflab.device import CPUFacts
-from perflab.hardware import accelerators, cpu_flops_per_cycle, cpu_peak_estimate, lookup
+from perflab.core import hardware
+from perflab.core.device import CPUFacts
+from perflab.core.hardware import accelerators, cpu_flops_per_cycle, cpu_peak_estimate, lookup
 
 REQUIRED = ["v100", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "a10", "l4", "l40s",
             "rtx-3090", "rtx-4090", "h100-sxm", "h100-pcie", "h200-sxm", "gh200", "b200", "mi300x"]
@@ -141,7 +141,7 @@ def test_cpu_peak_estimate_shows_its_inputs():
 
 
 def test_peaks_for_unknown_gpu_is_unknown():
-    from perflab.device import DeviceInfo
+    from perflab.core.device import DeviceInfo
 
     p = hardware.peaks_for(DeviceInfo("cuda", "NVIDIA A10G", 0))
     assert p.source == "unknown" and all(v is None for v in p.tflops.values())
@@ -151,7 +151,7 @@ def test_peaks_for_unknown_gpu_is_unknown():
 
 
 def test_peaks_for_this_cpu_is_an_estimate():
-    from perflab.device import describe
+    from perflab.core.device import describe
 
     p = hardware.peaks_for(describe("cpu"))
     assert p.source in {"estimate", "unknown"}

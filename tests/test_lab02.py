@@ -2,12 +2,12 @@
 
 import pytest
 
-from perflab import grading
-from perflab.grading import LabCheckError
-from perflab.labs import lab02_mfu as lab
-from perflab.models import preset
-from perflab.train import measure_step
-from perflab.transformer_flops import exact_flops
+from perflab.core import grading
+from perflab.core.grading import LabCheckError
+from perflab.flops import lab02 as lab
+from perflab.flops.step import measure_step
+from perflab.flops.transformer import exact_flops
+from perflab.workload.models import preset
 
 
 def right_palm(n_params, layers, heads, head_dim, seq):

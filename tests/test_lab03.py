@@ -2,11 +2,11 @@
 
 import pytest
 
-from perflab import grading
-from perflab.grading import LabCheckError
-from perflab.labs import lab03_memory as lab
-from perflab.memory import activation_total, model_activation_bytes, step_phases
-from perflab.models import param_count
+from perflab.core import grading
+from perflab.core.grading import LabCheckError
+from perflab.memory import lab03 as lab
+from perflab.memory.estimate import activation_total, model_activation_bytes, step_phases
+from perflab.workload.models import param_count
 
 
 def test_stubs_are_not_done():

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from perflab import mamf, shapes
-from perflab.errors import InputError
+from perflab.core.errors import InputError
+from perflab.gemm import mamf, shapes
 
 
 def test_parse_range():

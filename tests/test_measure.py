@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from perflab.errors import InputError, UnsupportedError
-from perflab.measure import (
+from perflab.core.errors import InputError, UnsupportedError
+from perflab.core.measure import (
     make_matmul,
     measure_copy_bandwidth,
     measure_host_to_device,

@@ -25,8 +25,8 @@ import sys
 
 import pytest
 
-from perflab.errors import InputError
-from perflab.memory import (
+from perflab.core.errors import InputError
+from perflab.memory.estimate import (
     activations_per_layer_bytes,
     batch_plan,
     bytes_per_param,
@@ -34,7 +34,7 @@ from perflab.memory import (
     model_state_bytes,
     output_activation_bytes,
 )
-from perflab.models import param_count, preset
+from perflab.workload.models import param_count, preset
 
 # ---------------------------------------------------------------- ZeRO, Figure 1
 
@@ -202,7 +202,7 @@ def test_cli_json_activations_and_batch():
 
 
 def test_cli_perflab_activations_match_the_model_formula():
-    from perflab.memory import activation_total, model_activation_bytes
+    from perflab.memory.estimate import activation_total, model_activation_bytes
 
     r = perflab("--preset", "small-gpt", "--precision", "fp32", "--batch", "3", "--activations", "perflab", "--json")
     assert r.returncode == 0, r.stderr

@@ -9,14 +9,10 @@ workspaces: the tolerances there are wider and say so.
 import pytest
 import torch
 
-from perflab import memprobe
-from perflab.errors import InputError, UnsupportedError
-from perflab.memory import (
-    CPU_RNG_STATE_BYTES,
-    activation_total,
-    model_activation_bytes,
-)
-from perflab.models import ModelConfig, build_model, preset
+from perflab.core.errors import InputError, UnsupportedError
+from perflab.memory import probe
+from perflab.memory.estimate import CPU_RNG_STATE_BYTES, activation_total, model_activation_bytes
+from perflab.workload.models import ModelConfig, build_model, preset
 
 BASE = dict(layers=2, hidden=64, heads=4, vocab=512, seq_len=64)
 VARIANTS = {
@@ -37,15 +33,15 @@ def test_rng_state_constant():
 def test_activation_formula_equals_saved_storages(name, dtype):
     cfg = VARIANTS[name]
     b, s = 3, 48
-    model = build_model(cfg, dtype=memprobe._torch_dtype(dtype))
+    model = build_model(cfg, dtype=probe._torch_dtype(dtype))
     idx = torch.randint(0, cfg.vocab, (b, s))
     exclude = list(model.parameters()) + list(model.buffers()) + [idx]
-    _, saved = memprobe.saved_tensors(lambda: memprobe.loss_of(model, idx), exclude=exclude)
+    _, saved = probe.saved_tensors(lambda: probe.loss_of(model, idx), exclude=exclude)
     parts = model_activation_bytes(cfg, b, s, dtype=dtype)
     # the loss scalar is alive but not saved: 4 bytes
     assert saved.total_bytes + 4 == activation_total(parts)
     # and the allocator agrees: what the forward leaves alive is exactly that
-    kept = memprobe.allocated_during(lambda: memprobe.loss_of(model, idx), "cpu")["kept_bytes"]
+    kept = probe.allocated_during(lambda: probe.loss_of(model, idx), "cpu")["kept_bytes"]
     assert kept == activation_total(parts)
 
 
@@ -55,7 +51,7 @@ def test_checkpointed_activations_exact(name):
     model = build_model(cfg)
     model.checkpointing = True
     idx = torch.randint(0, cfg.vocab, (2, 64))
-    kept = memprobe.allocated_during(lambda: memprobe.loss_of(model, idx), "cpu")["kept_bytes"]
+    kept = probe.allocated_during(lambda: probe.loss_of(model, idx), "cpu")["kept_bytes"]
     want = activation_total(model_activation_bytes(cfg, 2, 64, recompute="full")) + cfg.layers * CPU_RNG_STATE_BYTES
     assert kept == want
 
@@ -67,7 +63,7 @@ def test_checkpointed_activations_exact(name):
     ("tiny-llama", "bf16", "adamw", True),
 ])
 def test_phases_predicted_exactly_on_cpu(name, dtype, optimizer, ckpt):
-    rep = memprobe.measure_step_phases(preset(name), batch=2, dtype=dtype, optimizer=optimizer, checkpointing=ckpt,
+    rep = probe.measure_step_phases(preset(name), batch=2, dtype=dtype, optimizer=optimizer, checkpointing=ckpt,
                                        device="cpu")
     assert [(r["phase"], r["iteration"]) for r in rep.rows] == [(p.phase, p.iteration) for p in rep.predicted]
     for r, p in zip(rep.rows, rep.predicted):
@@ -81,14 +77,14 @@ def test_phases_predicted_exactly_on_cpu(name, dtype, optimizer, ckpt):
 
 
 def test_tracemalloc_does_not_see_tensors():
-    rep = memprobe.measure_step_phases(preset("tiny-gpt"), batch=4, device="cpu", iterations=1)
+    rep = probe.measure_step_phases(preset("tiny-gpt"), batch=4, device="cpu", iterations=1)
     fwd = next(r for r in rep.rows if r["phase"] == "forward")
     # tens of MB of activations, but Python's own heap moves by far less
     assert fwd["python_heap_peak_bytes"] < 0.05 * (fwd["peak_bytes"] - fwd["start_bytes"])
 
 
 def test_checkpointing_cuts_activations_as_predicted():
-    out = memprobe.checkpointing_effect(preset("tiny-gpt"), batch=4, device="cpu", rep_ms=30, warmup_ms=10)
+    out = probe.checkpointing_effect(preset("tiny-gpt"), batch=4, device="cpu", rep_ms=30, warmup_ms=10)
     assert out["stored_activation_bytes"] == out["stored_predicted_bytes"]
     assert out["checkpointed_activation_bytes"] == out["checkpointed_predicted_bytes"]
     assert out["saved_bytes"] == out["predicted_saved_bytes"] > 0
@@ -100,7 +96,7 @@ def test_checkpointing_costs_time():
     # allow a few tries before calling it wrong
     ratios = []
     for _ in range(3):
-        out = memprobe.checkpointing_effect(preset("small-gpt"), batch=2, device="cpu", rep_ms=150, warmup_ms=30)
+        out = probe.checkpointing_effect(preset("small-gpt"), batch=2, device="cpu", rep_ms=150, warmup_ms=30)
         ratios.append(out["time_ratio"])
         if out["time_ratio"] > 1.05:
             break
@@ -109,22 +105,22 @@ def test_checkpointing_costs_time():
 
 def test_measure_bad_inputs():
     with pytest.raises(InputError, match="optimizers"):
-        memprobe.measure_step_phases(preset("tiny-gpt"), batch=1, optimizer="lion", device="cpu")
+        probe.measure_step_phases(preset("tiny-gpt"), batch=1, optimizer="lion", device="cpu")
     with pytest.raises(InputError, match="≥ 1"):
-        memprobe.measure_step_phases(preset("tiny-gpt"), batch=0, device="cpu")
+        probe.measure_step_phases(preset("tiny-gpt"), batch=0, device="cpu")
     with pytest.raises(InputError, match="precisions"):
-        memprobe.measure_step_phases(preset("tiny-gpt"), batch=1, dtype="fp8", device="cpu")
+        probe.measure_step_phases(preset("tiny-gpt"), batch=1, dtype="fp8", device="cpu")
     with pytest.raises(InputError, match="GiB"):
-        memprobe.measure_step_phases(preset("gpt3-175b"), batch=64, device="cpu")
+        probe.measure_step_phases(preset("gpt3-175b"), batch=64, device="cpu")
 
 
 def test_cell_memory_experiment_outside_a_kernel_says_so():
     with pytest.raises(UnsupportedError, match="notebook"):
-        memprobe.cell_memory_experiment()
+        probe.cell_memory_experiment()
 
 
 def test_gpu_experiments_skip_with_a_reason_on_cpu():
-    from perflab import gpumem
+    from perflab.memory import gpu as gpumem
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -144,7 +140,7 @@ def test_gpu_experiments_skip_with_a_reason_on_cpu():
 def test_phases_on_gpu(dtype):
     """Ends within 3% (block rounding, cuBLAS workspaces); peaks within 15% (library workspaces and
     attention kernels' temporaries the model does not name)."""
-    rep = memprobe.measure_step_phases(preset("small-gpt"), batch=4, dtype=dtype, device="cuda")
+    rep = probe.measure_step_phases(preset("small-gpt"), batch=4, dtype=dtype, device="cuda")
     for r, p in zip(rep.rows, rep.predicted):
         assert r["allocated_bytes"] == pytest.approx(p.end_bytes, rel=0.03), (r["phase"], r["iteration"])
         assert r["peak_bytes"] == pytest.approx(p.peak_bytes, rel=0.15), (r["phase"], r["iteration"])
@@ -154,13 +150,13 @@ def test_phases_on_gpu(dtype):
 
 @pytest.mark.gpu
 def test_checkpointing_on_gpu():
-    out = memprobe.checkpointing_effect(preset("small-gpt"), batch=8, device="cuda", rep_ms=100)
+    out = probe.checkpointing_effect(preset("small-gpt"), batch=8, device="cuda", rep_ms=100)
     assert out["saved_bytes"] == pytest.approx(out["predicted_saved_bytes"], rel=0.05)
 
 
 @pytest.mark.gpu
 def test_kernel_preload_lazy_vs_eager():
-    from perflab import gpumem
+    from perflab.memory import gpu as gpumem
 
     lazy, eager = gpumem.kernel_preload()
     assert lazy["mode"] == "LAZY" and eager["mode"] == "EAGER"
@@ -169,7 +165,7 @@ def test_kernel_preload_lazy_vs_eager():
 
 @pytest.mark.gpu
 def test_distributed_memory_after_first_barrier():
-    from perflab import gpumem
+    from perflab.memory import gpu as gpumem
 
     rows = gpumem.distributed_init_memory()
     stages = {r["stage"]: r for r in rows}
@@ -178,7 +174,7 @@ def test_distributed_memory_after_first_barrier():
 
 @pytest.mark.gpu
 def test_fragmentation_and_expandable_segments():
-    from perflab import gpumem
+    from perflab.memory import gpu as gpumem
 
     plain = gpumem.fragmentation(False)
     exp = gpumem.fragmentation(True)
@@ -187,7 +183,7 @@ def test_fragmentation_and_expandable_segments():
 
 @pytest.mark.gpu
 def test_memory_snapshot(tmp_path):
-    from perflab import gpumem
+    from perflab.memory import gpu as gpumem
 
     out = gpumem.step_snapshot(preset("tiny-gpt"), batch=2, path=tmp_path / "snap.pickle")
     assert (tmp_path / "snap.pickle").stat().st_size > 0

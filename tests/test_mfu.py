@@ -1,6 +1,6 @@
-"""MFU/HFU arithmetic, peaks, the measured ceiling, and the published runs in perflab/data.
+"""MFU/HFU arithmetic, peaks, the measured ceiling, and the published runs in perflab/flops/data.
 
-Published figures (see perflab/data/published_runs.json for each source): PaLM 540B MFU 46.2% /
+Published figures (see perflab/flops/data/published_runs.json for each source): PaLM 540B MFU 46.2% /
 45.7% without attention (Chowdhery et al. 2022 §4.1, Table 3, App. B); MT-NLG 530B 30.2% / 29.7%
 (ibid.); Korthikanti et al. 2022 Table 5 MFU/HFU (22B 41.5/43.7, 175B 51.4/52.8, 530B 56.0/57.0,
 1T 56.3/57.0) and §6.3 (54.2% with 8-way data parallelism); Narayanan et al. 2021 §5.1 eq. 4
@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from perflab.errors import InputError
-from perflab.mfu import (
+from perflab.core.errors import InputError
+from perflab.flops.mfu import (
     achieved_tflops,
     comparability,
     implied_recompute_fraction,
@@ -89,9 +89,9 @@ def test_ceiling_measured_and_cached():
 
 
 def test_ceiling_prefers_mamf(monkeypatch):
-    fake = types.ModuleType("perflab.mamf")
+    fake = types.ModuleType("perflab.gemm.mamf")
     fake.measured_ceiling = lambda dev, dtype: 1.234
-    monkeypatch.setitem(sys.modules, "perflab.mamf", fake)
+    monkeypatch.setitem(sys.modules, "perflab.gemm.mamf", fake)
     import perflab
 
     monkeypatch.setattr(perflab, "mamf", fake, raising=False)
@@ -114,7 +114,7 @@ def test_comparability():
 def test_narayanan_table1_mfu_below_published_hfu():
     """Table 1's TFLOP/s count a full recomputation (eq. 3): model FLOPs (eq. 7) are 3/4 of them up to the
     attention term, so every row's MFU lies below its published fraction of peak (Narayanan et al. 2021, Table 1)."""
-    from perflab.mfu import narayanan_table1_mfu
+    from perflab.flops.mfu import narayanan_table1_mfu
 
     df = narayanan_table1_mfu()
     assert df.attrs["peak_tflops"] == 312
@@ -126,7 +126,7 @@ def test_narayanan_table1_mfu_below_published_hfu():
 def test_handbook_estimate_example():
     """The handbook's perl one-liner (52B, s=2048, GBS=1024, 127 s, 64 GPUs) prints 107.3 TFLOP/s with factor 4
     (S. Bekman, Machine Learning Engineering, 'TFLOPS as a performance metric')."""
-    from perflab.mfu import handbook_estimate_example
+    from perflab.flops.mfu import handbook_estimate_example
 
     ex = handbook_estimate_example()
     assert ex["hfu_tflops"] == pytest.approx(52 * 4 * 2 * 2048 * 1024 / (127 * 64 * 1e3))

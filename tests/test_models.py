@@ -9,8 +9,8 @@ Touvron et al. 2023 round them to 7B/13B/70B); GPT-3 175B (Brown et al. 2020, Ta
 import pytest
 import torch
 
-from perflab.errors import InputError
-from perflab.models import (
+from perflab.core.errors import InputError
+from perflab.workload.models import (
     PRESETS,
     ModelConfig,
     build_model,

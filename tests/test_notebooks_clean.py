@@ -4,7 +4,7 @@ import json
 
 from nbrun import ROOT, all_notebooks
 
-from perflab.nbclean import is_clean
+from perflab.course.nbclean import is_clean
 
 
 def test_notebooks_are_clean():
@@ -26,6 +26,6 @@ def test_clean_detects_outputs():
     nb = {"cells": [{"cell_type": "code", "source": "1", "metadata": {}, "outputs": [{"output_type": "stream"}], "execution_count": 3}],
           "metadata": {}}
     assert not is_clean(nb)
-    from perflab.nbclean import clean
+    from perflab.course.nbclean import clean
 
     assert is_clean(clean(nb))

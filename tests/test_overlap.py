@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from perflab import overlap as O
-from perflab.errors import InputError
+from perflab.core.errors import InputError
+from perflab.dist import overlap as O
 
 # The playbook's own setting of the widget it describes: H100 bf16 dense peak and NVLink per direction
 FLOPS, BW = 989.4e12, 450e9

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from perflab import reference
-from perflab.errors import InputError
+from perflab.core.errors import InputError
+from perflab.course import reference
 
 
 def test_record_and_load_roundtrip(tmp_path):
@@ -43,7 +43,7 @@ def test_published_mamf_lookup():
     assert row["tflops"] == 794.5 and row["theory_tflops"] == 989 and "b9e29720" in row["source"]
     assert reference.published_mamf("a100-sxm-80gb", "bf16")["tflops"] == 271.2
     assert reference.published_mamf("l4", "bf16") is None and reference.published_mamf(None) is None
-    from perflab.hardware import by_id
+    from perflab.core.hardware import by_id
 
     # the table's theory column and perflab's datasheet peaks agree (dense bf16)
     assert by_id("h100-sxm").peak("bf16") == pytest.approx(row["theory_tflops"], rel=0.01)

@@ -3,8 +3,8 @@ import json
 import pytest
 import torch
 
-from perflab.errors import InputError
-from perflab.results import classify_failure, load_rows, point_key, run_sweep, sweep_path
+from perflab.core.errors import InputError
+from perflab.core.results import classify_failure, load_rows, point_key, run_sweep, sweep_path
 
 
 def test_point_key_ignores_order():
@@ -88,7 +88,7 @@ def test_classify():
 
 
 def test_default_root_respects_env(tmp_path, monkeypatch):
-    from perflab.results import results_root
+    from perflab.core.results import results_root
 
     monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
     assert results_root() == tmp_path
@@ -98,7 +98,7 @@ def test_default_root_respects_env(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("bad", [0, -1])
 def test_sweep_records_invalid_shapes(tmp_path, bad):
-    from perflab.measure import measure_matmul
+    from perflab.core.measure import measure_matmul
 
     r = run_sweep("mm", [{"n": 8}, {"n": bad}], lambda p: {"s": measure_matmul(p["n"], p["n"], p["n"], rep_ms=2).median_s},
                   path=tmp_path / "mm.jsonl", progress=False)

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from perflab import shapes
-from perflab.errors import InputError
-from perflab.reference import published
+from perflab.core.errors import InputError
+from perflab.course.reference import published
+from perflab.gemm import shapes
 
 
 def test_nvidia_wave_quantization_worked_example():
@@ -15,10 +15,10 @@ def test_nvidia_wave_quantization_worked_example():
     and for M = 2304, K = 4096 with N varying, utilization is highest when the number of tiles is an
     integer multiple of 108 or just below. M = 2304 is 9 tiles of 256, so N = 12 tiles of 128 = 1536
     fills exactly one wave, one more column of tiles starts a nearly empty second wave, and 3072 fills
-    two. The record in perflab/data/published_shapes.json holds the guide's numbers."""
+    two. The record in perflab/gemm/data/published_shapes.json holds the guide's numbers."""
     ex = published("nvidia_wave_example")
     assert (ex["m"], ex["k"], ex["sms"], tuple(ex["tile"])) == (2304, 4096, 108, (256, 128))
-    from perflab.hardware import by_id
+    from perflab.core.hardware import by_id
 
     assert by_id(ex["gpu"]).sm_count == ex["sms"]  # the table agrees with the guide on the A100
     m, k, sms, tile = ex["m"], ex["k"], ex["sms"], tuple(ex["tile"])
@@ -190,7 +190,7 @@ def test_largest_pow2_and_padding():
 
 
 def test_roofline_bound():
-    from perflab.hardware import by_id
+    from perflab.core.hardware import by_id
 
     a100 = by_id("a100-sxm-80gb")
     big = shapes.roofline_bound(8192, 8192, 8192, "bf16", a100)

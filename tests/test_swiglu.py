@@ -2,9 +2,9 @@
 
 import pytest
 
-from perflab import swiglu
-from perflab.errors import InputError
-from perflab.reference import published
+from perflab.core.errors import InputError
+from perflab.course.reference import published
+from perflab.gemm import swiglu
 
 
 def test_baseline_and_candidates_match_the_published_search():

@@ -3,8 +3,8 @@ import time
 import pytest
 import torch
 
-from perflab.errors import CorrectnessError
-from perflab.timing import BenchResult, bench, bench_checked, check_close
+from perflab.core.errors import CorrectnessError
+from perflab.core.timing import BenchResult, bench, bench_checked, check_close
 
 
 def test_result_statistics():

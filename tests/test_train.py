@@ -5,17 +5,11 @@ import gc
 import pytest
 import torch
 
-from perflab.errors import InputError
-from perflab.models import build_model, preset
-from perflab.train import (
-    PythonGarbage,
-    StepRunner,
-    gc_straggler_series,
-    grad_accum_sweep,
-    make_batches,
-    measure_step,
-)
-from perflab.transformer_flops import exact_flops
+from perflab.core.errors import InputError
+from perflab.flops.step import PythonGarbage, gc_straggler_series, grad_accum_sweep, measure_step
+from perflab.flops.transformer import exact_flops
+from perflab.workload.models import build_model, preset
+from perflab.workload.train import StepRunner, make_batches
 
 
 def test_grad_accumulation_equals_one_big_batch():
@@ -125,7 +119,7 @@ def test_measure_step_cuda_bf16():
 def test_grad_accum_prediction():
     import pandas as pd
 
-    from perflab.mfu_plots import grad_accum_prediction
+    from perflab.flops.plots import grad_accum_prediction
 
     df = pd.DataFrame({"gas": [1, 2, 4], "tokens_per_step": [100, 200, 400], "step_s": [1.0, 1.9, 3.7],
                        "optimizer_s": [0.2, 0.2, 0.2]})

@@ -15,17 +15,9 @@ import math
 
 import pytest
 
-from perflab.errors import InputError
-from perflab.mfu import mfu, narayanan_table1, printed
-from perflab.models import (
-    PRESETS,
-    ModelConfig,
-    non_embedding_params,
-    param_breakdown,
-    param_count,
-    preset,
-)
-from perflab.transformer_flops import (
+from perflab.core.errors import InputError
+from perflab.flops.mfu import mfu, narayanan_table1, printed
+from perflab.flops.transformer import (
     CONVENTIONS,
     conventions_frame,
     exact_flops,
@@ -38,6 +30,14 @@ from perflab.transformer_flops import (
     narayanan_training_days,
     palm_flops_per_token,
     seed_tflops_estimate,
+)
+from perflab.workload.models import (
+    PRESETS,
+    ModelConfig,
+    non_embedding_params,
+    param_breakdown,
+    param_count,
+    preset,
 )
 
 SHAPES = [(4, 2048, 48, 6144, 51200), (64, 2048, 96, 12288, 51200), (8, 1024, 12, 768, 50257), (1, 37, 3, 40, 101)]
@@ -102,7 +102,7 @@ def test_narayanan_eq2_reproduces_table1_parameters(row):
 def test_narayanan_table1_peak_is_dense_bf16(row):
     """Narayanan et al. 2021 Table 1: 'percentage of theoretical peak' = TFLOP/s per GPU / 312 (the
     A100's dense bf16 peak, as perflab's table has it), and aggregate = per GPU × GPUs."""
-    from perflab.hardware import by_id
+    from perflab.core.hardware import by_id
 
     peak = by_id("a100-sxm-80gb").peak("bf16")
     assert peak == 312
@@ -231,7 +231,7 @@ def test_conventions_frame_and_bad_input():
 
 
 def test_exact_for_counted_picks_the_kernel():
-    from perflab.transformer_flops import exact_for_counted
+    from perflab.flops.transformer import exact_for_counted
 
     cfg = preset("tiny-gpt")
     fused, unfused = exact_flops(cfg, 2, 32), exact_flops(cfg, 2, 32, fused_attention=False)

@@ -4,8 +4,8 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from perflab.errors import InputError  # noqa: E402
-from perflab.widgets import Panel, choice, int_slider, log2_slider  # noqa: E402
+from perflab.core.errors import InputError
+from perflab.course.widgets import Panel, choice, int_slider, log2_slider
 
 
 def test_panel_updates_and_reports_errors():

@@ -1,4 +1,4 @@
-"""Panel renders into its output area without capturing (see perflab/widgets.py: capture stalls headless runs)."""
+"""Panel renders into its output area without capturing (see perflab/course/widgets.py: capture stalls headless runs)."""
 
 import pytest
 
@@ -8,8 +8,8 @@ pytest.importorskip("ipywidgets")
 def test_panel_outputs_and_errors():
     import matplotlib.pyplot as plt
 
-    from perflab.errors import InputError
-    from perflab.widgets import Panel, int_slider
+    from perflab.core.errors import InputError
+    from perflab.course.widgets import Panel, int_slider
 
     def fn(n):
         if n > 5:

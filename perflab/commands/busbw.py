@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_float, positive_int
+from perflab.cli import emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -22,8 +22,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import busbw as B
-    from ..errors import InputError
+    from perflab.core.errors import InputError
+    from perflab.dist import busbw as B
 
     convert = [args.bytes, args.seconds, args.ranks]
     if any(v is not None for v in convert):

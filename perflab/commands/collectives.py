@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..cli import emit, positive_float, positive_int
+from perflab.cli import emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..collectives import run_all
+    from perflab.dist.collectives import run_all
 
     rep = run_all(args.nproc, backend=args.backend, timeout=args.timeout, check_k=args.elements,
                   slow_s=args.slow_s, ring_numel=args.elements)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit
+from perflab.cli import emit
 
 
 def register(sub) -> None:
@@ -13,9 +13,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..device import describe, pick_device
-    from ..dtypes import supported_matmul_dtypes
-    from ..hardware import peaks_for
+    from perflab.core.device import describe, pick_device
+    from perflab.core.dtypes import supported_matmul_dtypes
+    from perflab.core.hardware import peaks_for
 
     dev = pick_device(args.device)
     info = describe(dev)

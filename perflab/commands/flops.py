@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_int
+from perflab.cli import emit, positive_int
 
 
 def add_shape_arguments(p) -> None:
@@ -49,8 +49,8 @@ def shape_changes(args) -> dict:
 
 def config_from_args(args):
     """A ModelConfig from --preset and/or the shape flags; a missing required flag is one line."""
-    from ..errors import InputError
-    from ..models import ModelConfig, preset
+    from perflab.core.errors import InputError
+    from perflab.workload.models import ModelConfig, preset
 
     changes = shape_changes(args)
     if args.preset:
@@ -74,8 +74,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..models import non_embedding_params, param_count
-    from ..transformer_flops import (
+    from perflab.flops.transformer import (
         CONVENTION_INFO,
         CONVENTIONS,
         conventions_frame,
@@ -83,6 +82,7 @@ def run(args) -> int:
         flops_per_token,
         palm_params,
     )
+    from perflab.workload.models import non_embedding_params, param_count
 
     cfg = config_from_args(args)
     seq = args.seq or cfg.seq_len

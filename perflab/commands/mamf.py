@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import emit, positive_float, positive_int
+from perflab.cli import emit, positive_float, positive_int
 
 
 def _whole(text: str) -> int:
@@ -46,13 +46,13 @@ def register(sub) -> None:
 def run(args) -> int:
     import time
 
-    from ..device import describe, pick_device
-    from ..dtypes import check_supported
-    from ..errors import InputError
-    from ..hardware import peaks_for
-    from ..mamf import default_ranges, parse_range, search
-    from ..reference import published_mamf
-    from ..results import sweep_path
+    from perflab.core.device import describe, pick_device
+    from perflab.core.dtypes import check_supported
+    from perflab.core.errors import InputError
+    from perflab.core.hardware import peaks_for
+    from perflab.core.results import sweep_path
+    from perflab.course.reference import published_mamf
+    from perflab.gemm.mamf import default_ranges, parse_range, search
 
     dev = pick_device(args.device)
     dt = check_supported(args.dtype, dev)

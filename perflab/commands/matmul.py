@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_float, positive_int
+from perflab.cli import emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -20,9 +20,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..device import pick_device
-    from ..dtypes import parse_dtype
-    from ..measure import measure_matmul
+    from perflab.core.device import pick_device
+    from perflab.core.dtypes import parse_dtype
+    from perflab.core.measure import measure_matmul
 
     parse_dtype(args.dtype)  # an unknown dtype fails before any device work
     dev = pick_device(args.device)

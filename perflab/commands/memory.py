@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import emit, positive_float, positive_int
-from ..errors import InputError
-from .flops import add_shape_arguments, shape_changes
+from perflab.cli import emit, positive_float, positive_int
+from perflab.commands.flops import add_shape_arguments, shape_changes
+from perflab.core.errors import InputError
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -28,8 +28,8 @@ def model_config_from_args(args):
     fields), or from a full shape (--layers --hidden --heads --vocab, read as `perflab flops` reads
     it, so the parameter count is exact); None when neither is given (then --params, or the shape
     alone for activations)."""
-    from ..models import preset
-    from .flops import config_from_args
+    from perflab.commands.flops import config_from_args
+    from perflab.workload.models import preset
 
     if not getattr(args, "preset", None):
         if args.params is None and all(getattr(args, f, None) for f in ("layers", "hidden", "heads", "vocab")):
@@ -79,7 +79,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..memory import batch_plan, estimate
+    from perflab.memory.estimate import batch_plan, estimate
 
     cfg = model_config_from_args(args)
     if cfg is None and args.params is None and not (args.layers and args.hidden):

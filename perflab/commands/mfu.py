@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_float, positive_int
-from .flops import add_model_arguments, config_from_args
+from perflab.cli import emit, positive_float, positive_int
+from perflab.commands.flops import add_model_arguments, config_from_args
 
 
 def register(sub) -> None:
@@ -36,9 +36,14 @@ def _pct(x):
 def run(args) -> int:
     if args.measure:
         return _measure(args)
-    from ..errors import InputError
-    from ..mfu import utilization
-    from ..transformer_flops import CONVENTIONS, exact_flops, flops_per_token, palm_flops_per_token
+    from perflab.core.errors import InputError
+    from perflab.flops.mfu import utilization
+    from perflab.flops.transformer import (
+        CONVENTIONS,
+        exact_flops,
+        flops_per_token,
+        palm_flops_per_token,
+    )
 
     if args.tokens_per_s is not None:
         tps = args.tokens_per_s
@@ -73,9 +78,9 @@ def run(args) -> int:
 
     peak, accel = args.peak, args.accelerator
     if peak is None and accel is None:
-        from ..device import describe, pick_device
-        from ..hardware import peaks_for
-        from ..train import default_dtype
+        from perflab.core.device import describe, pick_device
+        from perflab.core.hardware import peaks_for
+        from perflab.workload.train import default_dtype
 
         dev = pick_device(args.device)
         d = args.dtype or default_dtype(dev)
@@ -93,8 +98,8 @@ def run(args) -> int:
 
 
 def _measure(args) -> int:
-    from ..errors import InputError
-    from ..train import measure_step
+    from perflab.core.errors import InputError
+    from perflab.flops.step import measure_step
 
     if not args.preset:
         raise InputError("--measure needs --preset (e.g. tiny-gpt, tiny-llama, small-gpt, small-llama)")

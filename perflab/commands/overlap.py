@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_float, positive_int
+from perflab.cli import emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import overlap as O
+    from perflab.dist import overlap as O
 
     hw = O.hardware(args.accelerator, args.link, dtype=args.dtype, peak_tflops=args.peak_tflops, link_gbps=args.bw_gbps)
     res = O.all_four(args.h, args.layers, args.seq, args.mbs, args.dp, args.tp, args.pp_layers, hw,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit
+from perflab.cli import emit
 
 
 def register(sub) -> None:
@@ -20,8 +20,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..errors import UnsupportedError
-    from ..reference import KINDS, load_references, record
+    from perflab.core.errors import UnsupportedError
+    from perflab.course.reference import KINDS, load_references, record
 
     if args.action == "list":
         found = [{"kind": r.kind, "label": r.label, "file": str(r.path)}
@@ -30,7 +30,7 @@ def run(args) -> int:
             "no reference files yet (record them on a GPU with `perflab reference record`)"
         emit({"references": found}, args.json, text)
         return 0
-    from ..device import pick_device
+    from perflab.core.device import pick_device
 
     dev = pick_device(args.device)
     if dev.type != "cuda" and not args.allow_cpu:

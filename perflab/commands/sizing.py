@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_int
+from perflab.cli import emit, positive_int
 
 
 def register(sub) -> None:
@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..shapes import CHECKLIST_SOURCE, checklist_text, sizing_checklist
+    from perflab.gemm.shapes import CHECKLIST_SOURCE, checklist_text, sizing_checklist
 
     items = sizing_checklist(vocab=args.vocab, b=args.b, s=args.s, h=args.h, a=args.a, t=args.t, d_ff=args.d_ff,
                              pow2=args.pow2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_float, positive_int
+from perflab.cli import emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -26,9 +26,9 @@ def register(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from ..device import pick_device
-    from ..dtypes import check_supported
-    from ..swiglu import baseline_width, eight_thirds, search
+    from perflab.core.device import pick_device
+    from perflab.core.dtypes import check_supported
+    from perflab.gemm.swiglu import baseline_width, eight_thirds, search
 
     dev = pick_device(args.device)
     check_supported(args.dtype, dev)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cli import emit, positive_int
+from perflab.cli import emit, positive_int
 
 
 def register(sub) -> None:
@@ -23,10 +23,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..dtypes import parse_dtype
-    from ..errors import InputError
-    from ..hardware import lookup
-    from ..shapes import (
+    from perflab.core.dtypes import parse_dtype
+    from perflab.core.errors import InputError
+    from perflab.core.hardware import lookup
+    from perflab.gemm.shapes import (
         arch_of,
         check_alignment,
         parse_tile,
@@ -47,7 +47,7 @@ def run(args) -> int:
         import torch
 
         if torch.cuda.is_available():
-            from ..device import describe
+            from perflab.core.device import describe
 
             info = describe("cuda")
             device_name, spec = info.name, lookup(info.name)

@@ -1,0 +1,20 @@
+"""The measuring core: measure anything on any device. Every lesson stands on it; it imports
+nothing else from perflab.
+
+- `errors`: exceptions that carry a one-line message meant for a person
+- `validate`: checks on sizes typed at the CLI or dragged on a slider
+- `dtypes`: data types by the names people use (parsed once, passed on as `DType`)
+- `device`: pick the device, wait for it, describe it
+- `hardware`: spec-sheet facts per accelerator (`data/accelerators.json`, sourced) and a CPU's peak
+- `timing`: do_bench-style timing (time budgets, device events, L2 flush, median and spread)
+- `results`: sweeps that survive (per-point append, resume, OOM/invalid rows)
+- `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
+- `roofline`: the roofline model and arithmetic intensity
+- `grading`: what every lab check uses (raise on a wrong answer, "not done yet" for a stub)
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("errors", "validate", "dtypes", "device", "hardware", "timing", "results", "measure",
+           "roofline", "grading")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

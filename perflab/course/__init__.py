@@ -1,0 +1,14 @@
+"""What only the notebooks need: the lesson's first cell, widgets, shared plots, reference data,
+notebook cleaning. It may use every topic package; nothing below imports it.
+
+- `notebook`: say where a lesson measures, and size it for smoke or full runs
+- `widgets`: thin sliders wired to pure functions, errors shown as one line
+- `plots`: figures the lessons share (bars against peaks, bandwidth curves, the roofline)
+- `reference`: reference data recorded on real GPUs (`data/`), with provenance
+- `nbclean`: strip outputs and execution counts (what git holds)
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

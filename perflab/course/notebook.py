@@ -1,0 +1,52 @@
+"""What every notebook does first: say where it measures, and size itself for smoke or full runs.
+
+    >>> ctx = start(smoke)          # prints the device, torch version and date; returns a Context
+    >>> n = ctx.pick(full=8192, smoke=256, cpu=1024)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Context:
+    device: Any  # torch.device
+    info: Any  # DeviceInfo
+    peaks: Any  # Peaks
+    smoke: bool
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def pick(self, full, smoke, cpu=None):
+        """`smoke` in smoke mode; `cpu` (if given) on a CPU; `full` otherwise (a GPU)."""
+        if self.smoke:
+            return smoke
+        if not self.on_gpu and cpu is not None:
+            return cpu
+        return full
+
+
+def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -> Context:
+    """Pick the device, print what this notebook measures on, and return the context."""
+    import torch
+
+    from perflab.core.device import describe, pick_device
+    from perflab.core.hardware import peaks_for
+
+    dev = pick_device(device)
+    info = describe(dev)
+    peaks = peaks_for(info)
+    if not quiet:
+        mode = "smoke mode (tiny sizes, for tests)" if smoke else ("full size" if dev.type == "cuda" else "CPU sizes")
+        print(f"Measured on: {info.name} [{dev}] · torch {torch.__version__} · Python {platform.python_version()} · "
+              f"{_dt.date.today().isoformat()} · {mode}")
+        if dev.type != "cuda":
+            print("No CUDA GPU here: measurements run on the CPU; GPU-only ideas are shown through the model "
+                  "and, where perflab ships it, reference data recorded on a real GPU.")
+    return Context(dev, info, peaks, bool(smoke))

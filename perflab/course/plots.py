@@ -1,0 +1,130 @@
+"""Plots the lessons share. Each function takes data (usually a DataFrame) and returns a Figure;
+every axis says its unit."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.rcParams.setdefault("figure.dpi", 100)
+
+
+def _fig(ax=None, size=(7, 4)):
+    import matplotlib.pyplot as plt
+
+    if ax is not None:
+        return ax.figure, ax
+    fig, ax = plt.subplots(figsize=size)
+    return fig, ax
+
+
+def _known(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x)) and x > 0
+
+
+def bars_vs_peak(labels: Sequence[str], measured: Sequence[float], peaks: Sequence[float | None], *, unit: str = "TFLOP/s",
+                 title: str = "", peak_label: str = "peak", ax=None):
+    """Measured bars with each bar's peak drawn as a red tick; value and fraction of peak written on top."""
+    fig, ax = _fig(ax)
+    x = list(range(len(labels)))
+    ax.bar(x, measured, color="tab:blue", label="measured")
+    top = max([m for m in measured] + [p for p in peaks if _known(p)] + [0])
+    first = True
+    for i, (m, p) in enumerate(zip(measured, peaks)):
+        if _known(p):
+            ax.hlines(p, i - 0.4, i + 0.4, colors="tab:red", linewidth=2, label=peak_label if first else None)
+            first = False
+            note = f"{m:.3g} {unit}\n{m / p:.0%} of peak"
+        else:
+            note = f"{m:.3g} {unit}\npeak unknown"
+        ax.text(i, max(m, p if _known(p) else 0) + 0.02 * top, note, ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, top * 1.25 if top else 1)
+    ax.set_xticks(x, labels)
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def bandwidth_vs_size(sizes_bytes: Sequence[float], gbps: Sequence[float], *, marks: dict[str, float] | None = None,
+                      spec_gbps: float | None = None, title: str = "", ax=None, label: str = "measured"):
+    """GB/s against buffer size (log x), with cache sizes marked as vertical lines."""
+    fig, ax = _fig(ax)
+    ax.plot([s / 2**20 for s in sizes_bytes], gbps, "o-", label=label)
+    for name, nbytes in (marks or {}).items():
+        if nbytes:
+            ax.axvline(nbytes / 2**20, color="gray", linestyle=":", linewidth=1)
+            ax.text(nbytes / 2**20, ax.get_ylim()[1] * 0.95, f" {name}", rotation=90, va="top", fontsize=8, color="gray")
+    if spec_gbps:
+        ax.axhline(spec_gbps, color="tab:red", linestyle="--", label=f"spec {spec_gbps:g} GB/s")
+    ax.set_xscale("log", base=2)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.set_xlabel("buffer size (MiB; a copy touches twice this: source and destination)")
+    ax.set_ylabel("copy bandwidth (GB/s, read + write)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def roofline(peak_tflops: float | None, bandwidth_gbps: float | None, points=None, *, ceilings: dict[str, float] | None = None,
+             title: str = "", ax=None, intensity_range: tuple[float, float] = (0.05, 5000)):
+    """A roofline (log-log): attainable TFLOP/s = min(peak, intensity × bandwidth), with measured points.
+
+    points: DataFrame or list of dicts with 'intensity' (FLOPs/byte), 'tflops' and optional 'label'.
+    ceilings: extra horizontal roofs, e.g. {"measured best": 0.18}.
+    """
+    import numpy as np
+
+    fig, ax = _fig(ax)
+    xs = np.logspace(np.log10(intensity_range[0]), np.log10(intensity_range[1]), 200)
+    if peak_tflops and bandwidth_gbps:
+        ys = np.minimum(peak_tflops, xs * bandwidth_gbps / 1e3)
+        ax.plot(xs, ys, color="black", label=f"roofline: {peak_tflops:.3g} TFLOP/s, {bandwidth_gbps:.3g} GB/s")
+        ridge = peak_tflops * 1e3 / bandwidth_gbps
+        ax.axvline(ridge, color="gray", linestyle=":", linewidth=1)
+        ax.text(ridge, peak_tflops * 1.1, f"ridge {ridge:.3g} FLOP/B", fontsize=8, color="gray")
+    for name, value in (ceilings or {}).items():
+        ax.axhline(value, linestyle="--", linewidth=1, label=f"{name}: {value:.3g} TFLOP/s")
+    if points is not None:
+        rows = points.to_dict("records") if hasattr(points, "to_dict") else list(points)
+        for r in rows:
+            ax.scatter(r["intensity"], r["tflops"], zorder=3, s=30)
+            if r.get("label"):
+                ax.annotate(str(r["label"]), (r["intensity"], r["tflops"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def measure_on_roofline(n: int, dtype: str, device, info, peaks, *, bandwidth_gbps: float | None = None,
+                        background=None, rep_ms: float = 100, warmup_ms: float = 10):
+    """Measure an n³ matmul and draw it on this device's roofline, with `background` points in grey.
+
+    Returns (figure, MatmulResult). Sizes and dtype are validated (InputError / UnsupportedError).
+    """
+    from perflab.core.dtypes import parse_dtype
+    from perflab.core.measure import measure_matmul
+    from perflab.core.roofline import device_roofline, matmul_intensity
+
+    r = measure_matmul(n, n, n, dtype, device, rep_ms=rep_ms, warmup_ms=warmup_ms)
+    inten = matmul_intensity(n, n, n, parse_dtype(dtype).itemsize)
+    rf, _ = device_roofline(info, peaks, r.dtype, measured_bandwidth_gbps=bandwidth_gbps)
+    fig = roofline(rf.peak_flops / 1e12 if rf else None, rf.bandwidth / 1e9 if rf else None,
+                         [{"intensity": inten, "tflops": r.tflops, "label": f"{n}³ {r.dtype}: {r.tflops:.3g} TFLOP/s"}],
+                         title=f"live: {n}³ {r.dtype} on {info.name}")
+    if background is not None and len(background):
+        fig.axes[0].scatter(background["intensity"], background["tflops"], color="lightgray", zorder=2,
+                            label="sweep above")
+        fig.axes[0].legend(fontsize=8, loc="lower right")
+    return fig, r

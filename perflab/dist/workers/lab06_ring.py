@@ -1,0 +1,107 @@
+"""Run a learner's ring all-reduce on every rank and compare it with `dist.all_reduce` (lab 06).
+
+    torchrun --nproc-per-node 4 -m perflab.dist.workers.lab06_ring --file their_code.py --name ring_all_reduce
+
+The learner's function `fn(x, rank, world_size) -> tensor` is loaded from --file. While it runs,
+point-to-point sends are counted (bytes this rank sent) and any call to a collective is counted
+too: a ring built from `all_reduce` is not a ring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+
+COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single",
+               "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
+               "gather", "scatter")
+
+
+@contextlib.contextmanager
+def watch_communication():
+    """Count bytes sent point-to-point (send, isend, batch_isend_irecv) and calls to collectives."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    seen = {"bytes_sent": 0, "sends": 0, "collectives": []}
+    saved = []
+
+    def patch(module, name, new):
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, new)
+
+    for name in ("send", "isend"):
+        original = getattr(c10d, name)
+
+        def counting(tensor, *args, _original=original, **kwargs):
+            seen["bytes_sent"] += tensor.numel() * tensor.element_size()
+            seen["sends"] += 1
+            return _original(tensor, *args, **kwargs)
+
+        # both names: P2POp checks `op is isend` against the module's own global
+        patch(c10d, name, counting)
+        patch(dist, name, counting)
+    for name in COLLECTIVES:
+        if not hasattr(dist, name):
+            continue
+        original = getattr(dist, name)
+
+        def noting(*args, _original=original, _name=name, **kwargs):
+            seen["collectives"].append(_name)
+            return _original(*args, **kwargs)
+
+        patch(dist, name, noting)
+    try:
+        yield seen
+    finally:
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)
+
+
+def load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location("lab06_student", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return getattr(mod, name)
+
+
+def body(ctx, a):
+    import torch
+    import torch.distributed as dist
+
+    fn = load(a.file, a.name)
+    rows = []
+    for numel in [int(s) for s in a.numels.split(",") if s]:
+        ctx.step(f"ring_all_reduce of {numel} elements")
+        g = torch.Generator().manual_seed(1234 + 97 * ctx.rank + numel)
+        x = torch.randn(numel, generator=g).to(ctx.device)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        with watch_communication() as seen:
+            out = fn(x.clone(), ctx.rank, ctx.world_size)
+        row = {"numel": numel, "bytes_sent": seen["bytes_sent"], "sends": seen["sends"],
+               "collectives": seen["collectives"], "returned": type(out).__name__}
+        if isinstance(out, torch.Tensor) and out.shape == ref.shape:
+            err = float((out.to(ref.dtype) - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+            row.update(max_rel_error=err, shape_ok=True)
+        else:
+            row.update(max_rel_error=None, shape_ok=False,
+                       shape=list(out.shape) if isinstance(out, torch.Tensor) else None)
+        rows.append(row)
+    return {"rank": ctx.rank, "world_size": ctx.world_size, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> None:
+    from perflab.dist.workers.runtime import run
+
+    p = argparse.ArgumentParser(prog="perflab.dist.workers.lab06_ring")
+    p.add_argument("--file", required=True, help="a .py file that defines the function")
+    p.add_argument("--name", default="ring_all_reduce")
+    p.add_argument("--numels", default="4096,1000")
+    a = p.parse_args(argv)
+    run(lambda ctx: body(ctx, a))
+
+
+if __name__ == "__main__":
+    main()

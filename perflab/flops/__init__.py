@@ -1,0 +1,17 @@
+"""Lessons 01 (FLOPs, MACs, FLOP/s) and 02 (MFU vs HFU): counting work and dividing by a peak.
+
+- `counting`: FLOPs of layers by hand, and torch's counter to check them
+- `counter`: a FLOP counter that does not miss attention, per module and phase
+- `transformer`: a decoder's FLOPs under every published convention, and an exact count
+- `mfu`: MFU/HFU, the peaks they divide by, published runs (`data/published_runs.json`)
+- `step`: a training step's MFU/HFU measured, gradient accumulation, the GC straggler
+- `plots`: lesson 02's figures and panels
+- `lab01`, `lab02`: the labs' checks
+
+`mfu.matmul_ceiling` reads the measured matmul ceiling of `perflab.gemm.mamf` (lesson 04's search).
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("counting", "counter", "transformer", "mfu", "step", "plots", "lab01", "lab02")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

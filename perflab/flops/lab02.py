@@ -1,0 +1,152 @@
+"""Checks for lab 02 (MFU of a step you measure). Each raises `LabCheckError` on a wrong answer and
+says kindly when a function is still a stub.
+
+Published cases the checks use (see perflab/flops/data/published_runs.json for sources): PaLM 540B
+(238.3K tokens/s, 6144 TPU v4 at 275 TFLOP/s, MFU 46.2%), MT-NLG 530B as PaLM computes it (30.2%),
+and Megatron-LM's 175B benchmark (Korthikanti et al. 2022 Table 5: 13.75 s per iteration, 51.4%).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from perflab.core.errors import PerflabError
+from perflab.core.grading import LabCheckError, grade, record
+
+
+def _palm_case(run_id: str) -> dict[str, Any]:
+    from perflab.flops.mfu import published_runs
+
+    return next(r for r in published_runs() if r["id"] == run_id)
+
+
+def check_palm_flops(student) -> bool:
+    """`student(n_params, layers, heads, head_dim, seq)` → PaLM's model FLOPs per token, 6N + 12·L·H·Q·T."""
+    from perflab.flops.transformer import palm_flops_per_token, palm_params
+    from perflab.workload.models import preset
+
+    cases = []
+    for rid in ("palm-540b", "mt-nlg-530b-palm"):
+        x = _palm_case(rid)["inputs"]
+        args = dict(n_params=x["n_params"], layers=x["layers"], heads=x["heads"], head_dim=x["head_dim"], seq=x["seq"])
+        cases.append((args, palm_flops_per_token(**args)))
+    cfg = preset("tiny-llama")
+    args = dict(n_params=palm_params(cfg), layers=cfg.layers, heads=cfg.heads, head_dim=cfg.d_head, seq=cfg.seq_len)
+    cases.append((args, palm_flops_per_token(**args)))
+    return grade("PaLM FLOPs per token", student, cases, rtol=1e-9,
+                 hint="6 FLOPs per parameter per token, plus the attention term 12 × layers × heads × head size × sequence length")
+
+
+def check_mfu(student) -> bool:
+    """`student(tokens_per_s, flops_per_token, n_devices, peak_tflops)` → MFU as a fraction (0.462, not 46.2).
+
+    Graded on PaLM 540B and MT-NLG 530B (PaLM §4.1) and Megatron's 175B run (Korthikanti et al. Table 5),
+    each against perflab's value and the published figure."""
+    from perflab.flops.mfu import mfu, printed
+    from perflab.flops.transformer import korthikanti_eq7, palm_flops_per_token
+
+    cases, published = [], []
+    for rid in ("palm-540b", "mt-nlg-530b-palm"):
+        run = _palm_case(rid)
+        x = run["inputs"]
+        f = palm_flops_per_token(x["n_params"], x["layers"], x["heads"], x["head_dim"], x["seq"])
+        args = dict(tokens_per_s=x["tokens_per_s"], flops_per_token=f, n_devices=x["devices"], peak_tflops=x["peak_tflops"])
+        cases.append((args, mfu(x["tokens_per_s"], f, x["peak_tflops"], x["devices"])))
+        published.append((args, run["published"]["mfu"], "truncate"))
+    k = _palm_case("korthikanti-175b")["inputs"]
+    tokens = k["batch"] * k["seq"]
+    f = korthikanti_eq7(k["batch"], k["seq"], k["layers"], k["hidden"], k["vocab"]) / tokens
+    args = dict(tokens_per_s=tokens / k["iteration_s"], flops_per_token=f, n_devices=k["devices"], peak_tflops=k["peak_tflops"])
+    cases.append((args, mfu(args["tokens_per_s"], f, k["peak_tflops"], k["devices"])))
+    published.append((args, 0.514, "round"))
+    ok = grade("MFU from throughput", student, cases, rtol=1e-6,
+               hint="achieved FLOP/s = tokens/s × FLOPs per token; divide by n_devices × peak TFLOP/s × 1e12; return a fraction")
+    if ok:
+        for args, pub, how in published:
+            got = student(**args)
+            if printed(got, 3, how) != pub:
+                raise LabCheckError(f"MFU from throughput: {args} gives {got:.4f}, the paper prints {pub}")
+        print("  … and it reproduces PaLM's 46.2%, MT-NLG's 30.2% and Megatron 175B's 51.4%")
+    return ok
+
+
+def check_tokens_per_second(student, model: str = "tiny-gpt", batch: int = 4, seq: int = 64, steps: int = 3,
+                            device=None, tolerance: float = 3.0) -> bool:
+    """`student(model, batch, seq, steps, device)` → tokens/s of full training steps (forward, backward,
+    optimizer) that the learner timed. Graded against perflab's own measurement of the same step: at
+    most 2× perflab's fastest step (a forward-only timing, or a GPU timing without synchronisation,
+    comes out several times faster) and at least 1/`tolerance` of its typical one."""
+    from perflab.flops.step import measure_step
+    from perflab.workload.models import preset
+
+    name = "tokens/s of a training step"
+    try:
+        got = student(model=model, batch=batch, seq=seq, steps=steps, device=device)
+    except NotImplementedError:
+        record(name, False)
+        print(f"… {name}: not done yet — fill in the function and run this cell again.")
+        return False
+    if got is None or not isinstance(got, (int, float)) or not math.isfinite(got) or got <= 0:
+        raise LabCheckError(f"{name}: expected a positive number of tokens per second, got {got!r}")
+    # Timings on a shared machine are noisy, and noise only ever slows a step down. So the learner's
+    # number may not exceed perflab's *best* step by much (that would mean work was skipped), and may
+    # not fall below perflab's typical step by more than `tolerance`. Both are measured again when
+    # the comparison fails, up to four times.
+    best = 0.0
+    ratios = []
+    for attempt in range(4):
+        if attempt:
+            got = student(model=model, batch=batch, seq=seq, steps=steps, device=device)
+        ref = measure_step(preset(model), batch=batch, seq=seq, steps=max(steps, 4), warmup=1, device=device,
+                           ceiling=False, verify=False)
+        best = max(best, ref.tokens_per_step / min(ref.step_times_s))
+        ratios.append(got / ref.tokens_per_s)
+        if got <= 2 * best and ratios[-1] >= 1 / tolerance:
+            record(name, True)
+            print(f"✓ {name}: {got:,.0f} tokens/s, perflab measured {ref.tokens_per_s:,.0f} (median step; best {best:,.0f})")
+            return True
+    too_fast = got > 2 * best
+    hint = ("much faster than perflab's fastest step: did you time the backward and the optimizer step, and wait "
+            "for the GPU (torch.cuda.synchronize()) before reading the clock?" if too_fast else
+            "much slower than perflab: did you leave the first (warm-up) step out of the timing, and count tokens as batch × seq per step?")
+    raise LabCheckError(f"{name}: ratios to perflab's measurement {', '.join(f'{r:.2f}' for r in ratios)}; {hint}")
+
+
+def check_step_mfu(value, *, tokens_per_s: float, model: str, seq: int, peak_tflops: float,
+                   kind: str = "mfu", checkpointing: bool = False) -> bool:
+    """The learner's MFU (kind='mfu') or HFU (kind='hfu') of their own step, from their tokens/s.
+
+    MFU must use model FLOPs (forward + backward, perflab's exact count); HFU the hardware FLOPs of
+    the step they ran (recompute included)."""
+    from perflab.flops.transformer import exact_flops
+    from perflab.workload.models import preset
+
+    name = f"{kind.upper()} of your step"
+    if value is None or value is Ellipsis:
+        record(name, False)
+        print(f"… {name}: not done yet — compute it and run this cell again.")
+        return False
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise LabCheckError(f"{name}: expected a number (a fraction such as 0.05), got {value!r}") from None
+    try:
+        ex = exact_flops(preset(model), 1, seq, checkpointing=checkpointing)
+    except PerflabError as e:
+        raise LabCheckError(f"{name}: {e}") from None
+    model_f, hw_f = ex.model / seq, ex.hardware / seq
+    want = tokens_per_s * (model_f if kind == "mfu" else hw_f) / (peak_tflops * 1e12)
+    if math.isclose(v, want, rel_tol=1e-3):
+        record(name, True)
+        print(f"✓ {name}: {v:.2%}")
+        return True
+    other = tokens_per_s * (hw_f if kind == "mfu" else model_f) / (peak_tflops * 1e12)
+    if math.isclose(v, 100 * want, rel_tol=1e-3):
+        hint = "return a fraction, not a percentage"
+    elif math.isclose(v, other, rel_tol=1e-3):
+        hint = ("that is the HFU: MFU counts model FLOPs only (no recomputation)" if kind == "mfu" else
+                "that is the MFU: HFU counts the recomputed FLOPs too (exact_flops(...).hardware)")
+    else:
+        hint = f"expected {want:.4g} from tokens/s × FLOPs per token / (peak × 1e12)"
+    raise LabCheckError(f"{name}: you computed {v:.4g}; {hint}")

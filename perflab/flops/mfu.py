@@ -1,0 +1,345 @@
+"""Model and hardware FLOPs utilization (MFU, HFU), the peaks they divide by, and published runs.
+
+    MFU = tokens/s × model FLOPs per token    / (devices × peak FLOP/s)
+    HFU = tokens/s × hardware FLOPs per token / (devices × peak FLOP/s)
+
+Model FLOPs are what the model mathematically needs for a forward and a backward pass; hardware
+FLOPs add whatever the implementation computes again (activation checkpointing, a fused attention
+kernel's recomputed scores). Definitions: Chowdhery et al. 2022 (PaLM) §4.1 and Korthikanti et al.
+2022 §6.3. Which FLOPs per token to use is `perflab.flops.transformer`' business; this module does
+the division, finds the peak, and measures the device's own matmul ceiling.
+
+Two denominators, always side by side in this course:
+* the **spec peak** (datasheet, dense; a CPU gets an estimate from cores × clock × FLOPs/cycle),
+* the **measured ceiling**: the fastest large square matmul this device actually runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.core.validate import positive_number
+
+
+def achieved_tflops(tokens_per_s: float, flops_per_token: float, devices: int = 1) -> float:
+    """TFLOP/s per device: tokens/s × FLOPs per token / devices / 1e12."""
+    return positive_number("tokens_per_s", tokens_per_s) * positive_number("flops_per_token", flops_per_token) / _devices(devices) / 1e12
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops: float, devices: int = 1) -> float:
+    """Utilization as a fraction (0.462 = 46.2%): achieved FLOP/s over devices × peak.
+
+    Pass model FLOPs per token for MFU, hardware FLOPs per token for HFU.
+    """
+    return achieved_tflops(tokens_per_s, flops_per_token, devices) / positive_number("peak_tflops", peak_tflops)
+
+
+hfu = mfu  # the same division; the difference is which FLOPs per token you pass
+
+
+def _devices(devices) -> int:
+    from perflab.core.validate import positive_int
+
+    return positive_int("devices", devices)
+
+
+def resolve_peak(peak_tflops: float | None = None, accelerator: str | None = None, dtype: str = "bf16") -> tuple[float, str]:
+    """(peak TFLOP/s per device, where it came from) from a number or an accelerator name/id.
+
+    An accelerator perflab does not know, or a dtype it has no dense mode for, is an error that
+    says so: never another chip's peak.
+    """
+    if peak_tflops is not None:
+        return positive_number("peak_tflops", peak_tflops), "given"
+    if not accelerator:
+        raise InputError("give a peak (--peak TFLOP/s) or an accelerator name (--accelerator h100-sxm)")
+    from perflab.core.hardware import accelerators, lookup
+
+    spec = lookup(accelerator)
+    if spec is None:
+        known = ", ".join(a.id for a in accelerators())
+        raise InputError(f"unknown accelerator {accelerator!r}: give --peak in TFLOP/s, or one of {known}")
+    p = spec.peak(dtype)
+    if p is None:
+        raise InputError(f"{spec.name} has no dense {dtype} mode in perflab's table: choose another --dtype or give --peak")
+    return float(p), f"{spec.name} {dtype} dense ({spec.sources.get('peak_tflops', 'datasheet')})"
+
+
+@dataclass
+class Utilization:
+    tokens_per_s: float
+    flops_per_token: float  # model FLOPs
+    devices: int
+    peak_tflops: float
+    peak_source: str
+    achieved_tflops: float  # model TFLOP/s per device
+    mfu: float
+    hardware_flops_per_token: float | None = None
+    achieved_hardware_tflops: float | None = None
+    hfu: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def utilization(tokens_per_s: float, flops_per_token: float, *, devices: int = 1, peak_tflops: float | None = None,
+                accelerator: str | None = None, dtype: str = "bf16",
+                hardware_flops_per_token: float | None = None) -> Utilization:
+    """MFU (and HFU when hardware FLOPs per token are given) of a run."""
+    peak, source = resolve_peak(peak_tflops, accelerator, dtype)
+    n = _devices(devices)
+    ach = achieved_tflops(tokens_per_s, flops_per_token, n)
+    u = Utilization(float(tokens_per_s), float(flops_per_token), n, peak, source, ach, ach / peak)
+    if hardware_flops_per_token is not None:
+        hw = achieved_tflops(tokens_per_s, hardware_flops_per_token, n)
+        u.hardware_flops_per_token, u.achieved_hardware_tflops, u.hfu = float(hardware_flops_per_token), hw, hw / peak
+    return u
+
+
+def implied_recompute_fraction(mfu_value: float, hfu_value: float) -> float:
+    """Share of one forward pass that must have been recomputed for a run with this MFU to have this
+    HFU, assuming model FLOPs = 3 forwards (forward + a backward of twice the forward):
+    hardware/model = 1 + f/3, so f = 3·(HFU/MFU − 1)."""
+    return 3 * (positive_number("hfu", hfu_value) / positive_number("mfu", mfu_value) - 1)
+
+
+# ---------------------------------------------------------------- the device's measured ceiling
+
+
+@dataclass
+class Ceiling:
+    tflops: float
+    label: str
+    source: str  # 'mamf' or 'matmul'
+    size: int | None = None
+
+
+_CEILINGS: dict[tuple[str, str, int], Ceiling] = {}
+
+
+def matmul_ceiling(device=None, dtype: str = "fp32", size: int | None = None) -> Ceiling:
+    """The device's measured matmul ceiling in TFLOP/s for `dtype`.
+
+    Prefers the cached maximum-achievable-matmul search of `perflab.gemm.mamf` when that module exists
+    and has a value for this device; otherwise times one large square matmul here (8192³ on a GPU,
+    2048³ on a CPU unless `size` says otherwise) and remembers it for this process.
+    """
+    import torch
+
+    from perflab.core.device import pick_device
+    from perflab.core.dtypes import parse_dtype
+
+    dev = torch.device(device) if device is not None else pick_device()
+    dt = parse_dtype(dtype).name
+    try:
+        from perflab.gemm import mamf
+
+        v = mamf.measured_ceiling(dev, dt)
+        if v:
+            return Ceiling(float(v), "measured ceiling (maximum achievable matmul FLOPs search)", "mamf")
+    except (ImportError, AttributeError):
+        pass
+    n = size or (8192 if dev.type == "cuda" else 2048)
+    key = (str(dev), dt, n)
+    if key not in _CEILINGS:
+        from perflab.core.measure import measure_matmul
+
+        r = measure_matmul(n, n, n, dt, dev, warmup_ms=50 if dev.type == "cuda" else 25,
+                           rep_ms=300 if dev.type == "cuda" else (200 if n >= 1024 else 50))
+        _CEILINGS[key] = Ceiling(r.tflops, f"measured matmul ceiling (largest square matmul measured here: {n}³ {dt})",
+                                 "matmul", n)
+    return _CEILINGS[key]
+
+
+# ---------------------------------------------------------------- published runs, recomputed
+
+
+@lru_cache(maxsize=1)
+def _published_raw() -> dict[str, Any]:
+    return json.loads(resources.files("perflab.flops").joinpath("data/published_runs.json").read_text())
+
+
+def published_runs() -> list[dict[str, Any]]:
+    """The runs in perflab/flops/data/published_runs.json (inputs, published figures, sources)."""
+    return [dict(r) for r in _published_raw()["runs"]]
+
+
+def narayanan_table1() -> list[dict[str, Any]]:
+    return [dict(r) for r in _published_raw()["narayanan_table1"]["rows"]]
+
+
+def narayanan_table1_mfu():
+    """Narayanan et al. 2021's Table 1 with each row's MFU under Korthikanti's eq. 7.
+
+    The table's achieved TFLOP/s count a full recomputation (eq. 3), so they are hardware FLOPs;
+    scaling by eq. 7 / eq. 3 (at the table's s and V) turns them into model FLOPs. The peak is the
+    A100's dense bf16 figure from perflab's spec table. Returns a DataFrame.
+    """
+    import pandas as pd
+
+    from perflab.core.hardware import by_id
+    from perflab.flops import transformer as tf
+
+    meta = _published_raw()["narayanan_table1"]
+    peak = by_id(meta["accelerator"]).peak(meta["dtype"])
+    df = pd.DataFrame(narayanan_table1())
+    s, v = meta["seq"], meta["vocab"]
+    df["eq7/eq3"] = [tf.korthikanti_eq7(1, s, r.layers, r.hidden, v) / tf.narayanan_eq3(1, s, r.layers, r.hidden, v)
+                     for r in df.itertuples()]
+    df["HFU (published %)"] = 100 * df["peak_fraction"]
+    df["MFU (eq. 7, %)"] = 100 * df["tflops_per_gpu"] / peak * df["eq7/eq3"]
+    df.attrs["peak_tflops"] = peak
+    return df
+
+
+def handbook_estimate_example() -> dict[str, Any]:
+    """The handbook's quick TFLOP/s estimate on its own BLOOM-style inputs, with HFU and MFU against
+    the A100's spec peak: {inputs, hfu_tflops, mfu_tflops, peak_tflops, hfu, mfu, source}."""
+    from perflab.core.hardware import by_id
+    from perflab.flops import transformer as tf
+
+    ex = _published_raw()["handbook_estimate"]
+    i = ex["inputs"]
+    peak = by_id(ex["accelerator"]).peak(ex["dtype"])
+    hw = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
+    model = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
+    return {"inputs": dict(i), "hfu_tflops": hw, "mfu_tflops": model, "peak_tflops": peak, "hfu": hw / peak,
+            "mfu": model / peak, "source": ex["source"]}
+
+
+def printed(value: float, decimals: int, rounding: str) -> float:
+    """`value` as a paper prints it with `decimals` decimals: rounded, or truncated."""
+    scale = 10 ** decimals
+    if rounding == "truncate":
+        return math.floor(value * scale + 1e-9) / scale
+    return round(value * scale) / scale
+
+
+@dataclass
+class Reproduction:
+    run_id: str
+    name: str
+    quantity: str
+    published: float
+    computed: float  # from the printed inputs
+    low: float  # the range the inputs' own printing allows
+    high: float
+    reproduced: bool
+    source: str
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _compute(run: dict[str, Any], quantity: str, overrides: dict[str, float] | None = None) -> float:
+    from perflab.flops import transformer as tf
+
+    x = dict(run["inputs"], **(overrides or {}))
+    conv = run["convention"]
+    if conv == "palm":
+        attn = quantity != "mfu_no_attention"
+        per_token = 6 * x["n_params"] + (12 * x["layers"] * x["heads"] * x["head_dim"] * x["seq"] if attn else 0)
+        return mfu(x["tokens_per_s"], per_token, x["peak_tflops"], x["devices"])
+    if conv == "korthikanti":
+        args = (x["batch"], x["seq"], x["layers"], x["hidden"], x["vocab"])
+        flops = tf.korthikanti_eq7(*args) if quantity == "mfu" else tf.korthikanti_eq8(*args)
+        return flops / x["iteration_s"] / (x["devices"] * x["peak_tflops"] * 1e12)
+    if conv == "narayanan_eq4":
+        return tf.narayanan_training_days(x["tokens"], x["params"], x["gpus"], x["tflops_per_gpu"])
+    raise ValueError(f"unknown convention {conv!r}")
+
+
+def reproduce(run: dict[str, Any]) -> list[Reproduction]:
+    """Recompute every published figure of `run` that its inputs determine."""
+    out = []
+    for q, pub in run["published"].items():
+        if run["convention"] == "palm" and q == "hfu":
+            continue  # not determined by the inputs (see the run's notes)
+        value = _compute(run, q)
+        lo = hi = value
+        for name, half in run.get("printed_precision", {}).items():
+            v = run["inputs"][name]
+            a, b = _compute(run, q, {name: v - half}), _compute(run, q, {name: v + half})
+            lo, hi = min(lo, a, b), max(hi, a, b)
+        d, how = run["decimals"], run["rounding"]
+        ok = printed(value, d, how) == pub or (printed(lo, d, how) <= pub <= printed(hi, d, how))
+        out.append(Reproduction(run["id"], run["name"], q, pub, value, lo, hi, ok, run["source"], run.get("notes", "")))
+    return out
+
+
+def published_frame():
+    """Every reproducible published figure: published, recomputed by perflab, and whether it matches."""
+    import pandas as pd
+
+    rows = []
+    for run in published_runs():
+        for r in reproduce(run):
+            pct = r.quantity != "days"
+            rows.append({"run": r.name, "quantity": r.quantity, "published": r.published, "perflab": r.computed,
+                         "difference": r.computed - r.published, "reproduced": r.reproduced,
+                         "unit": "fraction" if pct else "days", "source": r.source.split(":")[0]})
+        if run["convention"] == "palm" and "hfu" in run["published"]:
+            f = implied_recompute_fraction(run["published"]["mfu"], run["published"]["hfu"])
+            rows.append({"run": run["name"], "quantity": "hfu (implied recompute share of a forward)",
+                         "published": run["published"]["hfu"], "perflab": f, "difference": float("nan"),
+                         "reproduced": None, "unit": "share of forward", "source": run["source"].split(":")[0]})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- are two MFU numbers comparable?
+
+CHECKLIST = (
+    ("flops", "How were the FLOPs counted?", "formula (6N, 6N + 12LHQT, Megatron eq. 3/7/8, a counter); attention in or out; embedding/logits in or out"),
+    ("recompute", "Model or hardware FLOPs?", "recomputation counted (HFU) or not (MFU); full vs selective checkpointing"),
+    ("time", "What does the time include?", "steady-state step vs whole-run average; data loading, logging, evaluation, checkpoint saves"),
+    ("peak", "Which peak?", "which chip and dtype; dense or 2:4-sparse datasheet figure; spec sheet vs measured ceiling"),
+    ("precision", "Which precision?", "bf16/fp8 matmuls with fp32 parts counted at the fast rate"),
+    ("scale", "Same scale and cluster?", "number of devices, data parallelism (gradient all-reduce), network, storage"),
+)
+
+
+def comparability(run_a: dict[str, Any], run_b: dict[str, Any]):
+    """A checklist DataFrame: for each question, what each run says and whether they match.
+
+    Runs are dicts with any of the keys 'flops', 'recompute', 'time', 'peak', 'precision',
+    'scale' (strings); a missing key is 'unknown', and unknown never counts as comparable.
+    """
+    import pandas as pd
+
+    rows = []
+    for key, question, what in CHECKLIST:
+        a, b = run_a.get(key), run_b.get(key)
+        verdict = "unknown" if a is None or b is None else ("same" if str(a).strip().lower() == str(b).strip().lower() else "differs")
+        rows.append({"question": question, "look at": what, run_a.get("name", "run A"): a or "unknown",
+                     run_b.get("name", "run B"): b or "unknown", "verdict": verdict})
+    return pd.DataFrame(rows).set_index("question")
+
+
+def run_description(run_id: str) -> dict[str, str]:
+    """The checklist answers perflab/flops/data/published_runs.json holds for a published run."""
+    for r in published_runs():
+        if r["id"] == run_id:
+            if "describe" not in r:
+                raise InputError(f"no checklist description for {run_id!r}")
+            return dict(r["describe"])
+    raise InputError(f"unknown run {run_id!r}: use one of {', '.join(r['id'] for r in published_runs())}")
+
+
+def describe_report(report, name: str = "this step") -> dict[str, str]:
+    """Checklist answers for a step measured with `perflab.flops.step.measure_step`."""
+    peak = (f"{report.peak_tflops:.3g} TFLOP/s {report.dtype} ({report.peak_source})" if report.peak_tflops
+            else "peak unknown") + (f"; ceiling {report.ceiling_tflops:.3g} TFLOP/s measured" if report.ceiling_tflops else "")
+    return {
+        "name": name,
+        "flops": "exact per-component count (perflab), matmul-class, dense attention, logits",
+        "recompute": "MFU: no recompute counted; HFU includes it",
+        "time": f"median wall-clock step ({report.steps} steps) incl. optimizer, excl. data loading",
+        "peak": peak,
+        "precision": f"{report.dtype} matmuls",
+        "scale": f"1 device ({report.device_name})",
+    }

@@ -1,0 +1,141 @@
+"""Attention heads: how the head size h/a changes the speed of scaled-dot-product attention.
+
+For a fixed hidden size h, choosing a heads gives head size d = h/a. Attention's two batched
+matmuls, S = Q·Kᵀ (s×d by d×s) and O = P·V (s×s by s×d), have d as their reduction or output
+dimension, so d decides how well the kernels' tiles fit: kernels are built for a few head sizes
+and pad the rest, and a small d means little work per byte. Anthony et al. ("The Case for
+Co-Designing Model Architectures with Hardware", arXiv:2401.14489) found that the largest h/a,
+and h/a a multiple of 64, run fastest; GPT-3 2.7B's h/a = 80 is one of their slow examples.
+
+FLOPs of the forward pass (non-causal): 2 · b·a·s²·d for Q·Kᵀ plus the same for P·V,
+so 4·b·a·s²·d = 4·b·s²·h — the same for every split of h, which is why TFLOP/s compares them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.core.validate import positive_int
+
+
+def sdpa_flops(b: int, a: int, s: int, d: int, causal: bool = False) -> int:
+    """Forward FLOPs of attention's two matmuls: 4·b·a·s²·d (half of it with a causal mask)."""
+    f = 4 * positive_int("b", b) * positive_int("a", a) * positive_int("s", s) ** 2 * positive_int("d", d)
+    return f // 2 if causal else f
+
+
+def head_splits(h: int, min_d: int = 16, max_d: int = 256) -> list[tuple[int, int]]:
+    """Every (a, d) with a·d = h and min_d ≤ d ≤ max_d, by head size: h = 2560 → (160, 16), ..., (32, 80), ..."""
+    h = positive_int("h", h)
+    out = [(h // d, d) for d in range(positive_int("min_d", min_d), positive_int("max_d", max_d) + 1) if h % d == 0]
+    if not out:
+        raise InputError(f"h={h} has no head size between {min_d} and {max_d}: choose an h with more divisors (e.g. 2560)")
+    return out
+
+
+def padded_efficiency(d: int, pad: int = 32) -> float:
+    """Model: a kernel that pads the head size up to a multiple of `pad` does useful work d / ⌈d/pad⌉·pad."""
+    d, pad = positive_int("d", d), positive_int("pad", pad)
+    return d / (math.ceil(d / pad) * pad)
+
+
+def predicted_head_utilization(b: int, a: int, s: int, d: int, *, sms: int, tile=(128, 128), pad: int = 32,
+                               blocks_per_sm: int = 1) -> dict[str, float]:
+    """The tile/wave model of Q·Kᵀ as b·a independent s×s outputs, times the head-size padding.
+
+    tiles = b·a·⌈s/tile_m⌉·⌈s/tile_n⌉ spread over `sms`; utilization = padding efficiency of d ×
+    tile utilization × wave utilization. A model of where steps fall, not of a specific kernel.
+    """
+    from perflab.gemm.shapes import ceil_div, parse_tile
+
+    tm, tn = parse_tile(tile)
+    per = ceil_div(s, tm) * ceil_div(s, tn)
+    tiles = positive_int("b", b) * positive_int("a", a) * per
+    wave = positive_int("sms", sms) * positive_int("blocks_per_sm", blocks_per_sm)
+    waves = ceil_div(tiles, wave)
+    tile_u = s * s / (per * tm * tn)
+    wave_u = tiles / (waves * wave)
+    pad_u = padded_efficiency(d, pad)
+    return {"tiles": tiles, "waves": waves, "tile_utilization": tile_u, "wave_utilization": wave_u,
+            "pad_utilization": pad_u, "utilization": tile_u * wave_u * pad_u}
+
+
+def _reference_attention(q, k, v, causal: bool):
+    import torch
+
+    qd, kd, vd = (t.to(torch.float64) for t in (q, k, v))
+    scores = qd @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:  # query i (counted from 0) sees keys 0..i
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ vd
+
+
+def measure_sdpa(b: int, a: int, s: int, d: int, dtype: str = "bf16", device=None, *, causal: bool = False,
+                 warmup_ms: float = 25, rep_ms: float = 100) -> dict[str, Any]:
+    """Time torch's scaled_dot_product_attention forward on (b, a, s, d) inputs; check it first.
+
+    Returns seconds, TFLOP/s (of the two matmuls, `sdpa_flops`) and the relative error of the first
+    head's output against a float64 softmax(QKᵀ/√d)·V.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from perflab.core import validate
+    from perflab.core.device import free_memory_bytes, pick_device
+    from perflab.core.dtypes import check_supported
+    from perflab.core.measure import tf32_mode
+    from perflab.core.timing import bench, check_close, default_tolerance
+
+    dev = torch.device(device) if device is not None else pick_device()
+    b, a, s, d = (positive_int(n, v) for n, v in (("b", b), ("a", a), ("s", s), ("d", d)))
+    dt = check_supported(dtype, dev)
+    if dt.name == "fp8":
+        raise InputError("attention is measured in bf16, fp16, tf32 or fp32")
+    # q, k, v, output, and (for the math path on a CPU) the s×s scores of every head
+    need = dt.itemsize * 4 * b * a * s * d + (4 * b * a * s * s if dev.type != "cuda" else 0)
+    validate.fits_in_memory(f"attention with b={b}, a={a}, s={s}, d={d}", need, free_memory_bytes(dev))
+    g = torch.Generator(device=dev).manual_seed(0)
+    q, k, v = (torch.randn(b, a, s, d, device=dev, dtype=dt.torch_dtype, generator=g) for _ in range(3))
+    ctx = tf32_mode(dt.name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()
+    with ctx:
+        def fn():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        out = fn()
+        rows = min(s, 64)
+        ref = _reference_attention(q[:1, :1, :rows], k[:1, :1], v[:1, :1], causal)
+        tol = 5e-3 if dt.name == "tf32" else default_tolerance(dt.torch_dtype)
+        rel = check_close(out[:1, :1, :rows], ref, tol=tol, what="attention output").rel_error
+        r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
+                  label=f"sdpa b={b} a={a} s={s} d={d}")
+    flops = sdpa_flops(b, a, s, d, causal)
+    return {"seconds": r.median_s, "tflops": flops / r.median_s / 1e12, "flops": flops, "iqr_s": r.iqr_s,
+            "n_reps": r.n, "rel_error": rel}
+
+
+def sweep_head_size(h: int, *, b: int, s: int, dtype: str = "bf16", device=None, splits=None, causal: bool = False,
+                    min_d: int = 16, max_d: int = 256, warmup_ms: float = 10, rep_ms: float = 50,
+                    name: str | None = None, progress: bool = True):
+    """Measure attention for every split of h into a heads of size d (a resumable sweep).
+
+    Returns perflab.core.results.SweepResult; rows carry a, d, h, seconds, tflops.
+    """
+    import torch
+
+    from perflab.core.device import describe, pick_device
+    from perflab.core.dtypes import parse_dtype
+    from perflab.core.results import run_sweep
+
+    dev = torch.device(device) if device is not None else pick_device()
+    dt = parse_dtype(dtype)
+    pairs = splits if splits is not None else head_splits(h, min_d, max_d)
+    pts = [{"h": int(a) * int(d), "a": int(a), "d": int(d), "b": int(b), "s": int(s), "dtype": dt.name,
+            "causal": bool(causal)} for a, d in pairs]
+    return run_sweep(name or f"heads_h{h}_s{s}_{dt.name}", pts,
+                     lambda p: measure_sdpa(p["b"], p["a"], p["s"], p["d"], p["dtype"], dev, causal=p["causal"],
+                                            warmup_ms=warmup_ms, rep_ms=rep_ms),
+                     device_slug=describe(dev).slug, progress=progress)

@@ -1,0 +1,357 @@
+"""Maximum achievable matmul FLOP/s (MAMF): the best TFLOP/s a matmul reaches on this device.
+
+A datasheet peak is never reached; the best a real matmul reaches is the honest ceiling to
+measure a training run against (S. Bekman's mamf-finder.py, after Anthony et al., "The Case for
+Co-Designing Model Architectures with Hardware", arXiv:2401.14489). It depends on the shape, so
+it is found by searching shapes:
+
+* `strategy="grid"` measures every (m, n, k) of the ranges (brute force);
+* `strategy="refine"` (default) measures a coarse sub-grid (every 2^j-th value of each range and
+  the last), then repeatedly measures the neighbours of the best few points, halving the step
+  until it is the grid's own step and no neighbour of the best few is left unmeasured. It reaches
+  the brute-force optimum of a grid in a fraction of the points (tests/test_mamf.py checks both).
+
+Every point is timed like `triton.testing.do_bench` (perflab.core.timing.bench) with the L2 cache
+flushed before each call on a GPU, checked against float64 first, and appended to
+`<results>/<host>/<device>/mamf_<dtype>.jsonl` as soon as it is measured, so an interrupted search
+resumes where it stopped (each stage re-reads what is already there). For each point:
+mean = FLOPs / mean time, median = FLOPs / median time, max = FLOPs / fastest time; the search
+ranks by `stat` (default mean, as the published MAMF table does).
+
+When a search finishes, its best is kept per device in `<results>/<host>/<device>/mamf_ceiling.json`
+(the highest found so far per dtype); `measured_ceiling(device, dtype)` returns it (TFLOP/s) for
+other lessons to use as "the measured ceiling", or None when this device has not been searched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perflab.core.errors import InputError
+
+STATS = ("mean", "median", "max")
+STRATEGIES = ("refine", "grid")
+
+
+def parse_range(start: int, stop: int, step: int, name: str = "m") -> list[int]:
+    """START, START+STEP, ... up to and including STOP; sizes below 1 are skipped (so `0 4096 256`,
+    as mamf-finder.py users write it, means 256, 512, ..., 4096)."""
+    from perflab.gemm.shapes import fine_values
+
+    return fine_values(start, stop, step, name=f"--{name}-range")
+
+
+# ---------------------------------------------------------------- measuring one point
+
+def _operands(m: int, n: int, k: int, dt, dev, seed: int = 0):
+    import torch
+
+    from perflab.core.measure import make_matmul
+
+    if dt.name == "fp8":
+        return make_matmul(m, n, k, dt, dev, seed=seed)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    a = torch.randn(m, k, device=dev, dtype=dt.torch_dtype, generator=g)
+    b = torch.randn(k, n, device=dev, dtype=dt.torch_dtype, generator=g)
+    return (lambda: a @ b), a, b
+
+
+def _check(fn, a, b, dt, rows: int = 32, cols: int = 32) -> float:
+    """Relative error of a corner of fn()'s product against float64 (computed on the device)."""
+    import torch
+
+    from perflab.core.measure import check_matmul
+    from perflab.core.timing import check_close, default_tolerance
+
+    if dt.name == "fp8":
+        return check_matmul(fn, a, b, dt)
+    out = fn()
+    r, c = min(rows, a.shape[0]), min(cols, b.shape[1])
+    ref = a[:r].to(torch.float64) @ b[:, :c].to(torch.float64)
+    tol = 5e-3 if dt.name == "tf32" else default_tolerance(dt.torch_dtype)
+    return check_close(out[:r, :c], ref, tol=tol, what=f"{dt.name} matmul").rel_error
+
+
+def measure_point(m: int, n: int, k: int, dtype: str = "bf16", device=None, *, flush_l2: bool | None = None,
+                  warmup_ms: float = 20, rep_ms: float = 60, check: bool = True) -> dict[str, Any]:
+    """Time one m×k by k×n matmul and return its mean/median/max TFLOP/s (see the module docstring)."""
+    import statistics
+
+    import torch
+
+    from perflab.core.device import pick_device
+    from perflab.core.measure import tf32_mode, validate_matmul
+    from perflab.core.timing import bench
+
+    dev = torch.device(device) if device is not None else pick_device()
+    m, n, k, dt = validate_matmul(m, n, k, dtype, dev)
+    ctx = tf32_mode(dt.name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()
+    with ctx:
+        fn, a, b = _operands(m, n, k, dt, dev)
+        rel = _check(fn, a, b, dt) if check else float("nan")
+        r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=flush_l2,
+                  label=f"mamf {m}×{n}×{k} {dt.name}")
+    flops = 2 * m * n * k
+    mean_s = statistics.fmean(r.times_s)
+    return {"mean_tflops": flops / mean_s / 1e12, "median_tflops": flops / r.median_s / 1e12,
+            "max_tflops": flops / r.min_s / 1e12, "median_s": r.median_s, "n_reps": r.n, "rel_error": rel,
+            "flushed_l2": r.flushed_l2}
+
+
+# ---------------------------------------------------------------- the search
+
+@dataclass
+class MamfResult:
+    """What a search found. TFLOP/s everywhere; `best` is None when no point could be measured."""
+
+    best: dict[str, Any] | None
+    dtype: str
+    stat: str
+    strategy: str
+    grid_points: int
+    evaluated: int  # points of the grid this search looked at (measured now or read back)
+    measured: int  # of those, measured in this run
+    elapsed_s: float
+    interrupted: bool
+    path: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    device_name: str = ""
+    ceiling_path: Path | None = None
+
+    @property
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    @property
+    def fraction(self) -> float:
+        """Evaluated points / grid points."""
+        return self.evaluated / self.grid_points if self.grid_points else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "stat": self.stat, "strategy": self.strategy, "device": self.device_name,
+                "best": self.best, "grid_points": self.grid_points, "evaluated": self.evaluated,
+                "measured": self.measured, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted,
+                "results_file": str(self.path), "ceiling_file": str(self.ceiling_path) if self.ceiling_path else None}
+
+
+def _coarse_axis(length: int, points: int) -> tuple[list[int], int]:
+    """Indices of a coarse pass over an axis of `length` values, and its stride (a power of two)."""
+    if length <= points:
+        return list(range(length)), 1
+    stride = 2 ** math.ceil(math.log2((length - 1) / (points - 1)))
+    idx = list(range(0, length, stride))
+    if idx[-1] != length - 1:
+        idx.append(length - 1)
+    return idx, stride
+
+
+def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[int], *, dtype: str = "bf16",
+           device=None, strategy: str = "refine", stat: str = "mean", flush_l2: bool | None = None,
+           warmup_ms: float = 20, rep_ms: float = 60, top: int = 3, coarse_points: int = 3, plane_limit: int = 1024,
+           measure: Callable[[dict[str, Any]], dict[str, Any]] | None = None, path: Path | str | None = None,
+           name: str | None = None, progress: bool = True, save_ceiling: bool = True) -> MamfResult:
+    """Find the (m, n, k) of the grid m_values × n_values × k_values with the highest TFLOP/s.
+
+    measure(params) -> {'mean_tflops', 'median_tflops', 'max_tflops', ...} replaces the real
+    measurement (tests use a model landscape). path/name choose the results file (default
+    <results>/<host>/<device>/mamf_<dtype>.jsonl).
+    """
+    import torch
+
+    from perflab.core.device import describe, pick_device
+    from perflab.core.dtypes import check_supported, parse_dtype
+    from perflab.core.results import run_sweep, sweep_path
+    from perflab.core.validate import positive_int
+
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown search {strategy!r}: use {' or '.join(STRATEGIES)}")
+    if stat not in STATS:
+        raise InputError(f"unknown statistic {stat!r}: use mean, median or max")
+    axes = [sorted({positive_int(nm, v) for v in vals}) for nm, vals in (("m", m_values), ("n", n_values), ("k", k_values))]
+    if any(not a for a in axes):
+        raise InputError("every range needs at least one size")
+    top = positive_int("top", top)
+    coarse_points = max(2, positive_int("coarse points", coarse_points))
+    dt = parse_dtype(dtype)
+    dev = torch.device(device) if device is not None else pick_device()
+    info = describe(dev)
+    measure_fn = measure
+    if measure_fn is None:
+        check_supported(dt, dev)
+        from perflab.core.measure import validate_matmul
+
+        validate_matmul(axes[0][-1], axes[1][-1], axes[2][-1], dt, dev)  # the largest point must fit
+        flush = (dev.type == "cuda") if flush_l2 is None else bool(flush_l2)
+
+        def measure_fn(p):
+            return measure_point(p["m"], p["n"], p["k"], p["dtype"], dev, flush_l2=flush, warmup_ms=warmup_ms,
+                                 rep_ms=rep_ms)
+    else:
+        flush = bool(flush_l2)
+    file = Path(path) if path is not None else sweep_path(name or f"mamf_{dt.name}", info.slug)
+    key = f"{stat}_tflops"
+    scores: dict[tuple[int, int, int], float] = {}
+    rows: dict[tuple[int, int, int], dict[str, Any]] = {}
+    state = {"measured": 0, "interrupted": False}
+    t0 = time.perf_counter()
+
+    def evaluate(indices, stage: str) -> None:
+        todo = [i for i in dict.fromkeys(indices) if i not in scores]
+        if not todo or state["interrupted"]:
+            return
+        pts = [{"m": axes[0][i], "n": axes[1][j], "k": axes[2][kk], "dtype": dt.name, "flush_l2": flush} for i, j, kk in todo]
+        res = run_sweep(file.stem, pts, measure_fn, path=file, progress=progress and len(pts) > 3)
+        state["measured"] += res.measured
+        state["interrupted"] = state["interrupted"] or res.interrupted
+        by_key = {(r["params"]["m"], r["params"]["n"], r["params"]["k"]): r for r in res.rows}
+        for idx in todo:
+            shape = (axes[0][idx[0]], axes[1][idx[1]], axes[2][idx[2]])
+            r = by_key.get(shape)
+            if r is None:  # not reached (interrupted)
+                continue
+            ok = r.get("status") == "ok" and r.get(key) is not None
+            scores[idx] = float(r[key]) if ok else -math.inf
+            rows[idx] = {"m": shape[0], "n": shape[1], "k": shape[2], "stage": stage, "status": r.get("status"),
+                         **{s: r.get(f"{s}_tflops") for s in STATS}, "reason": r.get("reason")}
+
+    def ranked():
+        return sorted(scores, key=lambda i: (-scores[i], i))
+
+    def climb(strides, stage: str) -> None:
+        """Measure the unmeasured neighbours (±stride on every axis) of the best few, until none is left."""
+        while not state["interrupted"]:
+            cand = []
+            for c in ranked()[:top]:
+                for d in itertools.product(*([-s, 0, s] for s in strides)):
+                    idx = tuple(c[a] + d[a] for a in range(3))
+                    if all(0 <= idx[a] < len(axes[a]) for a in range(3)) and idx not in scores:
+                        cand.append(idx)
+            if not cand:
+                return
+            evaluate(cand, stage)
+
+    if strategy == "grid":
+        evaluate(itertools.product(*(range(len(a)) for a in axes)), "grid")
+    else:
+        coarse = [_coarse_axis(len(a), coarse_points) for a in axes]
+        evaluate(itertools.product(*(c[0] for c in coarse)), "coarse")
+        strides = [c[1] for c in coarse]
+        while not state["interrupted"]:
+            climb(strides, f"refine step {'×'.join(map(str, strides))}")
+            if all(s == 1 for s in strides):
+                break
+            strides = [max(1, s // 2) for s in strides]
+        # wave quantization makes throughput jagged along each axis: scan whole lines through the
+        # best few points (coordinate search), then polish their ±1 neighbourhoods, until stable
+        for _ in range(100):
+            if state["interrupted"]:
+                break
+            before = ranked()[:top]
+            for c in before:
+                line = []
+                for a in range(3):
+                    for v in range(len(axes[a])):
+                        idx = list(c)
+                        idx[a] = v
+                        line.append(tuple(idx))
+                evaluate(line, "line scan")
+            climb([1, 1, 1], "polish")
+            if ranked()[:top] == before:
+                break
+        # tiles and waves are set by m and n together: when the m×n plane is small enough, scan the
+        # whole plane at the best k, then polish again
+        if not state["interrupted"] and scores and len(axes[0]) * len(axes[1]) <= plane_limit:
+            kb = ranked()[0][2]
+            evaluate(((i, j, kb) for i in range(len(axes[0])) for j in range(len(axes[1]))), "m×n plane")
+            climb([1, 1, 1], "polish")
+    elapsed = time.perf_counter() - t0
+    best = None
+    finite = [i for i in ranked() if math.isfinite(scores[i])]
+    if finite:
+        b = rows[finite[0]]
+        best = {"m": b["m"], "n": b["n"], "k": b["k"], "tflops": scores[finite[0]], "stat": stat,
+                "mean": b["mean"], "median": b["median"], "max": b["max"]}
+    grid_points = math.prod(len(a) for a in axes)
+    result = MamfResult(best, dt.name, stat, strategy, grid_points, len(scores), state["measured"], elapsed,
+                        state["interrupted"], file, list(rows.values()), info.name)  # in the order looked at
+    if save_ceiling and best is not None and not state["interrupted"] and path is None:
+        result.ceiling_path = save_ceiling_record(result, info, axes)
+    return result
+
+
+# ---------------------------------------------------------------- the measured ceiling, per device
+
+def ceiling_path(device_slug: str, host: str | None = None) -> Path:
+    """<results>/<host>/<device>/mamf_ceiling.json."""
+    from perflab.core.results import sweep_path
+
+    return sweep_path("mamf_ceiling", device_slug, host).with_suffix(".json")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def save_ceiling_record(result: MamfResult, info, axes) -> Path:
+    """Keep the highest ceiling found so far for this device and dtype (and the latest search)."""
+    import torch
+
+    path = ceiling_path(info.slug)
+    doc = _read(path)
+    rec = {**result.best, "dtype": result.dtype, "strategy": result.strategy, "device": info.name,
+           "ranges": {nm: [a[0], a[-1], len(a)] for nm, a in zip("mnk", axes, strict=True)},
+           "evaluated": result.evaluated, "grid_points": result.grid_points,
+           "torch_version": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname()}
+    entry = doc.get(result.dtype, {})
+    if not entry.get("best") or rec["tflops"] >= entry["best"].get("tflops", 0):
+        entry["best"] = rec
+    entry["last"] = rec
+    doc[result.dtype] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def ceiling_record(device=None, dtype: str = "bf16") -> dict[str, Any] | None:
+    """The best MAMF search result stored for `device` (default: perflab's pick) and dtype, or None."""
+    from perflab.core.device import describe
+    from perflab.core.dtypes import parse_dtype
+
+    info = device if hasattr(device, "slug") else describe(device)
+    entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
+    return entry.get("best")
+
+
+def measured_ceiling(device=None, dtype: str = "bf16") -> float | None:
+    """The measured ceiling (TFLOP/s) for `device` and `dtype`: the best `perflab mamf` found, or None
+    when no search has been run on this device yet. `device` may be a torch device, a name
+    perflab.core.device.pick_device accepts, or a DeviceInfo."""
+    rec = ceiling_record(device, dtype)
+    return float(rec["tflops"]) if rec else None
+
+
+def default_ranges(on_gpu: bool, smoke: bool = False) -> dict[str, list[int]]:
+    """Ranges for a search when none are given: large aligned shapes on a GPU, small ones on a CPU."""
+    if smoke:
+        vals = parse_range(64, 256, 64)
+    elif on_gpu:
+        vals = parse_range(1024, 16384, 1024)
+    else:
+        vals = parse_range(256, 2048, 256)
+    return {"m": vals, "n": list(vals), "k": list(vals)}

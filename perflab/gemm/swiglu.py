@@ -1,0 +1,328 @@
+"""Choosing the width of a SwiGLU MLP: candidates near 8/3·h, timed on this device.
+
+A SwiGLU MLP (Shazeer, "GLU Variants Improve Transformer", arXiv:2002.05202) has three weight
+matrices instead of two:  out = (silu(x·W1) ⊙ (x·W3)) · W2,  W1 and W3 of h×d_ff, W2 of d_ff×h,
+so 3·h·d_ff parameters. Keeping the parameter count of a classic 4·h MLP (2·h·4h = 8h²) gives
+d_ff = 8/3·h, which is never a round number (h = 4096 → 10922.67): the GEMMs then have a
+dimension divisible only by 2 and run far below their best. The 8/3 is a suggestion, not a law:
+Llama-2-7B uses 11008 (2.6875·h) and 70B 28672 (3.5·h). So search the widths near 8/3·h.
+
+What is timed: the MLP's GEMMs for `tokens` rows (b·s of a realistic batch), forward and backward,
+as autograd runs them — 3 forward (x·W1, x·W3, a·W2) and 6 backward (for each layer the input
+gradient and the weight gradient), 9 matmuls of 2·tokens·h·d_ff FLOPs each, so 18·tokens·h·d_ff
+FLOPs per step. The SwiGLU element-wise product and the activation are left out: they are
+memory-bound, scale smoothly with d_ff, and would only blur the shape effects this measures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.core.validate import positive_int
+
+
+def eight_thirds(h: int) -> float:
+    """8/3 · h, the width that keeps a SwiGLU MLP's parameters equal to a 4·h MLP's."""
+    return 8 * positive_int("h", h) / 3
+
+
+def baseline_width(h: int) -> int:
+    """⌊8/3 · h⌋ (h = 4096 → 10922), the width a literal reading of the paper gives."""
+    return int(8 * positive_int("h", h) // 3)
+
+
+def candidate_widths(h: int, radius: int = 100, step: int = 4) -> list[int]:
+    """The baseline ⌊8/3·h⌋ and every multiple of `step` within ±radius of it, sorted.
+
+    h = 4096, radius 100, step 4: 10922 and 10824, 10828, ..., 11020 (51 widths).
+    """
+    base = baseline_width(h)
+    radius = int(radius)
+    if radius < 0:
+        raise InputError(f"radius must be ≥ 0 (got {radius})")
+    step = positive_int("step", step)
+    lo, hi = max(1, base - radius), base + radius
+    first = -(-lo // step) * step
+    return sorted({base, *range(first, hi + 1, step)})
+
+
+def mlp_params(h: int, d_ff: int) -> int:
+    """Weights of a SwiGLU MLP without biases: 3 · h · d_ff."""
+    return 3 * positive_int("h", h) * positive_int("d_ff", d_ff)
+
+
+def params_delta(h: int, d_ff: int) -> int:
+    """Parameters of width d_ff minus those at exactly 8/3·h (3·h·(8/3)h = 8h²): 3·h·d_ff − 8·h²."""
+    return mlp_params(h, d_ff) - 8 * h * h
+
+
+def mlp_flops(tokens: int, h: int, d_ff: int, backward: bool = True) -> int:
+    """GEMM FLOPs of one SwiGLU MLP step: 3 matmuls of 2·tokens·h·d_ff forward, 6 more backward."""
+    one = 2 * positive_int("tokens", tokens) * positive_int("h", h) * positive_int("d_ff", d_ff)
+    return (9 if backward else 3) * one
+
+
+def _bytes_needed(tokens: int, h: int, d_ff: int, itemsize: int) -> int:
+    # x, dy, dx, out (tokens×h); g/u/a and their grads (tokens×d_ff, ~4); three weights and their grads
+    return itemsize * (4 * tokens * h + 4 * tokens * d_ff + 6 * h * d_ff)
+
+
+def make_mlp_gemms(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=None, seed: int = 0):
+    """Operands on `device` and a function running the MLP's 9 GEMMs (forward and backward).
+
+    Returns (fn, check) where check() compares one forward GEMM with float64 and returns the
+    relative error.
+    """
+    import torch
+
+    from perflab.core import validate
+    from perflab.core.device import free_memory_bytes, pick_device
+    from perflab.core.dtypes import check_supported
+    from perflab.core.timing import check_close, default_tolerance
+
+    dev = torch.device(device) if device is not None else pick_device()
+    tokens, h, d_ff = positive_int("tokens", tokens), positive_int("h", h), positive_int("d_ff", d_ff)
+    dt = check_supported(dtype, dev)
+    if dt.name == "fp8":
+        raise InputError("the SwiGLU search runs in bf16, fp16, tf32 or fp32 (fp8 training needs scaling recipes)")
+    validate.fits_in_memory(f"a SwiGLU MLP with tokens={tokens}, h={h}, d_ff={d_ff} ({dt.name})",
+                            _bytes_needed(tokens, h, d_ff, dt.itemsize), free_memory_bytes(dev))
+    g = torch.Generator(device=dev).manual_seed(seed)
+    td = dt.torch_dtype
+
+    def rnd(*shape, scale=1.0):
+        return torch.randn(*shape, device=dev, dtype=td, generator=g) * scale
+
+    x = rnd(tokens, h)
+    w1, w3 = rnd(h, d_ff, scale=h ** -0.5), rnd(h, d_ff, scale=h ** -0.5)
+    w2 = rnd(d_ff, h, scale=d_ff ** -0.5)
+    a = rnd(tokens, d_ff)  # stands in for silu(x·W1) ⊙ (x·W3)
+    dy = rnd(tokens, h)
+    dg = rnd(tokens, d_ff)  # stands in for the gradients reaching x·W1 and x·W3
+    du = rnd(tokens, d_ff)
+
+    def fn():
+        g_ = x @ w1  # forward: gate
+        u_ = x @ w3  # forward: up
+        y_ = a @ w2  # forward: down
+        da = dy @ w2.t()  # backward of W2: input gradient
+        dw2 = a.t() @ dy  # backward of W2: weight gradient
+        dx = dg @ w1.t() + du @ w3.t()  # backward of W1, W3: input gradients
+        dw1 = x.t() @ dg  # weight gradients
+        dw3 = x.t() @ du
+        return g_, u_, y_, da, dw2, dx, dw1, dw3
+
+    def check() -> float:
+        r = min(32, tokens)
+        ref = x[:r].to(torch.float64) @ w1.to(torch.float64)
+        tol = 5e-3 if dt.name == "tf32" else default_tolerance(td)
+        return check_close((x[:r] @ w1), ref, tol=tol, what=f"{dt.name} MLP GEMM").rel_error
+
+    return fn, check
+
+
+def measure_width(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=None, *, warmup_ms: float = 25,
+                  rep_ms: float = 100) -> dict[str, Any]:
+    """Time the MLP's GEMMs (forward + backward) at width d_ff: seconds per step and TFLOP/s."""
+    import torch
+
+    from perflab.core.device import pick_device
+    from perflab.core.dtypes import parse_dtype
+    from perflab.core.measure import tf32_mode
+    from perflab.core.timing import bench
+
+    dev = torch.device(device) if device is not None else pick_device()
+    dt = parse_dtype(dtype)
+    ctx = tf32_mode(dt.name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()
+    with ctx:
+        fn, check = make_mlp_gemms(tokens, h, d_ff, dt.name, dev)
+        rel = check()
+        r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
+                  label=f"SwiGLU MLP h={h} d_ff={d_ff}")
+    return {"seconds": r.median_s, "tflops": mlp_flops(tokens, h, d_ff) / r.median_s / 1e12, "iqr_s": r.iqr_s,
+            "n_reps": r.n, "rel_error": rel}
+
+
+@dataclass
+class SwigluSearch:
+    """A measured width search. `frame` is ranked by TFLOP/s (best first) with rank_time too."""
+
+    hidden: int
+    tokens: int
+    dtype: str
+    device_name: str
+    baseline: int
+    frame: Any  # DataFrame
+    path: Any = None
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> dict[str, Any]:
+        return self.frame.iloc[0].to_dict()
+
+    @property
+    def baseline_row(self) -> dict[str, Any] | None:
+        rows = self.frame[self.frame["d_ff"] == self.baseline]
+        return rows.iloc[0].to_dict() if len(rows) else None
+
+    def as_dict(self) -> dict[str, Any]:
+        cols = ["d_ff", "tflops", "seconds", "params", "params_delta", "params_delta_pct", "ratio", "multiple_of",
+                "speedup_vs_baseline", "rank_tflops", "rank_time", "is_baseline"]
+        base = self.baseline_row
+        return {"hidden": self.hidden, "tokens": self.tokens, "dtype": self.dtype, "device": self.device_name,
+                "eight_thirds_h": eight_thirds(self.hidden), "baseline": self.baseline,
+                "baseline_tflops": base["tflops"] if base else None, "baseline_seconds": base["seconds"] if base else None,
+                "flops_per_step": "18 · tokens · h · d_ff (3 GEMMs forward, 6 backward)",
+                "candidates": [{c: _py(r[c]) for c in cols} for r in self.frame.to_dict("records")],
+                "failed": self.failed, "results_file": str(self.path) if self.path else None}
+
+    def table(self, n: int | None = None):
+        cols = ["d_ff", "tflops", "seconds", "speedup_vs_baseline", "params_delta", "params_delta_pct", "multiple_of",
+                "rank_time"]
+        return self.frame[cols].head(n) if n else self.frame[cols]
+
+
+def _py(v):
+    try:
+        import numpy as np
+
+        if isinstance(v, np.generic):
+            return v.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return v
+
+
+def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: int = 100, step: int = 4,
+           dtype: str = "bf16", device=None, warmup_ms: float = 25, rep_ms: float = 100, repeats: int = 1,
+           name: str | None = None, progress: bool = True) -> SwigluSearch:
+    """Measure every candidate width (default `candidate_widths(h, radius, step)`) as a resumable sweep.
+
+    repeats > 1 measures all widths that many times, one full pass after another, and keeps each
+    width's fastest pass: a busy machine slows whole stretches of time, and interleaved passes
+    keep one slow stretch from deciding the ranking.
+    """
+    import torch
+
+    from perflab.core.device import describe, pick_device
+    from perflab.core.dtypes import check_supported
+    from perflab.core.results import run_sweep
+
+    dev = torch.device(device) if device is not None else pick_device()
+    h, tokens = positive_int("hidden", h), positive_int("tokens", tokens)
+    dt = check_supported(dtype, dev)
+    ws = sorted({positive_int("d_ff", w) for w in (widths if widths is not None else candidate_widths(h, radius, step))})
+    base = baseline_width(h)
+    if base not in ws:
+        ws = sorted([*ws, base])
+    make_mlp_gemms(tokens, h, max(ws), dt.name, dev)  # the widest must fit before anything runs
+    info = describe(dev)
+    repeats = positive_int("repeats", repeats, maximum=20)
+    pts = [{"h": h, "tokens": tokens, "d_ff": w, "dtype": dt.name, **({"pass": i} if repeats > 1 else {})}
+           for i in range(repeats) for w in ws]
+    res = run_sweep(name or f"swiglu_h{h}_t{tokens}_{dt.name}", pts,
+                    lambda p: measure_width(p["tokens"], p["h"], p["d_ff"], p["dtype"], dev, warmup_ms=warmup_ms,
+                                            rep_ms=rep_ms),
+                    device_slug=info.slug, progress=progress)
+    return _assemble(h, tokens, dt.name, info.name, base, res)
+
+
+def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res) -> SwigluSearch:
+    import pandas as pd
+
+    from perflab.gemm.shapes import largest_pow2_divisor
+
+    df = res.ok_frame().copy() if len(res.frame) else pd.DataFrame()
+    failed = list(res.messages)
+    if not len(df):
+        raise InputError(f"no width could be measured ({'; '.join(failed) or 'nothing ran'}): choose smaller sizes")
+    df = df[["d_ff", "tflops", "seconds"]].astype({"d_ff": int})
+    df = df.loc[df.groupby("d_ff")["seconds"].idxmin()].reset_index(drop=True)  # best of the passes
+    ref = 8 * h * h
+    df["params"] = 3 * h * df["d_ff"]
+    df["params_delta"] = df["params"] - ref
+    df["params_delta_pct"] = 100 * df["params_delta"] / ref
+    df["ratio"] = df["d_ff"] / h
+    df["multiple_of"] = [largest_pow2_divisor(int(w)) for w in df["d_ff"]]
+    df["is_baseline"] = df["d_ff"] == base
+    base_rows = df[df["is_baseline"]]
+    base_t = float(base_rows["tflops"].iloc[0]) if len(base_rows) else float("nan")
+    df["speedup_vs_baseline"] = df["tflops"] / base_t
+    df["rank_time"] = df["seconds"].rank(method="min").astype(int)
+    df = df.sort_values(["tflops", "d_ff"], ascending=[False, True]).reset_index(drop=True)
+    df["rank_tflops"] = range(1, len(df) + 1)
+    return SwigluSearch(h, tokens, dtype, device_name, base, df, res.path, failed)
+
+
+def recommend(frame, max_params_delta_pct: float = 1.0) -> dict[str, Any]:
+    """The fastest measured width (highest TFLOP/s) whose parameter change against 8/3·h is within
+    ±max_params_delta_pct percent. `frame` is SwigluSearch.frame (or any frame with d_ff, tflops and
+    params_delta_pct)."""
+    if max_params_delta_pct < 0:
+        raise InputError("the parameter budget must be ≥ 0 percent")
+    ok = frame[frame["params_delta_pct"].abs() <= max_params_delta_pct + 1e-12]
+    if not len(ok):
+        raise InputError(f"no measured width changes the parameters by at most {max_params_delta_pct}%: widen the budget")
+    best = ok.sort_values(["tflops", "d_ff"], ascending=[False, True]).iloc[0]
+    return {k: _py(v) for k, v in best.to_dict().items()}
+
+
+def baseline_alignment(hs, target=None, tokens: int = 8192):
+    """For each h: ⌊8/3·h⌋, the largest power of two dividing it, and the tile/wave model's
+    utilization of the forward GEMM (tokens×h by h×d_ff) on `target` (a shapes.ModelTarget)."""
+    import pandas as pd
+
+    from perflab.gemm.shapes import largest_pow2_divisor, wave_model
+
+    rows = []
+    for h in hs:
+        base = baseline_width(h)
+        row = {"h": h, "8/3·h": round(eight_thirds(h), 2), "⌊8/3·h⌋": base, "divisible by": largest_pow2_divisor(base),
+               "next multiple of 64": -(-base // 64) * 64}
+        if target is not None:
+            row["model utilization (fwd GEMM)"] = wave_model(tokens, base, h, sms=target.sms, tile=(128, 256)).utilization
+            row["… at the multiple of 64"] = wave_model(tokens, row["next multiple of 64"], h, sms=target.sms,
+                                                       tile=(128, 256)).utilization
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("h")
+
+
+def candidate_table(h: int, radius: int = 100, step: int = 4, *, target=None, tokens: int = 8192,
+                    dtype: str = "bf16"):
+    """Every candidate width with what can be said before measuring: ratio to h, parameter change
+    against 8/3·h, the largest power of two dividing it, whether it meets the Tensor Core rule for
+    `dtype` on `target` (a shapes.ModelTarget), and the tile/wave model's utilization of the
+    forward GEMM (tokens×h by h×d_ff, 128×256 tiles) on it."""
+    import pandas as pd
+
+    from perflab.gemm.shapes import largest_pow2_divisor, tensor_core_alignment, wave_model
+
+    rule = tensor_core_alignment(dtype, target.spec.id) if target is not None and target.spec is not None else None
+    base = baseline_width(h)
+    rows = []
+    for w in candidate_widths(h, radius, step):
+        row = {"d_ff": w, "ratio": w / h, "params_delta_pct": 100 * params_delta(h, w) / (8 * h * h),
+               "divisible by": largest_pow2_divisor(w), "baseline": w == base}
+        if rule is not None and rule.recommended:
+            row["Tensor Core rule"] = ("best" if w % rule.recommended == 0 else
+                                       "minimum" if w % rule.required == 0 else "fails")
+        if target is not None:
+            row["model utilization"] = wave_model(tokens, w, h, sms=target.sms, tile=(128, 256)).utilization
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def from_published(record: dict[str, Any]):
+    """The published H100 search (perflab.course.reference.published('swiglu_h100_h4096')) as a DataFrame."""
+    import pandas as pd
+
+    h = record["hidden"]
+    df = pd.DataFrame(record["rows"])
+    df["params_delta"] = 3 * h * df["d_ff"] - 8 * h * h
+    base = df[df["baseline"]]["tflops"].iloc[0]
+    df["speedup_vs_baseline"] = df["tflops"] / base
+    return df

@@ -1,1 +1,0 @@
-"""Checks for the labs in labs/: one module per lab (lab01_flops, ...)."""

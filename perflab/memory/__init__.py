@@ -1,0 +1,13 @@
+"""Lesson 03 (memory anatomy): predict a training step's memory, then measure it phase by phase.
+
+- `estimate`: model states (ZeRO 0–3, optimizers), activations, MBS/GBS/DP/TP/PP/GAS arithmetic
+- `probe`: a step's memory measured per phase (build → forward → backward → step)
+- `gpu`: what no formula predicts on a GPU: kernels, CUDA context, NCCL, fragmentation
+- `plots`: lesson 03's figures and widget view (`data/memory_references.json`: published figures)
+- `lab03`: the lab's checks
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("estimate", "probe", "gpu", "plots", "lab03")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -1,0 +1,114 @@
+"""Checks for lab 03 (labs/03_memory.ipynb): predict the memory of a training step, then measure it.
+
+The first three checks grade formulas against perflab's estimator, which the tests pin to the
+published figures (the ZeRO paper's Figure 1, Korthikanti et al.'s Table 2). The last one does not
+compare with a formula at all: it *measures* the peak of a steady-state training step of perflab's
+model on this device (torch's allocator: exact on CPU via the profiler's memory events, the CUDA
+caching allocator's `max_memory_allocated` on a GPU) and grades the learner's prediction against
+that within `peak_tolerance(device)`: ±5% on a CPU, where torch's allocator is exact and the slack
+covers the small terms a learner may leave out (norm statistics, attention's log-sum-exp, token ids);
+±10% on a GPU, where the caching allocator rounds blocks and libraries take workspaces from it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from perflab.core.grading import LabCheckError, grade, record
+from perflab.memory.estimate import activations_per_layer_bytes, bytes_per_param, model_state_bytes
+
+PEAK_TOLERANCE = {"cpu": 0.05, "cuda": 0.10}  # fraction of the measured peak
+
+
+def peak_tolerance(device=None) -> float:
+    from perflab.core.device import pick_device
+
+    dev = pick_device(device) if device is None or isinstance(device, str) else device
+    return PEAK_TOLERANCE.get(dev.type, 0.10)
+
+
+def check_bytes_per_param(fn) -> bool:
+    """Grade `fn(precision, optimizer, grad_dtype) -> bytes per parameter` (weights + master weights +
+    gradients + optimizer states, no partitioning)."""
+    combos = [("mixed", "adamw", "fp32"), ("mixed", "adamw", "fp16"), ("fp32", "adamw", "fp32"),
+              ("bf16", "adamw", "bf16"), ("mixed", "sgd", "fp32"), ("fp32", "sgd", "fp32"), ("mixed", "lion", "bf16")]
+    cases = [({"precision": p, "optimizer": o, "grad_dtype": g}, sum(bytes_per_param(p, o, g).values()))
+             for p, o, g in combos]
+    return grade("bytes per parameter", fn, cases,
+                 hint="mixed precision keeps a 16-bit copy (2) and an fp32 master copy (4); pure bf16 keeps "
+                      "everything, optimizer states included, in 2 bytes; AdamW has two states, SGD with momentum "
+                      "and Lion one")
+
+
+def check_zero(fn) -> bool:
+    """Grade `fn(params, stage, dp) -> bytes per GPU` for mixed precision AdamW with fp16 gradients
+    (the ZeRO paper's setting, K = 12)."""
+    cases = [({"params": n, "stage": z, "dp": d}, sum(model_state_bytes(n, "mixed", "adamw", "fp16", z, d).values()))
+             for n, d in ((7.5e9, 64), (1.3e9, 8), (175e9, 1024)) for z in (0, 1, 2, 3)]
+    return grade("ZeRO memory per GPU", fn, cases, rtol=1e-9,
+                 hint="stage 1 divides the KΨ optimizer part by dp, stage 2 also the 2Ψ of gradients, stage 3 also "
+                      "the 2Ψ of weights")
+
+
+def check_activations(fn) -> bool:
+    """Grade `fn(s, b, h, a) -> bytes` of one layer's activations without parallelism or
+    recomputation (Korthikanti et al. 2022, eq. 1)."""
+    shapes = [(2048, 1, 12288, 96), (1024, 8, 768, 12), (4096, 1, 4096, 32), (128, 3, 256, 8)]
+    cases = [({"s": s, "b": b, "h": h, "a": a}, activations_per_layer_bytes(s, b, h, a)) for s, b, h, a in shapes]
+    return grade("activations per layer", fn, cases, rtol=1e-9,
+                 hint="attention 11sbh + 5as²b, MLP 19sbh, two LayerNorms 4sbh (16-bit values, 1-byte dropout masks)")
+
+
+def peak_cases(device=None) -> list[dict]:
+    """The shapes the peak check measures on this device: small on a CPU, large enough on a GPU that
+    library workspaces stay inside the tolerance."""
+    from perflab.core.device import pick_device
+    from perflab.workload.models import preset
+
+    dev = pick_device(device) if device is None or isinstance(device, str) else device
+    if dev.type == "cuda":
+        return [{"cfg": preset("gpt2-small"), "batch": 4, "seq": 512}, {"cfg": preset("small-gpt"), "batch": 16, "seq": 256}]
+    return [{"cfg": preset("tiny-gpt"), "batch": 4, "seq": 128}, {"cfg": preset("small-gpt"), "batch": 2, "seq": 256}]
+
+
+def measured_peak(cfg, batch: int, seq: int, device=None) -> int:
+    """The measured peak bytes of the second (steady-state) training step: fp32, AdamW. Measured
+    once per shape in this Python process, so re-running the check after a fix answers at once."""
+    return _measured_peak(cfg, batch, seq, None if device is None else str(device))
+
+
+@lru_cache(maxsize=8)
+def _measured_peak(cfg, batch: int, seq: int, device: str | None) -> int:
+    from perflab.memory.probe import measure_step_phases
+
+    rep = measure_step_phases(cfg, batch=batch, seq=seq, dtype="fp32", optimizer="adamw", device=device)
+    return max(r["peak_bytes"] for r in rep.rows if r["iteration"] == 2)
+
+
+def check_step_peak(fn, device=None) -> bool:
+    """Grade `fn(cfg, batch, seq) -> bytes`: the peak allocated bytes of a steady-state training
+    step (fp32, torch's AdamW, loss = cross-entropy of fp32 logits) of `build_model(cfg)`, measured
+    here, within `peak_tolerance(device)` (±5% on CPU, ±10% on GPU)."""
+    cases = peak_cases(device)
+    tol = peak_tolerance(device)
+    try:
+        fn(**cases[0])
+    except NotImplementedError:
+        return grade("step peak, measured", fn, [(cases[0], 0)])
+    measured = [(c, measured_peak(device=device, **c)) for c in cases]
+    for inputs, want in measured:
+        got = fn(**inputs)
+        if got is None:
+            raise LabCheckError("step peak: your function returned None; did you forget `return`?")
+        if abs(got - want) > tol * want:
+            cfg = inputs["cfg"]
+            raise LabCheckError(
+                f"step peak: for {cfg.name} b={inputs['batch']} s={inputs['seq']} you predicted {got / 2**20:.1f} MiB, "
+                f"the step measured {want / 2**20:.1f} MiB ({(got - want) / want:+.1%}; tolerance ±{tol:.0%}). "
+                "Hint: weights + gradients + AdamW's two states are 16 bytes per parameter; activations are what the "
+                "forward saves (section 4 of the lesson); and at the start of backward two fp32 b·s·V gradients of "
+                "the loss live next to every activation.")
+    record("step peak, measured", True)
+    shapes = ", ".join(f"{inputs['cfg'].name}: {want / 2**20:.1f} MiB" for inputs, want in measured)
+    print(f"✓ step peak, measured: within ±{tol:.0%} on {len(measured)} shapes ({shapes})")
+    return True

@@ -1,0 +1,674 @@
+"""Memory of a training step, measured phase by phase: build → forward → backward → optimizer step.
+
+What each device lets us measure honestly:
+
+* **CUDA**: the caching allocator's own counters — `allocated` (bytes in live tensors), `peak`
+  (`max_memory_allocated`, reset at the start of every phase), `reserved` (held by the cache) — and
+  the device's "used" as NVML (and `nvidia-smi`) report it, which adds the CUDA context, kernels,
+  libraries' workspaces and other processes.
+* **CPU**: torch's CPU allocator reports every allocation and free to the profiler when
+  `profile_memory=True`, so the same `allocated` and `peak` come out *exactly* (to the byte) from the
+  profiler's memory events. The process's resident set size (RSS) is shown next to it: it also holds
+  the interpreter, libraries, oneDNN/BLAS buffers, and memory that glibc has not returned to the OS,
+  and pages count only once touched — a coarse number, good to tens of MB. `tracemalloc` sees only
+  Python objects, not tensor storage (shown to make that point).
+
+    >>> rep = measure_step_phases(preset("small-gpt"), batch=4)
+    >>> rep.frame()          # one row per phase: allocated, peak, reserved/NVML (GPU) or RSS (CPU)
+    >>> rep.compare()        # predicted (perflab.memory.estimate.step_phases) next to measured
+
+Also here: `saved_tensors` (what the autograd graph keeps, storage by storage),
+`checkpointing_effect` (activation memory and step time with and without recomputation), and
+`cell_memory_experiment` (ipyexperiments' per-cell memory report, set up to behave).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from perflab.core.errors import InputError, UnsupportedError
+from perflab.memory.estimate import (
+    GB,
+    MEASURED_OPTIMIZERS,
+    GiB,
+    activation_total,
+    model_activation_bytes,
+    step_phases,
+)
+
+MiB = 2**20
+
+
+# ---------------------------------------------------------------- process-level numbers
+
+
+def rss_bytes() -> int | None:
+    """Resident set size of this process (bytes), or None when psutil is missing."""
+    try:
+        import psutil
+
+        return int(psutil.Process(os.getpid()).memory_info().rss)
+    except Exception:  # pragma: no cover
+        return None
+
+
+def _status_kb(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_rss_peak() -> bool:
+    """Reset the kernel's peak-RSS counter (VmHWM) of this process (Linux ≥ 4.0); False elsewhere."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_peak_bytes() -> int | None:
+    """Peak RSS since the last `reset_rss_peak()` (Linux VmHWM), or None."""
+    return _status_kb("VmHWM")
+
+
+def nvml_used_bytes(device) -> int | None:
+    """Device memory in use as NVML (and nvidia-smi) reports it: every process, the CUDA context,
+    the loaded kernels and the allocator's cache. None without NVML."""
+    import torch
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        idx = torch.device(device).index or 0
+        handle = None
+        uuid = getattr(torch.cuda.get_device_properties(idx), "uuid", None)
+        if uuid is not None:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+            except Exception:
+                handle = None
+        if handle is None:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if visible and visible.split(",")[idx].strip().isdigit():
+                idx = int(visible.split(",")[idx])
+            handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:
+        return None
+
+
+def cuda_used_bytes(device) -> int:
+    """total − free from the driver (`torch.cuda.mem_get_info`): like NVML's 'used', device-wide."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    return int(total - free)
+
+
+# ---------------------------------------------------------------- allocation tracking
+
+
+class _CPUAllocations:
+    """Exact CPU allocator accounting from the profiler's memory events.
+
+    Only allocations made while tracking are counted (blocks allocated earlier are unknown to it),
+    so every number is 'bytes allocated since start() that are still alive'.
+    """
+
+    def __init__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False)
+        self._marks: list[tuple[str, Any]] = []
+        self.events: list[tuple[int, int]] = []
+
+    def start(self):
+        with _quiet_stderr():
+            self._prof.__enter__()
+
+    def stop(self):
+        with _quiet_stderr():
+            self._prof.__exit__(None, None, None)
+        evs = self._prof.profiler.kineto_results.events()
+        mem = [(e.start_ns(), e.nbytes()) for e in evs if e.name() == "[memory]" and e.device_type() == _cpu_type()]
+        mem.sort()
+        self.events = mem
+        self.ranges = sorted((e.start_ns(), e.end_ns(), e.name()) for e in evs if e.name().startswith("perflab-phase:"))
+
+    def phase(self, name: str):
+        from torch.profiler import record_function
+
+        return record_function("perflab-phase:" + name)
+
+    def timeline(self) -> tuple[list[int], list[int]]:
+        """(ns, bytes alive) after every allocation or free."""
+        t, total, out = [], 0, []
+        for ns, n in self.events:
+            total += n
+            t.append(ns)
+            out.append(total)
+        return t, out
+
+    def per_phase(self) -> list[dict[str, Any]]:
+        rows, i, total = [], 0, 0
+        for start, end, name in self.ranges:
+            begin = total
+            while i < len(self.events) and self.events[i][0] < start:
+                total += self.events[i][1]
+                i += 1
+            begin = total
+            peak = total
+            while i < len(self.events) and self.events[i][0] <= end:
+                total += self.events[i][1]
+                peak = max(peak, total)
+                i += 1
+            rows.append({"mark": name.split(":", 1)[1], "start_bytes": begin, "allocated_bytes": total, "peak_bytes": peak})
+        return rows
+
+
+def _cpu_type():
+    try:
+        from torch._C._autograd import DeviceType
+
+        return DeviceType.CPU
+    except Exception:  # pragma: no cover
+        return 0
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence the profiler's 'USDT ... profiler_start/stop' lines, written by C++ to fd 2."""
+    try:
+        fd = os.dup(2)
+    except OSError:  # pragma: no cover
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(fd, 2)
+        os.close(fd)
+
+
+def allocated_during(fn: Callable[[], Any], device=None) -> dict[str, int]:
+    """Run `fn()` and return {'kept_bytes': allocated at the end minus at the start, 'peak_bytes':
+    the highest rise above the start}, from the CUDA allocator or (CPU) the profiler's memory
+    events. The result of `fn` is kept alive until the end, so what it holds counts as kept."""
+    import torch
+
+    from perflab.core.device import pick_device, synchronize
+
+    dev = pick_device(device) if device is None or isinstance(device, str) else device
+    if dev.type == "cuda":
+        warm_up_libraries(dev)
+        synchronize(dev)
+        gc.collect()
+        base = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        out = fn()
+        synchronize(dev)
+        kept = torch.cuda.memory_allocated(dev) - base
+        peak = torch.cuda.max_memory_allocated(dev) - base
+        del out
+        return {"kept_bytes": int(kept), "peak_bytes": int(peak)}
+    tr = _CPUAllocations()
+    tr.start()
+    try:
+        with tr.phase("run"):
+            out = fn()
+    finally:
+        tr.stop()
+    row = tr.per_phase()[0]
+    del out
+    return {"kept_bytes": row["allocated_bytes"] - row["start_bytes"], "peak_bytes": row["peak_bytes"] - row["start_bytes"]}
+
+
+# ---------------------------------------------------------------- what autograd saves
+
+
+@dataclass
+class SavedTensors:
+    """Storages the autograd graph keeps for backward, each counted once (views share a storage)."""
+
+    total_bytes: int
+    storages: list[dict[str, Any]]
+
+    def by_shape(self):
+        import pandas as pd
+
+        df = pd.DataFrame(self.storages)
+        if df.empty:
+            return df
+        g = df.groupby(["shape", "dtype"], sort=False).agg(count=("bytes", "size"), bytes_each=("bytes", "first"),
+                                                          total_bytes=("bytes", "sum")).reset_index()
+        return g.sort_values("total_bytes", ascending=False, ignore_index=True)
+
+
+def saved_tensors(fn: Callable[[], Any], exclude=()) -> tuple[Any, SavedTensors]:
+    """Run `fn()` under `torch.autograd.graph.saved_tensors_hooks` and list every storage the graph
+    saves for backward, except those of the tensors in `exclude` (the parameters, the inputs).
+    Returns (fn's result, SavedTensors). Checkpointed regions save through their own hooks and are
+    not seen here: measure them with `allocated_during`."""
+    import torch
+
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen: dict[int, dict[str, Any]] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key not in skip and key not in seen:
+            seen[key] = {"shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "bytes": st.nbytes()}
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    items = list(seen.values())
+    return out, SavedTensors(sum(i["bytes"] for i in items), items)
+
+
+# ---------------------------------------------------------------- a training step, phase by phase
+
+
+def warm_up_libraries(device, dtype=None) -> int:
+    """Run one small matmul forward+backward and one attention call on a CUDA device, so that
+    cuBLAS/cuBLASLt take their workspaces from the caching allocator *before* a measurement starts;
+    returns the bytes they kept (allocated after − before). They stay allocated for the life of the
+    process: a remainder no formula for the model contains."""
+    import torch
+    import torch.nn.functional as F
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return 0
+    dtype = dtype or torch.float32
+    torch.cuda.synchronize(dev)
+    before = torch.cuda.memory_allocated(dev)
+    w = torch.randn(64, 64, device=dev, dtype=dtype, requires_grad=True)
+    x = torch.randn(8, 4, 32, 16, device=dev, dtype=dtype, requires_grad=True)
+    (torch.randn(32, 64, device=dev, dtype=dtype) @ w).sum().backward()
+    F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()
+    torch.cuda.synchronize(dev)
+    del w, x
+    return int(torch.cuda.memory_allocated(dev) - before)
+
+
+PRECISIONS_MEASURED = ("fp32", "bf16")
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def make_optimizer(name: str, params):
+    """torch's optimizer for `name` (adamw, adamw-fused, sgd) with its memory-relevant defaults."""
+    import torch
+
+    key = name.strip().lower()
+    if key == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4)
+    if key == "adamw-fused":
+        try:
+            return torch.optim.AdamW(params, lr=1e-4, fused=True)
+        except (RuntimeError, TypeError) as e:
+            raise UnsupportedError(f"fused AdamW is not available here ({e}): use adamw") from e
+    if key == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    raise InputError(f"measured optimizers are {', '.join(MEASURED_OPTIMIZERS)} (got {name!r})")
+
+
+def loss_of(model, idx):
+    """Next-token-style loss with fp32 logits (the model's logits cast up, as training code does)."""
+    import torch.nn.functional as F
+
+    vocab = model.cfg.vocab
+    return F.cross_entropy(model(idx).float().view(-1, vocab), idx.view(-1))
+
+
+@dataclass
+class PhaseReport:
+    """Measured rows (one per phase) with the prediction that goes with them."""
+
+    rows: list[dict[str, Any]]
+    predicted: list[Any]  # perflab.memory.estimate.StepPhase
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def compare(self):
+        """Predicted vs measured per phase, in MiB, with the gaps."""
+        import pandas as pd
+
+        out = []
+        for r, p in zip(self.rows, self.predicted):
+            row = {"phase": r["phase"], "iteration": r["iteration"],
+                   "predicted end (MiB)": p.end_bytes / MiB, "measured end (MiB)": r["allocated_bytes"] / MiB,
+                   "predicted peak (MiB)": p.peak_bytes / MiB, "measured peak (MiB)": r["peak_bytes"] / MiB,
+                   "peak gap": (r["peak_bytes"] - p.peak_bytes) / p.peak_bytes if p.peak_bytes else 0.0}
+            if "reserved_bytes" in r:
+                row["reserved (MiB)"] = r["reserved_bytes"] / MiB
+            if r.get("device_used_bytes") is not None:
+                row["NVML used (MiB)"] = r["device_used_bytes"] / MiB
+            if r.get("rss_bytes") is not None:
+                row["RSS (MiB)"] = r["rss_bytes"] / MiB
+            out.append(row)
+        return pd.DataFrame(out)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(r["peak_bytes"] for r in self.rows)
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return max(p.peak_bytes for p in self.predicted)
+
+    def components(self) -> dict[str, int]:
+        """Measured model states and activations, read off the phase boundaries of the last
+        iteration: weights (after build), activations (kept by the forward), gradients (left by
+        the backward once the activations are gone), optimizer states (kept after zero_grad)."""
+        rows = {(r["phase"], r["iteration"]): r for r in self.rows}
+        last = max(r["iteration"] for r in self.rows)
+        build = rows[("build", 0)]["allocated_bytes"]
+        fwd = rows[("forward", last)]
+        bwd = rows[("backward", last)]
+        zero = rows[("zero_grad", last)]
+        states = zero["allocated_bytes"] - build
+        return {"weights + batch": build, "optimizer states": states,
+                "gradients": bwd["allocated_bytes"] - fwd["start_bytes"],
+                "activations": fwd["allocated_bytes"] - fwd["start_bytes"]}
+
+
+def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str = "fp32", optimizer: str = "adamw",
+                        checkpointing: bool = False, device=None, iterations: int = 2, seed: int = 0) -> PhaseReport:
+    """Build perflab's model, then run `iterations` training steps, measuring each phase.
+
+    Phases: build (model, optimizer object, one batch of token ids), then per iteration forward
+    (to the loss), backward, optimizer step and zero_grad (gradients set to None). The first step
+    creates the optimizer's states, so the second iteration is the steady state. Rows hold bytes
+    allocated since the start (`allocated_bytes` at the phase's end, `peak_bytes` inside it, and
+    `start_bytes`); GPU rows add `reserved_bytes` and `device_used_bytes` (NVML), CPU rows add
+    `rss_bytes`, `rss_peak_bytes` and `python_heap_peak_bytes` (tracemalloc).
+    """
+    import torch
+
+    from perflab.core.device import describe, pick_device, synchronize
+    from perflab.core.validate import positive_int
+    from perflab.workload.models import build_model
+
+    dev = pick_device(device) if device is None or isinstance(device, str) else torch.device(device)
+    if dtype not in PRECISIONS_MEASURED:
+        raise InputError(f"measured precisions are {', '.join(PRECISIONS_MEASURED)} (pure: weights, activations, "
+                         f"gradients and optimizer states in that dtype); got {dtype!r}")
+    if dtype == "bf16":
+        from perflab.core.dtypes import check_supported, parse_dtype
+
+        check_supported(parse_dtype("bf16"), dev)
+    b = positive_int("batch", batch)
+    s = positive_int("seq", seq if seq is not None else cfg.seq_len, maximum=cfg.seq_len)
+    if optimizer not in MEASURED_OPTIMIZERS:
+        raise InputError(f"measured optimizers are {', '.join(MEASURED_OPTIMIZERS)} (got {optimizer!r})")
+    predicted = step_phases(cfg, b, s, dtype=dtype, optimizer=optimizer, recompute="full" if checkpointing else "none",
+                            device=dev.type, iterations=iterations)
+    from perflab.core.device import free_memory_bytes
+    from perflab.core.validate import fits_in_memory
+
+    fits_in_memory(f"a training step of {cfg.name} at batch {b}", max(p.peak_bytes for p in predicted),
+                   free_memory_bytes(dev))
+    rows: list[dict[str, Any]] = []
+    gc.collect()
+    workspace = None
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        workspace = warm_up_libraries(dev, _torch_dtype(dtype))
+        base = torch.cuda.memory_allocated(dev)
+        cpu = None
+    else:
+        import tracemalloc
+
+        cpu = _CPUAllocations()
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        cpu.start()
+
+    @contextlib.contextmanager
+    def phase(name: str, iteration: int):
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"phase": name, "iteration": iteration}
+        if dev.type == "cuda":
+            synchronize(dev)
+            row["start_bytes"] = torch.cuda.memory_allocated(dev) - base
+            torch.cuda.reset_peak_memory_stats(dev)
+            yield
+            synchronize(dev)
+            row["allocated_bytes"] = torch.cuda.memory_allocated(dev) - base
+            row["peak_bytes"] = torch.cuda.max_memory_allocated(dev) - base
+            row["reserved_bytes"] = torch.cuda.memory_reserved(dev)
+            row["reserved_peak_bytes"] = torch.cuda.max_memory_reserved(dev)
+            row["device_used_bytes"] = nvml_used_bytes(dev)
+            row["driver_used_bytes"] = cuda_used_bytes(dev)
+        else:
+            import tracemalloc
+
+            reset_rss_peak()
+            row["rss_start_bytes"] = rss_bytes()
+            tracemalloc.reset_peak()
+            with cpu.phase(f"{name}#{iteration}"):
+                yield
+            row["rss_bytes"] = rss_bytes()
+            row["rss_peak_bytes"] = rss_peak_bytes()
+            row["python_heap_peak_bytes"] = tracemalloc.get_traced_memory()[1]
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+
+    model = opt = loss = idx = None
+    try:
+        with phase("build", 0):
+            model = build_model(cfg, device=dev, dtype=_torch_dtype(dtype), seed=seed)
+            model.checkpointing = checkpointing
+            opt = make_optimizer(optimizer, model.parameters())
+            g = torch.Generator().manual_seed(seed)
+            idx = torch.randint(0, cfg.vocab, (b, s), generator=g).to(dev)
+        for it in range(1, positive_int("iterations", iterations) + 1):
+            with phase("forward", it):
+                loss = loss_of(model, idx)
+            with phase("backward", it):
+                loss.backward()
+                loss = None
+            with phase("optimizer step", it):
+                opt.step()
+            with phase("zero_grad", it):
+                opt.zero_grad(set_to_none=True)
+    finally:
+        if cpu is not None:
+            import tracemalloc
+
+            cpu.stop()
+            if not tracing:
+                tracemalloc.stop()
+        info = describe(dev)
+        n_params = sum(p.numel() for p in model.parameters()) if model is not None else None
+        del model, opt, loss, idx
+        gc.collect()
+    if cpu is not None:
+        for row, ph in zip(rows, cpu.per_phase()):
+            row.update(start_bytes=ph["start_bytes"], allocated_bytes=ph["allocated_bytes"], peak_bytes=ph["peak_bytes"])
+        timeline = cpu.timeline()
+        ranges = [(a, b) for a, b, _ in cpu.ranges]
+    else:
+        timeline = ranges = None
+    meta = {"device": info.name, "device_kind": dev.type, "library_workspace_bytes": workspace, "model": cfg.name, "params": n_params, "batch": b, "seq": s,
+            "dtype": dtype, "optimizer": optimizer, "checkpointing": checkpointing, "timeline": timeline,
+            "phase_ranges": ranges}
+    return PhaseReport(rows, predicted, meta)
+
+
+# ---------------------------------------------------------------- gradient checkpointing
+
+
+def checkpointing_effect(cfg, *, batch: int, seq: int | None = None, dtype: str = "fp32", device=None,
+                         rep_ms: float = 200.0, warmup_ms: float = 50.0, rounds: int = 2, min_reps: int = 5,
+                         seed: int = 0) -> dict[str, Any]:
+    """Activation memory and forward+backward time of perflab's model with and without
+    `model.checkpointing` (every block recomputed in the backward).
+
+    Memory is the allocator's count of bytes the forward pass leaves alive (exact on CPU and GPU);
+    the prediction is `perflab.memory.estimate.model_activation_bytes` (recompute 'none' vs 'full').
+    Recomputation adds one forward to forward+backward: FLOPs grow from 3 to 4 forward-equivalents
+    (4/3 ≈ 1.33×), which bounds the time cost from above when the step is compute-bound.
+    """
+    import torch
+
+    from perflab.core.device import pick_device
+    from perflab.core.timing import bench
+    from perflab.core.validate import positive_int
+    from perflab.workload.models import build_model
+
+    dev = pick_device(device) if device is None or isinstance(device, str) else torch.device(device)
+    b = positive_int("batch", batch)
+    s = positive_int("seq", seq if seq is not None else cfg.seq_len, maximum=cfg.seq_len)
+    model = build_model(cfg, device=dev, dtype=_torch_dtype(dtype), seed=seed)
+    idx = torch.randint(0, cfg.vocab, (b, s), generator=torch.Generator().manual_seed(seed)).to(dev)
+    out: dict[str, Any] = {"model": cfg.name, "batch": b, "seq": s, "dtype": dtype, "device": dev.type}
+    for ckpt in (False, True):
+        model.checkpointing = ckpt
+        key = "checkpointed" if ckpt else "stored"
+        mem = allocated_during(lambda: loss_of(model, idx), dev)
+        pred = activation_total(model_activation_bytes(cfg, b, s, dtype=dtype, recompute="full" if ckpt else "none",
+                                                       device=dev.type))
+        if ckpt and dev.type == "cpu":
+            from perflab.memory.estimate import CPU_RNG_STATE_BYTES
+
+            pred += cfg.layers * CPU_RNG_STATE_BYTES
+        out[f"{key}_activation_bytes"] = mem["kept_bytes"]
+        out[f"{key}_forward_peak_bytes"] = mem["peak_bytes"]
+        out[f"{key}_predicted_bytes"] = pred
+
+    def step():
+        loss_of(model, idx).backward()
+
+    # time the two alternately, `rounds` times, and keep each one's better round: a machine shared
+    # with other work drifts, and alternating exposes both to the same drift
+    best: dict[str, Any] = {}
+    for _ in range(positive_int("rounds", rounds)):
+        for ckpt in (False, True):
+            model.checkpointing = ckpt
+            key = "checkpointed" if ckpt else "stored"
+            t = bench(step, warmup_ms=warmup_ms, rep_ms=rep_ms / rounds, device=dev, min_reps=min_reps,
+                      grad_to_none=list(model.parameters()))
+            if key not in best or t.median_s < best[key].median_s:
+                best[key] = t
+    for key, t in best.items():
+        out[f"{key}_step_s"] = t.median_s
+        out[f"{key}_step_q25_s"] = t.quantile(0.25)
+        out[f"{key}_step_q75_s"] = t.quantile(0.75)
+        out[f"{key}_step_iqr_s"] = t.iqr_s
+    model.checkpointing = False
+    out["saved_bytes"] = out["stored_activation_bytes"] - out["checkpointed_activation_bytes"]
+    out["predicted_saved_bytes"] = out["stored_predicted_bytes"] - out["checkpointed_predicted_bytes"]
+    out["time_ratio"] = out["checkpointed_step_s"] / out["stored_step_s"]
+    out["flop_ratio"] = 4 / 3
+    return out
+
+
+# ---------------------------------------------------------------- ipyexperiments, tamed
+
+
+def cell_memory_experiment(*, cell_logger: bool = True, compact: bool = True, keep: tuple[str, ...] = ()):
+    """Start an `ipyexperiments` experiment that reports each cell's memory (CPU RSS, and GPU
+    'used' through NVML when there is a GPU), working around its traps:
+
+    * the class is chosen by `torch.cuda.is_available()` (IPyExperimentsPytorch initialises NVML
+      first and fails on a machine without it);
+    * importing ipyexperiments sets CUDA_MODULE_LOADING=EAGER for the whole process; the previous
+      value is put back, so lazy kernel loading stays as it was (measure it in a subprocess anyway);
+    * `keep` names variables that `finish()` must not delete (it deletes every variable created
+      since the start otherwise);
+    * it needs an IPython kernel: outside one this raises UnsupportedError with a one-line reason.
+
+    Use `pause_cell_logger(exp)` around timings: the cell logger samples memory in a busy loop on
+    one core and slows benchmarks.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError as e:  # pragma: no cover
+        raise UnsupportedError("ipyexperiments needs IPython: run this in Jupyter") from e
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "kernel"):
+        raise UnsupportedError("ipyexperiments reports per-cell memory inside a Jupyter kernel only: run this in a notebook")
+    import torch
+
+    before = os.environ.get("CUDA_MODULE_LOADING")
+    try:
+        import ipyexperiments
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_MODULE_LOADING", None)
+        else:
+            os.environ["CUDA_MODULE_LOADING"] = before
+    cls = ipyexperiments.IPyExperimentsCPU
+    if torch.cuda.is_available() and nvml_used_bytes(torch.device("cuda", torch.cuda.current_device())) is not None:
+        cls = ipyexperiments.IPyExperimentsPytorch
+    exp = cls(cl_enable=cell_logger, cl_compact=compact)
+    if keep:
+        exp.keep_var_names(*keep)
+    return exp
+
+
+@contextlib.contextmanager
+def pause_cell_logger(exp):
+    """Stop ipyexperiments' per-cell sampler (a busy loop on one core) for the duration, e.g. of a
+    timing, and start it again afterwards."""
+    cl = getattr(exp, "cl", None)
+    if cl is None:
+        yield
+        return
+    cl.stop()
+    exp.cl = None
+    try:
+        yield
+    finally:
+        from ipyexperiments.cell_logger import CellLogger
+
+        exp.cl = CellLogger(exp=exp, **exp.cl_kwargs)
+        exp.cl.start()
+
+
+def finish_experiment(exp, keep: tuple[str, ...] = ()):
+    """`exp.finish()` keeping the named variables; returns ipyexperiments' data (consumed and
+    reclaimed bytes)."""
+    if keep:
+        exp.keep_var_names(*keep)
+    return exp.finish()
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    if abs(n) >= GiB:
+        return f"{n / GiB:.2f} GiB ({n / GB:.2f} GB)"
+    if abs(n) >= MiB:
+        return f"{n / MiB:.1f} MiB"
+    return f"{n / 1024:.1f} KiB"
