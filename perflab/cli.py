@@ -53,6 +53,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def dtype(text: str):
+    """argparse type: a dtype by any name people use ('bf16', 'bfloat16', 'torch.bfloat16'),
+    parsed here once into a `perflab.core.dtypes.DType` that the layers below take as it is."""
+    from perflab.core.dtypes import parse_dtype
+    from perflab.core.errors import InputError
+
+    try:
+        return parse_dtype(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
     """Print `obj` as JSON (NaN/inf as null) or `text` for people."""
     if as_json:

@@ -92,9 +92,9 @@ def test_ceiling_prefers_mamf(monkeypatch):
     fake = types.ModuleType("perflab.gemm.mamf")
     fake.measured_ceiling = lambda dev, dtype: 1.234
     monkeypatch.setitem(sys.modules, "perflab.gemm.mamf", fake)
-    import perflab
+    import perflab.gemm
 
-    monkeypatch.setattr(perflab, "mamf", fake, raising=False)
+    monkeypatch.setattr(perflab.gemm, "mamf", fake, raising=False)
     c = matmul_ceiling("cpu", "fp32", size=256)
     assert c.tflops == 1.234 and c.source == "mamf"
     fake.measured_ceiling = lambda dev, dtype: None  # not measured yet: fall back to a matmul

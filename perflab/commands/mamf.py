@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from perflab.cli import emit, positive_float, positive_int
+from perflab.cli import dtype, emit, positive_float, positive_int
 
 
 def _whole(text: str) -> int:
@@ -22,7 +22,7 @@ def register(sub) -> None:
     for ax, what in (("m", "rows of A"), ("n", "columns of B"), ("k", "the reduction dimension")):
         p.add_argument(f"--{ax}-range", nargs=3, type=_whole, metavar=("START", "STOP", "STEP"),
                        help=f"sizes of {what}: START, START+STEP, ... ≤ STOP (sizes < 1 skipped)")
-    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, tf32, fp32 or fp8")
+    p.add_argument("--dtype", type=dtype, default="bf16", help="bf16 (default), fp16, tf32, fp32 or fp8")
     p.add_argument("--search", choices=("refine", "grid"), default="refine",
                    help="refine: coarse pass then refinement around the best (default); grid: every shape (brute force)")
     p.add_argument("--stat", choices=("mean", "median", "max"), default="mean",
@@ -69,7 +69,7 @@ def run(args) -> int:
         old = sweep_path(f"mamf_{dt.name}", info.slug)
         if old.exists():
             old.rename(old.with_name(f"{old.stem}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
-    r = search(ranges["m"], ranges["n"], ranges["k"], dtype=dt.name, device=dev, strategy=args.search, stat=args.stat,
+    r = search(ranges["m"], ranges["n"], ranges["k"], dtype=dt, device=dev, strategy=args.search, stat=args.stat,
                flush_l2=args.flush, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, top=args.top,
                progress=not args.json)
     peaks = peaks_for(info)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import emit, positive_float, positive_int
+from perflab.cli import dtype, emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -10,7 +10,7 @@ def register(sub) -> None:
     p.add_argument("--m", type=positive_int, required=True, help="rows of A and C")
     p.add_argument("--n", type=positive_int, required=True, help="columns of B and C")
     p.add_argument("--k", type=positive_int, required=True, help="the shared (reduction) dimension")
-    p.add_argument("--dtype", default="fp32", help="fp32, tf32, bf16, fp16 or fp8 (default fp32)")
+    p.add_argument("--dtype", type=dtype, default="fp32", help="fp32, tf32, bf16, fp16 or fp8 (default fp32)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: the best available)")
     p.add_argument("--warmup-ms", type=positive_float, default=25.0, help="warm-up budget in ms (default 25)")
     p.add_argument("--rep-ms", type=positive_float, default=100.0, help="timing budget in ms (default 100)")
@@ -21,10 +21,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from perflab.core.device import pick_device
-    from perflab.core.dtypes import parse_dtype
     from perflab.core.measure import measure_matmul
 
-    parse_dtype(args.dtype)  # an unknown dtype fails before any device work
     dev = pick_device(args.device)
     r = measure_matmul(args.m, args.n, args.k, args.dtype, dev, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                        flush_l2=False if args.no_flush else None)

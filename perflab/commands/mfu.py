@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import emit, positive_float, positive_int
+from perflab.cli import dtype, emit, positive_float, positive_int
 from perflab.commands.flops import add_model_arguments, config_from_args
 
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--devices", type=positive_int, default=1, help="number of accelerators (default 1)")
     p.add_argument("--peak", type=positive_float, help="peak TFLOP/s per device (dense)")
     p.add_argument("--accelerator", help="take the peak from perflab's table (h100-sxm, a100-sxm-80gb, ...)")
-    p.add_argument("--dtype", default=None, help="dtype of the peak (default: bf16 for an accelerator, this device's for --measure)")
+    p.add_argument("--dtype", type=dtype, default=None, help="dtype of the peak (default: bf16 for an accelerator, this device's for --measure)")
     p.add_argument("--measure", action="store_true", help="measure a training step of --preset on this device")
     p.add_argument("--steps", type=positive_int, default=5, help="timed steps with --measure (default 5)")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing (HFU counts the recompute)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import emit, positive_float, positive_int
+from perflab.cli import dtype, emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("--tp", type=positive_int, default=8, help="tensor-parallel degree (default 8)")
     p.add_argument("--pp-layers", type=positive_int, default=4, help="layers in the next pipeline stage (default 4)")
     p.add_argument("--accelerator", default="h100-sxm", help="accelerator id from the hardware table (default h100-sxm)")
-    p.add_argument("--dtype", default="bf16", help="dtype whose dense peak is used (default bf16)")
+    p.add_argument("--dtype", type=dtype, default="bf16", help="dtype whose dense peak is used (default bf16)")
     p.add_argument("--peak-tflops", type=positive_float, help="peak TFLOP/s instead of the table's")
     p.add_argument("--link", default="nvlink4-h100", help="link id (nvlink4-h100, ib-ndr-400, pcie5-x16, ...)")
     p.add_argument("--bw-gbps", type=positive_float, help="link bandwidth per direction in GB/s instead of the table's")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import emit, positive_float, positive_int
+from perflab.cli import dtype, emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -13,7 +13,7 @@ def register(sub) -> None:
     p.add_argument("--radius", type=positive_int, default=100, help="search ⌊8/3·h⌋ ± radius (default 100)")
     p.add_argument("--step", type=positive_int, default=4, help="candidates are multiples of step (default 4)")
     p.add_argument("--widths", type=positive_int, nargs="+", help="measure exactly these widths (plus the baseline)")
-    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, tf32 or fp32")
+    p.add_argument("--dtype", type=dtype, default="bf16", help="bf16 (default), fp16, tf32 or fp32")
     p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: the best available)")
     p.add_argument("--warmup-ms", type=positive_float, default=25.0, help="warm-up budget per width in ms (default 25)")
     p.add_argument("--rep-ms", type=positive_float, default=100.0, help="timing budget per width in ms (default 100)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import emit, positive_int
+from perflab.cli import dtype, emit, positive_int
 
 
 def register(sub) -> None:
@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--gpu", help="take SMs, peak and bandwidth from perflab's table, e.g. a100-sxm-80gb, h100-sxm")
     p.add_argument("--tile", default="256x128", help="thread-block tile TMxTN (default 256x128)")
     p.add_argument("--blocks-per-sm", type=positive_int, default=1, help="blocks resident per SM (default 1)")
-    p.add_argument("--dtype", default="bf16", help="for intensity, roofline and alignment (default bf16)")
+    p.add_argument("--dtype", type=dtype, default="bf16", help="for intensity, roofline and alignment (default bf16)")
     p.add_argument("--arch", help="architecture for the alignment rule (volta, ampere, hopper, ... or 8.0); "
                                   "default: --gpu's or the current GPU's")
     p.add_argument("--json", action="store_true",
@@ -23,7 +23,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perflab.core.dtypes import parse_dtype
     from perflab.core.errors import InputError
     from perflab.core.hardware import lookup
     from perflab.gemm.shapes import (
@@ -35,7 +34,7 @@ def run(args) -> int:
         wave_model,
     )
 
-    dt = parse_dtype(args.dtype)
+    dt = args.dtype
     tile = parse_tile(args.tile)
     spec, sms_source, device_name = None, None, None
     if args.gpu:

@@ -45,8 +45,9 @@ class AcceleratorSpec:
     exclude: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
 
-    def peak(self, dtype: str) -> float | None:
-        return self.peak_tflops.get(dtype)
+    def peak(self, dtype) -> float | None:
+        """Dense peak TFLOP/s for `dtype` (a DType or its name), None when no datasheet gives it."""
+        return self.peak_tflops.get(str(dtype))
 
     def ridge_point(self, dtype: str) -> float | None:
         """FLOPs per byte above which a kernel is compute-bound on this chip (roofline ridge)."""
@@ -212,8 +213,8 @@ class Peaks:
     cpu_estimate: CPUPeakEstimate | None = None
     notes: list[str] = field(default_factory=list)
 
-    def get(self, dtype: str) -> float | None:
-        return self.tflops.get(dtype)
+    def get(self, dtype) -> float | None:
+        return self.tflops.get(str(dtype))
 
     def describe(self, dtype: str) -> str:
         v = self.get(dtype)

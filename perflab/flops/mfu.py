@@ -23,6 +23,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from perflab.core.dtypes import DType
 from perflab.core.errors import InputError
 from perflab.core.validate import positive_number
 
@@ -123,7 +124,7 @@ class Ceiling:
 _CEILINGS: dict[tuple[str, str, int], Ceiling] = {}
 
 
-def matmul_ceiling(device=None, dtype: str = "fp32", size: int | None = None) -> Ceiling:
+def matmul_ceiling(device=None, dtype: DType | str = "fp32", size: int | None = None) -> Ceiling:
     """The device's measured matmul ceiling in TFLOP/s for `dtype`.
 
     Prefers the cached maximum-achievable-matmul search of `perflab.gemm.mamf` when that module exists
@@ -136,7 +137,7 @@ def matmul_ceiling(device=None, dtype: str = "fp32", size: int | None = None) ->
     from perflab.core.dtypes import parse_dtype
 
     dev = torch.device(device) if device is not None else pick_device()
-    dt = parse_dtype(dtype).name
+    dt = parse_dtype(dtype)  # a DType passes through as it is; a name from a notebook is parsed here
     try:
         from perflab.gemm import mamf
 
@@ -146,7 +147,7 @@ def matmul_ceiling(device=None, dtype: str = "fp32", size: int | None = None) ->
     except (ImportError, AttributeError):
         pass
     n = size or (8192 if dev.type == "cuda" else 2048)
-    key = (str(dev), dt, n)
+    key = (str(dev), dt.name, n)
     if key not in _CEILINGS:
         from perflab.core.measure import measure_matmul
 

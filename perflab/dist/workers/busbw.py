@@ -38,16 +38,17 @@ def body(ctx, a):
     return {"op": op, "rows": rows} if ctx.rank == 0 else {"op": op}
 
 
-def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers.runtime import run
-
-    p = argparse.ArgumentParser(prog="perflab.dist.workers.busbw")
+def arguments(p) -> None:
     p.add_argument("--op", default="all_reduce")
     p.add_argument("--sizes", required=True, help="comma-separated sizes S in bytes (nccl-tests' convention)")
     p.add_argument("--budget-s", type=float, default=0.2, help="time to spend timing each size (seconds)")
     p.add_argument("--out", default="", help="append one JSON line per size here (rank 0)")
-    a = p.parse_args(argv)
-    run(lambda ctx: body(ctx, a))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from perflab.dist.workers import runtime
+
+    runtime.main("perflab.dist.workers.busbw", arguments, body, argv)
 
 
 if __name__ == "__main__":

@@ -54,18 +54,19 @@ def listening_addresses() -> list[str]:
     return sorted(found)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers.runtime import run
-
-    p = argparse.ArgumentParser(prog="perflab.dist.workers.collectives")
+def arguments(p) -> None:
     p.add_argument("--demo-k", type=int, default=2, help="elements per rank in the demo buffers (default 2)")
     p.add_argument("--check-k", type=int, default=4096, help="elements per rank in the float64 check (default 4096)")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce/gather/scatter")
     p.add_argument("--slow-s", type=float, default=0.2, help="rank r works r×this before a barrier (0: skip)")
     p.add_argument("--ring-numel", type=int, default=4096, help="elements in the ring all-reduce check (0: skip)")
     p.add_argument("--only", default="", help="comma-separated primitives (default: all)")
-    a = p.parse_args(argv)
-    run(lambda ctx: body(ctx, a))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from perflab.dist.workers import runtime
+
+    runtime.main("perflab.dist.workers.collectives", arguments, body, argv)
 
 
 if __name__ == "__main__":

@@ -41,17 +41,18 @@ def body(ctx, a):
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers.runtime import run
-
-    p = argparse.ArgumentParser(prog="perflab.dist.workers.ddp")
+def arguments(p) -> None:
     p.add_argument("--experiments", default="init_memory,roles,accumulation,hooks")
     p.add_argument("--gas", type=int, default=4, help="micro-batches per optimizer step")
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per accumulation variant")
     p.add_argument("--hook-steps", type=int, default=6, help="steps per communication hook (≥ 4)")
     p.add_argument("--width", type=int, default=512, help="width of the toy MLP")
-    a = p.parse_args(argv)
-    run(lambda ctx: body(ctx, a), init=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from perflab.dist.workers import runtime
+
+    runtime.main("perflab.dist.workers.ddp", arguments, body, argv, init=False)
 
 
 if __name__ == "__main__":

@@ -36,15 +36,16 @@ def body(ctx, raise_on: int | None, hang_on: int | None, work_s: float):
     return {"sum": x.tolist()}
 
 
-def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers.runtime import run
-
-    p = argparse.ArgumentParser(prog="perflab.dist.workers.faulty")
+def arguments(p) -> None:
     p.add_argument("--raise-on", type=int, default=None, help="the rank that raises ValueError in its compute step")
     p.add_argument("--hang-on", type=int, default=None, help="the rank that never finishes its compute step")
     p.add_argument("--work-s", type=float, default=0.2, help="seconds of pretend compute on every rank")
-    a = p.parse_args(argv)
-    run(lambda ctx: body(ctx, a.raise_on, a.hang_on, a.work_s))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from perflab.dist.workers import runtime
+
+    runtime.main("perflab.dist.workers.faulty", arguments, lambda ctx, a: body(ctx, a.raise_on, a.hang_on, a.work_s), argv)
 
 
 if __name__ == "__main__":

@@ -92,15 +92,16 @@ def body(ctx, a):
     return {"rank": ctx.rank, "world_size": ctx.world_size, "rows": rows}
 
 
-def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers.runtime import run
-
-    p = argparse.ArgumentParser(prog="perflab.dist.workers.lab06_ring")
+def arguments(p) -> None:
     p.add_argument("--file", required=True, help="a .py file that defines the function")
     p.add_argument("--name", default="ring_all_reduce")
     p.add_argument("--numels", default="4096,1000")
-    a = p.parse_args(argv)
-    run(lambda ctx: body(ctx, a))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from perflab.dist.workers import runtime
+
+    runtime.main("perflab.dist.workers.lab06_ring", arguments, body, argv)
 
 
 if __name__ == "__main__":

@@ -220,3 +220,15 @@ def run(body: Callable[[RankContext], Any], backend: str | None = None, *, init:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def main(prog: str, add_arguments: Callable[[Any], None], body: Callable[[RankContext, Any], Any],
+         argv: list[str] | None = None, *, init: bool = True) -> None:
+    """A worker's whole `main`: parse its options (`add_arguments(parser)` declares them), then
+    `run(lambda ctx: body(ctx, options))` inside the rank."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog)
+    add_arguments(p)
+    options = p.parse_args(argv)
+    run(lambda ctx: body(ctx, options), init=init)
