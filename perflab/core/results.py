@@ -30,15 +30,22 @@ from typing import Any
 from perflab.core.errors import InputError, UnsupportedError, one_line
 
 
+def course_checkout() -> Path | None:
+    """The course's checkout that holds this perflab (it has notebooks/ and pyproject.toml), or
+    None for an installed copy."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "notebooks").is_dir() and (checkout / "pyproject.toml").is_file():
+        return checkout
+    return None
+
+
 def results_root() -> Path:
     """Where results go: $PERFLAB_RESULTS, else <checkout>/results, else ~/.cache/perflab/results."""
     env = os.environ.get("PERFLAB_RESULTS")
     if env:
         return Path(env).expanduser()
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "notebooks").is_dir() and (checkout / "pyproject.toml").is_file():
-        return checkout / "results"
-    return Path.home() / ".cache" / "perflab" / "results"
+    checkout = course_checkout()
+    return checkout / "results" if checkout else Path.home() / ".cache" / "perflab" / "results"
 
 
 def _safe(part: str) -> str:

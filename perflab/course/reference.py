@@ -35,10 +35,10 @@ def data_root() -> Path | None:
     env = os.environ.get("PERFLAB_DATA")
     if env:
         return Path(env).expanduser()
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "notebooks").is_dir() and (checkout / "pyproject.toml").is_file():
-        return checkout / "data"
-    return None
+    from perflab.core.results import course_checkout
+
+    checkout = course_checkout()
+    return checkout / "data" if checkout else None
 
 
 def provenance(device=None) -> dict[str, Any]:
