@@ -9,6 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
+pytest_plugins = ["time_limit"]  # tests/time_limit.py: no test may take more than 60 s
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_results(tmp_path_factory):

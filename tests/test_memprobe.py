@@ -13,6 +13,7 @@ from perflab.core.errors import InputError, UnsupportedError
 from perflab.memory import probe
 from perflab.memory.estimate import CPU_RNG_STATE_BYTES, activation_total, model_activation_bytes
 from perflab.workload.models import ModelConfig, build_model, preset
+from perflab.workload.train import make_batches, model_loss
 
 BASE = dict(layers=2, hidden=64, heads=4, vocab=512, seq_len=64)
 VARIANTS = {
@@ -34,14 +35,14 @@ def test_activation_formula_equals_saved_storages(name, dtype):
     cfg = VARIANTS[name]
     b, s = 3, 48
     model = build_model(cfg, dtype=probe._torch_dtype(dtype))
-    idx = torch.randint(0, cfg.vocab, (b, s))
-    exclude = list(model.parameters()) + list(model.buffers()) + [idx]
-    _, saved = probe.saved_tensors(lambda: probe.loss_of(model, idx), exclude=exclude)
+    batch = make_batches(cfg, b, s)[0]
+    exclude = list(model.parameters()) + list(model.buffers()) + list(batch)
+    _, saved = probe.saved_tensors(lambda: model_loss(model, batch), exclude=exclude)
     parts = model_activation_bytes(cfg, b, s, dtype=dtype)
     # the loss scalar is alive but not saved: 4 bytes
     assert saved.total_bytes + 4 == activation_total(parts)
     # and the allocator agrees: what the forward leaves alive is exactly that
-    kept = probe.allocated_during(lambda: probe.loss_of(model, idx), "cpu")["kept_bytes"]
+    kept = probe.allocated_during(lambda: model_loss(model, batch), "cpu")["kept_bytes"]
     assert kept == activation_total(parts)
 
 
@@ -50,8 +51,8 @@ def test_checkpointed_activations_exact(name):
     cfg = VARIANTS[name]
     model = build_model(cfg)
     model.checkpointing = True
-    idx = torch.randint(0, cfg.vocab, (2, 64))
-    kept = probe.allocated_during(lambda: probe.loss_of(model, idx), "cpu")["kept_bytes"]
+    batch = make_batches(cfg, 2, 64)[0]
+    kept = probe.allocated_during(lambda: model_loss(model, batch), "cpu")["kept_bytes"]
     want = activation_total(model_activation_bytes(cfg, 2, 64, recompute="full")) + cfg.layers * CPU_RNG_STATE_BYTES
     assert kept == want
 
@@ -96,7 +97,7 @@ def test_checkpointing_costs_time():
     # allow a few tries before calling it wrong
     ratios = []
     for _ in range(3):
-        out = probe.checkpointing_effect(preset("small-gpt"), batch=2, device="cpu", rep_ms=150, warmup_ms=30)
+        out = probe.checkpointing_effect(preset("small-gpt"), batch=2, device="cpu", rep_ms=100, warmup_ms=20)
         ratios.append(out["time_ratio"])
         if out["time_ratio"] > 1.05:
             break

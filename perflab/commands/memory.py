@@ -4,6 +4,7 @@
     perflab memory --preset llama2-7b --batch 1 --seq 4096 --recompute selective --json
     perflab memory --layers 32 --hidden 4096 --heads 32 --vocab 32000 --batch 1 --seq 4096 --tp 8 --sp
     perflab memory --params 7e9 --gpus 64 --tp 8 --pp 2 --mbs 2 --gbs 1024     # batch arithmetic too
+    perflab memory --measure --preset small-gpt --batch 2 [--seq 128] [--checkpointing] --json   # measured here
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def register(sub) -> None:
                                    "stage) and activations (Korthikanti et al. 2022); GB = 1e9 bytes.")
     add_model_args(p)
     t = p.add_argument_group("training")
-    t.add_argument("--precision", default="mixed", choices=["fp32", "mixed", "bf16"],
-                   help="fp32; mixed (16-bit weights + fp32 master weights and states); bf16 (pure). Default mixed")
+    t.add_argument("--precision", default=None, choices=["fp32", "mixed", "bf16"],
+                   help="fp32; mixed (16-bit weights + fp32 master weights and states); bf16 (pure). Default mixed "
+                        "(with --measure: fp32; mixed is not measured)")
     t.add_argument("--grad-dtype", choices=["fp32", "bf16", "fp16"],
                    help="gradient dtype (default: fp32 for fp32 and mixed → 18 bytes/param with AdamW; fp16 gives the ZeRO paper's 16)")
     t.add_argument("--optimizer", default="adamw",
@@ -74,12 +76,24 @@ def register(sub) -> None:
     c.add_argument("--mbs", type=positive_int, help="micro-batch size (default: --batch, else 1)")
     c.add_argument("--gas", type=positive_int, help="gradient-accumulation steps (default 1)")
     c.add_argument("--gbs", type=positive_int, help="target global batch size (solves for GAS)")
+    m = p.add_argument_group("measured: a real training step of perflab's model, phase by phase (lesson 03)")
+    m.add_argument("--measure", action="store_true", help="build --preset, run two training steps here and measure "
+                   "the bytes and seconds of every phase (build, forward, backward, optimizer step, zero_grad)")
+    m.add_argument("--checkpointing", action="store_true", help="with --measure: recompute every block in the backward")
+    m.add_argument("--device", help="with --measure: cpu, cuda, cuda:N or mps (default: the best available)")
     p.add_argument("--json", action="store_true", help="print JSON: components_bytes, total_bytes, activations_per_layer_bytes, ...")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.measure:
+        return _measure(args)
+    if args.checkpointing or args.device:
+        raise InputError("--checkpointing and --device describe a measured step: add --measure "
+                         "(for a prediction use --recompute full)")
     from perflab.memory.estimate import batch_plan, estimate
+
+    args.precision = args.precision or "mixed"
 
     cfg = model_config_from_args(args)
     if cfg is None and args.params is None and not (args.layers and args.hidden):
@@ -119,4 +133,29 @@ def run(args) -> int:
     if plan is not None:
         text += "\n" + plan.text()
     emit(out, args.json, text)
+    return 0
+
+
+def _measure(args) -> int:
+    from perflab.memory.probe import fmt_bytes, measure_step_phases
+
+    if not args.preset:
+        raise InputError("--measure needs --preset (e.g. tiny-gpt, tiny-llama, small-gpt, small-llama)")
+    if args.precision == "mixed":
+        raise InputError("--measure runs a pure fp32 or bf16 step: give --precision fp32 or bf16 (mixed is predicted only)")
+    if args.recompute != "none":
+        raise InputError("--measure takes --checkpointing (every block recomputed), not --recompute")
+    cfg = model_config_from_args(args)
+    rep = measure_step_phases(cfg, batch=args.batch or 8, seq=args.seq, dtype=args.precision or "fp32",
+                              optimizer=args.optimizer, checkpointing=args.checkpointing, device=args.device)
+    out = rep.summary()
+    lines = [f"{cfg.name} b={out['batch']} s={out['seq']} {out['dtype']} {out['optimizer']}"
+             f"{' with checkpointing' if args.checkpointing else ''} on {out['device']}: loss {out['loss']:.3f}, "
+             f"step {out['step_s'] * 1e3:.1f} ms (forward {out['forward_s'] * 1e3:.1f}, backward "
+             f"{out['backward_s'] * 1e3:.1f}, optimizer {out['optimizer_s'] * 1e3:.1f} ms)",
+             f"peak {fmt_bytes(out['peak_bytes'])} measured, {fmt_bytes(out['predicted_peak_bytes'])} predicted"]
+    lines += [f"  {r['phase']:<15} #{r['iteration']}  end {fmt_bytes(r['allocated_bytes']):>11} "
+              f"(predicted {fmt_bytes(r['predicted_end_bytes'])})  peak {fmt_bytes(r['peak_bytes']):>11} "
+              f"(predicted {fmt_bytes(r['predicted_peak_bytes'])})  {r['seconds'] * 1e3:8.1f} ms" for r in out["phases"]]
+    emit(out, args.json, "\n".join(lines))
     return 0

@@ -104,7 +104,9 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
     model.checkpointing = bool(checkpointing)
     runner = StepRunner(model, grad_accum=grad_accum, autocast_dtype=None if dt.name == "fp32" else dt.torch_dtype,
                         hooks=hooks, device=dev)
-    batches = make_batches(cfg, batch, seq, n=max(grad_accum, 2), device=dev, seed=seed)
+    # fresh random tokens for every micro-batch of every step, as a data loader gives: cycling a few
+    # batches would let the model memorise them and its loss fall below the ln V an honest step shows
+    batches = make_batches(cfg, batch, seq, n=runner.grad_accum * (steps + warmup + 1), device=dev, seed=seed)
     ex = exact_flops(cfg, batch, seq, checkpointing=checkpointing)
     counted = None
     notes: list[str] = []

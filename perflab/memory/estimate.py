@@ -514,7 +514,7 @@ def step_phases(cfg, batch: int, seq: int | None = None, *, dtype: str = "fp32",
     """Predict `perflab.memory.probe.measure_step_phases` for perflab's model: for each phase of each
     iteration, the bytes still allocated at its end and the peak inside it.
 
-    Parts: W weights and buffers; D the batch of token ids (int64); A activations
+    Parts: W weights and buffers; D the batch (token ids and their next-token targets, int64 each); A activations
     (`model_activation_bytes`); G gradients (same dtype as the weights); O optimizer states (created
     by the first step). Transients: the fp32 logits during the forward (4·b·s·V); at the start of
     backward the gradients of the log-softmax and of the logits (2 × 4·b·s·V) while every activation
@@ -535,7 +535,7 @@ def step_phases(cfg, batch: int, seq: int | None = None, *, dtype: str = "fp32",
     W = sum(_round_block(n * e, device) for n in sizes)
     if cfg.positions == "rotary":
         W += 2 * _round_block(cfg.seq_len * (cfg.d_head // 2) * e, device)  # cos/sin tables (buffers)
-    D = _round_block(b * s * 8, device)
+    D = 2 * _round_block(b * s * 8, device)  # inputs and targets (perflab.workload.train.make_batches)
     acts = model_activation_bytes(cfg, b, s, dtype=dtype, recompute=recompute, device=device)
     A = activation_total(acts)
     if recompute == "full" and not cuda:

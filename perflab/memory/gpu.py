@@ -200,8 +200,9 @@ def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "
     import torch
 
     from perflab.core.results import results_root
-    from perflab.memory.probe import loss_of, make_optimizer
+    from perflab.memory.probe import make_optimizer
     from perflab.workload.models import build_model
+    from perflab.workload.train import make_batches, model_loss
 
     dev = torch.device("cuda", torch.cuda.current_device())
     s = seq or cfg.seq_len
@@ -211,9 +212,9 @@ def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "
     try:
         model = build_model(cfg, device=dev)
         opt = make_optimizer(optimizer, model.parameters())
-        idx = torch.randint(0, cfg.vocab, (batch, s), device=dev)
+        data = make_batches(cfg, batch, s, device=dev)[0]
         for _ in range(2):
-            loss_of(model, idx).backward()
+            model_loss(model, data).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize(dev)

@@ -335,14 +335,6 @@ def make_optimizer(name: str, params):
     raise InputError(f"measured optimizers are {', '.join(MEASURED_OPTIMIZERS)} (got {name!r})")
 
 
-def loss_of(model, idx):
-    """Next-token-style loss with fp32 logits (the model's logits cast up, as training code does)."""
-    import torch.nn.functional as F
-
-    vocab = model.cfg.vocab
-    return F.cross_entropy(model(idx).float().view(-1, vocab), idx.view(-1))
-
-
 @dataclass
 class PhaseReport:
     """Measured rows (one per phase) with the prediction that goes with them."""
@@ -378,6 +370,23 @@ class PhaseReport:
     @property
     def peak_bytes(self) -> int:
         return max(r["peak_bytes"] for r in self.rows)
+
+    def summary(self) -> dict[str, Any]:
+        """The step in numbers: its loss, the last iteration's seconds per phase and in all
+        (`step_s`), peak bytes measured and predicted, and the per-phase rows (what
+        `perflab memory --measure --json` prints)."""
+        last = max(r["iteration"] for r in self.rows)
+        secs = {r["phase"]: r["seconds"] for r in self.rows if r["iteration"] == last}
+        keep = ("phase", "iteration", "seconds", "start_bytes", "allocated_bytes", "peak_bytes", "reserved_bytes",
+                "device_used_bytes", "rss_bytes")
+        meta = {k: v for k, v in self.meta.items() if k not in ("timeline", "phase_ranges")}
+        return {**meta, "step_s": sum(secs.values()), "forward_s": secs.get("forward"),
+                "backward_s": secs.get("backward"), "optimizer_s": secs.get("optimizer step"),
+                "peak_bytes": self.peak_bytes, "predicted_peak_bytes": self.predicted_peak_bytes,
+                "components_bytes": self.components(),
+                "phases": [{k: r[k] for k in keep if k in r} | {"predicted_end_bytes": p.end_bytes,
+                                                                 "predicted_peak_bytes": p.peak_bytes}
+                           for r, p in zip(self.rows, self.predicted)]}
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -415,6 +424,7 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
     from perflab.core.device import describe, pick_device, synchronize
     from perflab.core.validate import positive_int
     from perflab.workload.models import build_model
+    from perflab.workload.train import make_batches, model_loss
 
     dev = pick_device(device) if device is None or isinstance(device, str) else torch.device(device)
     if dtype not in PRECISIONS_MEASURED:
@@ -483,17 +493,18 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
         row["seconds"] = time.perf_counter() - t0
         rows.append(row)
 
-    model = opt = loss = idx = None
+    model = opt = loss = data = None
+    last_loss = None
     try:
         with phase("build", 0):
             model = build_model(cfg, device=dev, dtype=_torch_dtype(dtype), seed=seed)
             model.checkpointing = checkpointing
             opt = make_optimizer(optimizer, model.parameters())
-            g = torch.Generator().manual_seed(seed)
-            idx = torch.randint(0, cfg.vocab, (b, s), generator=g).to(dev)
+            data = make_batches(cfg, b, s, device=dev, seed=seed)[0]
         for it in range(1, positive_int("iterations", iterations) + 1):
             with phase("forward", it):
-                loss = loss_of(model, idx)
+                loss = model_loss(model, data)
+            last_loss = loss.item()  # outside the phases: .item() waits for the device
             with phase("backward", it):
                 loss.backward()
                 loss = None
@@ -510,7 +521,7 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
                 tracemalloc.stop()
         info = describe(dev)
         n_params = sum(p.numel() for p in model.parameters()) if model is not None else None
-        del model, opt, loss, idx
+        del model, opt, loss, data
         gc.collect()
     if cpu is not None:
         for row, ph in zip(rows, cpu.per_phase()):
@@ -521,7 +532,7 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
         timeline = ranges = None
     meta = {"device": info.name, "device_kind": dev.type, "library_workspace_bytes": workspace, "model": cfg.name, "params": n_params, "batch": b, "seq": s,
             "dtype": dtype, "optimizer": optimizer, "checkpointing": checkpointing, "timeline": timeline,
-            "phase_ranges": ranges}
+            "phase_ranges": ranges, "loss": last_loss}
     return PhaseReport(rows, predicted, meta)
 
 
@@ -545,17 +556,18 @@ def checkpointing_effect(cfg, *, batch: int, seq: int | None = None, dtype: str 
     from perflab.core.timing import bench
     from perflab.core.validate import positive_int
     from perflab.workload.models import build_model
+    from perflab.workload.train import make_batches, model_loss
 
     dev = pick_device(device) if device is None or isinstance(device, str) else torch.device(device)
     b = positive_int("batch", batch)
     s = positive_int("seq", seq if seq is not None else cfg.seq_len, maximum=cfg.seq_len)
     model = build_model(cfg, device=dev, dtype=_torch_dtype(dtype), seed=seed)
-    idx = torch.randint(0, cfg.vocab, (b, s), generator=torch.Generator().manual_seed(seed)).to(dev)
+    data = make_batches(cfg, b, s, device=dev, seed=seed)[0]
     out: dict[str, Any] = {"model": cfg.name, "batch": b, "seq": s, "dtype": dtype, "device": dev.type}
     for ckpt in (False, True):
         model.checkpointing = ckpt
         key = "checkpointed" if ckpt else "stored"
-        mem = allocated_during(lambda: loss_of(model, idx), dev)
+        mem = allocated_during(lambda: model_loss(model, data), dev)
         pred = activation_total(model_activation_bytes(cfg, b, s, dtype=dtype, recompute="full" if ckpt else "none",
                                                        device=dev.type))
         if ckpt and dev.type == "cpu":
@@ -567,7 +579,7 @@ def checkpointing_effect(cfg, *, batch: int, seq: int | None = None, dtype: str 
         out[f"{key}_predicted_bytes"] = pred
 
     def step():
-        loss_of(model, idx).backward()
+        model_loss(model, data).backward()
 
     # time the two alternately, `rounds` times, and keep each one's better round: a machine shared
     # with other work drifts, and alternating exposes both to the same drift

@@ -287,18 +287,66 @@ class Transformer(nn.Module):
         return x @ self.embed.weight.t() if self.head is None else self.head(x)
 
 
-def build_model(cfg: ModelConfig, *, device=None, dtype=None, seed: int | None = 0) -> Transformer:
+INITS = ("gpt2", "torch")
+
+
+def build_model(cfg: ModelConfig, *, device=None, dtype=None, seed: int | None = 0, init: str = "gpt2") -> Transformer:
     """A decoder-only transformer for `cfg` (GPT-like or Llama-like by its fields).
 
     forward(idx: LongTensor[b, s]) -> logits[b, s, V]. Attention goes through
     `F.scaled_dot_product_attention` (causal). Set `model.checkpointing = True` to recompute each
     block in the backward pass (activation checkpointing). `seed` makes the initial weights
-    reproducible without touching the global random state.
+    reproducible without touching the global random state. `init`: 'gpt2' (`init_weights`, the
+    default) or 'torch' (PyTorch's per-layer defaults, N(0, 1) embeddings: what lesson 00 shows
+    going wrong).
     """
+    if init not in INITS:
+        raise InputError(f"unknown init {init!r}: use one of {', '.join(INITS)}")
+    prepare = init_weights if init == "gpt2" else (lambda m: m)
     if seed is not None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = Transformer(cfg)
+            model = prepare(Transformer(cfg))
     else:
-        model = Transformer(cfg)
+        model = prepare(Transformer(cfg))
     return model.to(device=device, dtype=dtype)
+
+
+INIT_STD = 0.02  # GPT-2 and Llama alike (see init_weights)
+
+
+@torch.no_grad()
+def init_weights(model: Transformer) -> Transformer:
+    """Initialise `model` in place as the architectures its presets name are initialised; returns it.
+
+    - Every linear weight and every embedding (token, learned position): normal(0, 0.02); biases 0;
+      norms' gains 1 and biases 0. GPT-2: `initializer_range = 0.02` (the GPT-2 code and Hugging
+      Face's GPT2Config); Llama: the same `initializer_range = 0.02` (Hugging Face's LlamaConfig).
+    - The two projections that write into the residual stream in every block (attention output,
+      MLP down) get normal(0, 0.02/√(2·L)): Radford et al. 2019, §2.3, "scale the weights of residual
+      layers at initialization by a factor of 1/√N where N is the number of residual layers"
+      (2 per block), as nanoGPT does for `c_proj`, and as torchtitan's Llama scales its output
+      projections with depth.
+
+    torch's defaults (N(0, 1) for `nn.Embedding`) are what this replaces: with a tied embedding of
+    unit scale, an untrained model's logits are so large that its softmax saturates, its loss is far
+    from ln V and its gradients underflow into denormals, which slow CPU matmuls tens of times
+    (lesson 00, "denormals").
+    """
+    cfg = model.cfg
+    resid_std = INIT_STD / math.sqrt(2 * cfg.layers)
+    for mod in model.modules():
+        if isinstance(mod, nn.Linear):
+            nn.init.normal_(mod.weight, 0.0, INIT_STD)
+            if mod.bias is not None:
+                nn.init.zeros_(mod.bias)
+        elif isinstance(mod, nn.Embedding):
+            nn.init.normal_(mod.weight, 0.0, INIT_STD)
+        elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
+            nn.init.ones_(mod.weight)
+            if getattr(mod, "bias", None) is not None:
+                nn.init.zeros_(mod.bias)
+    for blk in model.blocks:
+        nn.init.normal_(blk.attn.o.weight, 0.0, resid_std)
+        nn.init.normal_(blk.mlp.down.weight, 0.0, resid_std)
+    return model

@@ -87,7 +87,17 @@ class _Clock:
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of b×s×V logits (cast to fp32, as training code does) against the b×s
+    next-token targets of `make_batches`. The one loss every lesson and probe trains with."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def model_loss(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """`next_token_loss(model(inputs), targets)` for one (inputs, targets) batch of `make_batches`."""
+    inputs, targets = batch
+    # cast before the call: an argument stays alive for the whole call, so passing 16-bit logits in
+    # would keep them (2·b·s·V bytes) next to their fp32 copy at the loss's peak
+    return next_token_loss(model(inputs).float(), targets)
 
 
 class StepRunner:
@@ -181,3 +191,40 @@ class StepRunner:
 def default_dtype(device: torch.device) -> str:
     """bf16 (autocast) on a CUDA GPU, fp32 elsewhere."""
     return "bf16" if device.type == "cuda" else "fp32"
+
+
+def untrained_health(cfg, *, init: str = "gpt2", targets: str = "next", batch: int = 2, seq: int | None = None,
+                     device=None, seed: int = 0, reps: int = 3) -> dict[str, Any]:
+    """One forward and backward of an untrained model: is it a sane starting point?
+
+    Returns the loss next to ln V (where an untrained model should start: it predicts uniformly),
+    the share of gradient entries that are denormal (after the first backward), and the seconds a
+    forward+backward takes (the fastest of `reps`, after that first one).
+    `init='torch'` shows what PyTorch's defaults give perflab's tied-embedding models;
+    `targets='inputs'` scores each position against its own input token instead of the next one
+    (the bug this course once had: with a tied N(0, 1) embedding the model "predicts" its input
+    perfectly, the loss is 0 and the softmax's saturated gradients underflow)."""
+    if targets not in ("next", "inputs"):
+        raise InputError(f"targets must be 'next' or 'inputs' (got {targets!r})")
+    import math
+
+    from perflab.core.denormals import count_denormals
+    from perflab.workload.models import build_model
+
+    seq = seq or cfg.seq_len
+    model = build_model(cfg, device=device, seed=seed, init=init)
+    data = make_batches(cfg, batch, seq, device=device, seed=seed)[0]
+    if targets == "inputs":
+        data = (data[0], data[0])
+    loss = model_loss(model, data)
+    loss.backward()
+    den = count_denormals(model.parameters(), grads=True)
+    times = []
+    for _ in range(reps):  # the first pass above warmed up; the fastest of a few is the least disturbed
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        model_loss(model, data).backward()
+        times.append(time.perf_counter() - t0)
+    seconds = min(times)
+    return {"model": cfg.name, "init": init, "targets": targets, "loss": loss.item(), "ln_V": math.log(cfg.vocab),
+            "denormal_grad_fraction": den.fraction, "denormal_grads": den.denormal, "fwd_bwd_s": seconds}

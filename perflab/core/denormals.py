@@ -1,0 +1,153 @@
+"""Denormals (subnormal floats): the silent slowdown of CPU matmuls, counted and measured.
+
+A float below the smallest normal number (`torch.finfo(dtype).tiny`: 1.18e-38 in fp32) loses
+precision gradually instead of flushing to zero. x86 CPUs handle such inputs in microcode, tens of
+times slower per operation, unless the thread's FTZ/DAZ bits tell the core to treat them as zero.
+`torch.set_flush_denormal(True)` sets those bits, but only on the thread that calls it: torch's
+intra-op worker threads keep their own. GPUs process denormals at full speed (or flush them), so
+this is a CPU story, and the course's own: a tied embedding left at N(0, 1) once saturated the
+softmax of perflab's untrained model, and its gradients came out denormal.
+
+    >>> count_denormals(model.parameters(), grads=True)   # how many gradient entries are denormal
+    >>> slowdown = denormal_matmul_slowdown(n=256)       # timed, per thread setting and flush mode
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class DenormalCount:
+    denormal: int  # entries with 0 < |x| < smallest normal
+    total: int
+
+    @property
+    def fraction(self) -> float:
+        return self.denormal / self.total if self.total else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fraction": self.fraction}
+
+
+def count_denormals(tensors: Iterable, *, grads: bool = False) -> DenormalCount:
+    """Count denormal entries of floating-point `tensors` (their `.grad` with grads=True; missing
+    gradients are skipped)."""
+    import torch
+
+    den = tot = 0
+    for t in tensors:
+        t = t.grad if grads else t
+        if t is None or not t.is_floating_point():
+            continue
+        tiny = torch.finfo(t.dtype).tiny
+        a = t.detach().abs()
+        den += int(((a > 0) & (a < tiny)).sum())
+        tot += t.numel()
+    return DenormalCount(den, tot)
+
+
+@contextlib.contextmanager
+def set_threads_and_flush(threads: int, flush: bool) -> Iterator[None]:
+    """Run the block with `threads` intra-op threads and `torch.set_flush_denormal(flush)` on the
+    calling thread; both are restored afterwards. (Changes process state while active, hence
+    `set_`.) The flush setting is the calling thread's alone: see the module docstring."""
+    import torch
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(flush)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(old_threads)
+
+
+def denormal_operands(n: int, share: float = 1 / 3, seed: int = 0):
+    """Two fp32 n×n operands for `a @ b`: `a` normal N(0, 1) except a `share` of its rows scaled
+    into the denormal range (×1e-39); `b` normal. Also returns the all-normal `a` for comparison."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, n, generator=g)
+    b = torch.randn(n, n, generator=g)
+    a_den = a.clone()
+    rows = max(1, int(n * share))
+    a_den[:rows] *= 1e-39
+    return a, a_den, b
+
+
+def denormal_matmul_slowdown(n: int = 512, *, threads: Iterable[int] | None = None, share: float = 1 / 3,
+                             rep_ms: float = 40, warmup_ms: float = 10) -> list[dict[str, Any]]:
+    """Time an fp32 n×n matmul with normal inputs and with `share` of A's rows denormal, for each
+    thread count (default: 1 and all of torch's) with flush off and on. One row per setting:
+    threads, flush, normal_s, denormal_s, slowdown (denormal / normal), denormal_inputs (count).
+    Runs on the CPU (GPUs handle denormals at full speed: nothing to show there)."""
+    import torch
+
+    from perflab.core.timing import bench
+    from perflab.core.validate import positive_int
+
+    n = positive_int("n", n)
+    if threads is None:
+        threads = sorted({1, torch.get_num_threads()})
+    a, a_den, b = denormal_operands(n, share)
+    out = torch.empty(n, n)
+    counted = count_denormals([a_den]).denormal
+    rows = []
+    for t in threads:
+        t = positive_int("threads", t)
+        for flush in (False, True):
+            with set_threads_and_flush(t, flush):
+                normal = bench(lambda: torch.mm(a, b, out=out), device="cpu", rep_ms=rep_ms, warmup_ms=warmup_ms,
+                               label=f"normal, {t} thread(s)").median_s
+                den = bench(lambda: torch.mm(a_den, b, out=out), device="cpu", rep_ms=rep_ms, warmup_ms=warmup_ms,
+                            label=f"denormal, {t} thread(s)").median_s
+            rows.append({"threads": t, "flush_denormal": flush, "normal_ms": normal * 1e3, "denormal_ms": den * 1e3,
+                         "slowdown": den / normal, "denormal_inputs": counted})
+    return rows
+
+
+def flush_is_per_thread(n: int = 256, *, rep_ms: float = 40, warmup_ms: float = 10) -> dict[str, Any]:
+    """Show that `torch.set_flush_denormal(True)` covers only the thread that called it.
+
+    A second Python thread starts first and waits; the main thread then turns flushing on and
+    times the denormal matmul with one intra-op thread (so the matmul runs on the calling thread);
+    then the waiting thread, which started before the switch, times the same matmul. (A thread
+    created after the switch inherits the setting on Linux: so do torch's worker threads, if the
+    pool starts after it.) Returns milliseconds for each ('caller_ms', 'other_thread_ms') and
+    their ratio."""
+    import threading
+
+    import torch
+
+    from perflab.core.timing import bench
+
+    a, a_den, b = denormal_operands(n)
+    out = torch.empty(n, n)
+    res: dict[str, Any] = {}
+    go = threading.Event()
+
+    def timed():
+        return bench(lambda: torch.mm(a_den, b, out=out), device="cpu", rep_ms=rep_ms, warmup_ms=warmup_ms).median_s
+
+    def other():
+        go.wait()
+        res["other_thread_ms"] = timed() * 1e3
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    try:
+        with set_threads_and_flush(1, True):
+            res["caller_ms"] = timed() * 1e3
+            go.set()
+            worker.join()
+    finally:
+        go.set()
+        worker.join()
+    res["ratio"] = res["other_thread_ms"] / res["caller_ms"]
+    return res
