@@ -11,10 +11,11 @@ nothing else from perflab.
 - `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
 - `roofline`: the roofline model and arithmetic intensity
 - `grading`: what every lab check uses (raise on a wrong answer, "not done yet" for a stub)
+- `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "validate", "dtypes", "device", "hardware", "timing", "results", "measure",
-           "roofline", "grading")
+           "roofline", "grading", "denormals")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

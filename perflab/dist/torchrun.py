@@ -358,8 +358,12 @@ def _short(text: str | None, limit: int = 160) -> str:
 # ----------------------------------------------------------------------------- launching
 def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), *, nnodes: int = 1,
            timeout: float = 120.0, backend: str | None = None, env: dict[str, str] | None = None,
-           keep_dir: bool = False) -> LaunchResult:
+           keep_dir: bool = False, bind: bool = False) -> LaunchResult:
     """Run `target` (a module such as perflab.dist.workers.collectives, or a .py path) on nproc × nnodes ranks.
+
+    bind: start every rank through `perflab.numa.bound`, which binds it to its own cores (lesson
+    08's plan: its GPU's node, whole cores, none shared) with numactl where installed, else with
+    os.sched_setaffinity, before the program runs.
 
     Returns a LaunchResult whatever happened (check `.ok`, or call `.raise_for_status()`); raises
     InputError for arguments that cannot work, and KeyboardInterrupt (after stopping everything) if
@@ -380,6 +384,8 @@ def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), 
             raise InputError(f"worker script {target!r} not found")
         target = str(path)
     choice = choose_backend(nproc, backend)
+    if bind:  # the rank runs `python -m perflab.numa.bound TARGET ARGS`: the module is named, not imported
+        args, target = [target, *args], "perflab.numa.bound"
 
     run_dir = Path(tempfile.mkdtemp(prefix="perflab-run-"))
     envs = worker_env(run_dir, choice.name, env)

@@ -1,0 +1,16 @@
+"""Lesson 08 (NUMA): which cores belong to which accelerator, binding each rank to them, and the
+effect measured where the machine has more than one node.
+
+- `topology`: sysfs readers (nodes, CPUs, memory, distances, SMT siblings, GPUs' nodes), all rooted
+- `smi_topo`: `nvidia-smi topo -m` parsed (links, CPU and NUMA affinity, NICs, legend)
+- `plan`: the per-rank core split, numactl lines, `bind_rank` (os.sched_setaffinity)
+- `bound`: run a program bound to its rank's cores (what the torchrun launcher's `bind=True` starts)
+- `effect`: local vs remote memory bandwidth and latency, host→device copies per node (multi-node)
+- `plots`: the topology and a plan drawn
+- `lab08`: the lab's checks
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("topology", "smi_topo", "plan", "bound", "effect", "plots", "lab08")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -1,0 +1,71 @@
+"""Checks for labs/08_numa.ipynb: split one NUMA node's CPUs among the ranks whose GPUs sit on it.
+
+The learner writes `split_node(cpus, n_ranks, siblings) -> list[list[int]]`. Several answers are
+right, so the check tests the rules rather than one list, on several fake nodes (with and without
+SMT, cores that do not divide evenly, CPU numbers with gaps):
+1. every CPU of the node goes to exactly one rank;
+2. a core's hardware threads (SMT siblings) go to the same rank;
+3. ranks get whole cores as evenly as they divide (their core counts differ by at most one);
+4. each rank's list names its cores' first threads before any second thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from perflab.core.grading import LabCheckError, record
+from perflab.numa.plan import core_groups
+
+CASES = [
+    # (name, cpus, n_ranks, siblings)
+    ("4 cores, no SMT, 2 ranks", [0, 1, 2, 3], 2, {}),
+    ("the seed's node 0 (52 cores × 2 threads), 4 ranks", list(range(0, 52)) + list(range(104, 156)), 4,
+     {c: [c, c + 104] for c in range(52)} | {c + 104: [c, c + 104] for c in range(52)}),
+    ("6 cores × 2 threads, 4 ranks (uneven)", list(range(6)) + list(range(6, 12)), 4,
+     {c: [c, c + 6] for c in range(6)} | {c + 6: [c, c + 6] for c in range(6)}),
+    ("gaps in the numbering (offline CPUs), 3 ranks", [0, 2, 3, 5, 7, 8, 9], 3, {}),
+    ("siblings listed next to each other, 2 ranks", list(range(8)), 2, {c: [c - c % 2, c - c % 2 + 1] for c in range(8)}),
+]
+
+
+def rule_problems(split, cpus, n_ranks, siblings) -> list[str]:
+    """What is wrong with `split` for this node, one line per broken rule (empty: right)."""
+    if not isinstance(split, (list, tuple)) or len(split) != n_ranks:
+        return [f"expected a list of {n_ranks} lists (one per rank), got {split!r}"[:300]]
+    out = []
+    flat = [c for part in split for c in part]
+    if sorted(flat) != sorted(cpus):
+        missing, extra = sorted(set(cpus) - set(flat)), sorted(set(flat) - set(cpus))
+        dup = sorted({c for c in flat if flat.count(c) > 1})
+        out.append(f"rule 1: every CPU exactly once (missing {missing[:8]}, not on this node {extra[:8]}, twice {dup[:8]})")
+    owner = {c: r for r, part in enumerate(split) for c in part}
+    groups = core_groups(cpus, siblings)
+    split_cores = [g for g in groups if len({owner.get(c) for c in g}) > 1]
+    if split_cores:
+        out.append(f"rule 2: a core's threads stay together; core {split_cores[0]} is split between ranks")
+    counts = [len({tuple(g) for g in groups if owner.get(g[0]) == r}) for r in range(n_ranks)]
+    if len(groups) >= n_ranks and max(counts) - min(counts) > 1:
+        out.append(f"rule 3: cores per rank should differ by at most one; got {counts}")
+    firsts = {g[0] for g in groups}
+    for r, part in enumerate(split):
+        kinds = [c in firsts for c in part]
+        if kinds and kinds != sorted(kinds, reverse=True):
+            out.append(f"rule 4: rank {r}'s list {list(part)[:6]}... puts a second thread before a first one")
+            break
+    return out
+
+
+def check_split_node(student: Callable) -> bool:
+    for name, cpus, n, sib in CASES:
+        try:
+            got = student(list(cpus), n, dict(sib))
+        except NotImplementedError:
+            record("split_node", False)
+            print("… split_node: not done yet — fill in the function and run this cell again.")
+            return False
+        problems = rule_problems(got, cpus, n, sib)
+        if problems:
+            raise LabCheckError(f"split_node, case '{name}': " + "; ".join(problems))
+    record("split_node", True)
+    print(f"✓ split_node: every rule holds on {len(CASES)} nodes")
+    return True

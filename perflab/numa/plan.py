@@ -1,0 +1,206 @@
+"""Which cores each local rank gets, and binding a process to them.
+
+The rule (the seed's "give each process its own core group rather than a whole node"): rank r
+drives GPU r; the CPUs of that GPU's NUMA node are split evenly among the ranks whose GPUs sit on
+that node, whole physical cores first (a core's SMT sibling goes to the same rank), and no CPU
+goes to two ranks. A node without CPUs (memory only) lends its GPUs the nearest node's CPUs (by
+the distance matrix); a rank crosses to another node only when its node has fewer cores than
+ranks. Without GPUs (a CPU machine), ranks are spread over the nodes in turn.
+
+    >>> p = plan(8, read_topology())          # or topology_from_topo(parse_topo(text))
+    >>> p[0].cpus, p[0].numactl                # [0..12, 104..116], 'numactl --physcpubind=... --membind=0'
+    >>> bind_rank(p[local_rank])              # os.sched_setaffinity, says what changed
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.core.validate import positive_int
+from perflab.numa.topology import Topology, format_cpulist
+
+
+@dataclass
+class RankPlan:
+    rank: int  # local rank
+    gpu: int | None
+    node: int | None
+    cpus: list[int]
+    note: str = ""
+
+    @property
+    def numactl(self) -> str:
+        mem = f" --membind={self.node}" if self.node is not None else ""
+        return f"numactl --physcpubind={format_cpulist(self.cpus)}{mem}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "numactl": self.numactl}
+
+
+def core_groups(cpus: list[int], siblings: dict[int, list[int]]) -> list[list[int]]:
+    """`cpus` grouped by physical core (each group: its hardware threads present in `cpus`), in the
+    order of each core's first thread."""
+    seen: set[int] = set()
+    groups = []
+    for c in sorted(cpus):
+        if c in seen:
+            continue
+        g = [x for x in sorted(siblings.get(c, [c])) if x in cpus] or [c]
+        if c not in g:
+            g = [c]
+        seen.update(g)
+        groups.append(g)
+    return groups
+
+
+def split_node(cpus: list[int], n_ranks: int, siblings: dict[int, list[int]]) -> list[list[int]]:
+    """Split one node's CPUs among `n_ranks`: whole cores, as even as they divide; each rank's list
+    has its cores' first threads, then their siblings. Needs at least one CPU per rank."""
+    groups = core_groups(cpus, siblings)
+    if len(groups) >= n_ranks:
+        out = []
+        for r in range(n_ranks):
+            mine = groups[r * len(groups) // n_ranks:(r + 1) * len(groups) // n_ranks]
+            first = [g[0] for g in mine]
+            rest = [x for g in mine for x in g[1:]]
+            out.append(first + sorted(rest))
+        return out
+    flat = [g[0] for g in groups] + [x for g in groups for x in g[1:]]  # physical threads first
+    if len(flat) < n_ranks:
+        raise InputError(f"{n_ranks} ranks need at least {n_ranks} CPUs; {len(flat)} are available")
+    return [flat[r * len(flat) // n_ranks:(r + 1) * len(flat) // n_ranks] for r in range(n_ranks)]
+
+
+def plan(nproc: int, topo: Topology, *, allowed: list[int] | None = None) -> list[RankPlan]:
+    """Cores for `nproc` local ranks on `topo` (see the module docstring). `allowed` limits the
+    CPUs used (default: every online CPU of the topology)."""
+    nproc = positive_int("nproc", nproc, maximum=4096)
+    allowed_set = set(allowed) if allowed is not None else {c for n in topo.nodes for c in n.cpus}
+    node_cpus = {n.id: [c for c in n.cpus if c in allowed_set] for n in topo.nodes}
+    usable = [nid for nid, c in node_cpus.items() if c]
+    if not usable:
+        raise InputError("no usable CPU in this topology")
+    if sum(len(c) for c in node_cpus.values()) < nproc:
+        raise InputError(f"{nproc} ranks need {nproc} CPUs of their own; this machine offers "
+                         f"{sum(len(c) for c in node_cpus.values())}: use fewer ranks")
+    ids = [n.id for n in topo.nodes]
+
+    def nearest_with_cpus(nid: int) -> int:
+        if nid in usable:
+            return nid
+        if nid in ids and topo.distances and len(topo.distances) == len(ids):
+            row = topo.distances[ids.index(nid)]
+            return min(usable, key=lambda u: (row[ids.index(u)], u))
+        return usable[0]
+
+    # which node each rank lives on
+    rank_node: list[int] = []
+    notes: dict[int, str] = {}
+    gpus = sorted(topo.gpus, key=lambda g: g.index)
+    for r in range(nproc):
+        g = gpus[r] if r < len(gpus) else None
+        if g is not None and g.numa_node is not None:
+            home = nearest_with_cpus(g.numa_node)
+            if home != g.numa_node:
+                notes[r] = f"GPU {g.index}'s node {g.numa_node} has no CPUs: nearest node {home}"
+        elif g is not None and g.cpus:
+            home = max(usable, key=lambda u: (len(set(node_cpus[u]) & set(g.cpus)), -u))
+            notes[r] = "GPU's node unknown (numa_node -1): the node of its local CPUs"
+        else:
+            home = usable[r % len(usable)]
+            if g is None and gpus:
+                notes[r] = "no GPU for this rank"
+            elif g is not None:
+                notes[r] = f"GPU {g.index}'s node and local CPUs are unknown: node {home} by turn"
+        rank_node.append(home)
+    # split each node among its ranks; ranks that do not fit borrow spare cores elsewhere
+    out: dict[int, RankPlan] = {}
+    spare: list[int] = []
+    overflow: list[int] = []
+    for nid in usable:
+        ranks = [r for r in range(nproc) if rank_node[r] == nid]
+        cpus = node_cpus[nid]
+        fit = ranks[:len(cpus)]
+        overflow += ranks[len(cpus):]
+        used: set[int] = set()
+        if fit:
+            for r, mine in zip(fit, split_node(cpus, len(fit), topo.siblings)):
+                out[r] = RankPlan(r, gpus[r].index if r < len(gpus) else None, nid, mine, notes.get(r, ""))
+                used.update(mine)
+        spare += [c for c in cpus if c not in used]
+    for r in overflow:  # only when a node has fewer CPUs than ranks
+        c = spare.pop(0)
+        out[r] = RankPlan(r, gpus[r].index if r < len(gpus) else None, topo.node_of(c), [c],
+                          f"node {rank_node[r]} has fewer CPUs than ranks: borrowed CPU {c}")
+    return [out[r] for r in range(nproc)]
+
+
+def plan_table(p: list[RankPlan]):
+    """The plan as a DataFrame a person can copy: rank, GPU, node, CPUs (as a list), count, numactl."""
+    import pandas as pd
+
+    return pd.DataFrame([{"rank": x.rank, "GPU": x.gpu, "node": x.node, "CPUs": format_cpulist(x.cpus),
+                          "count": len(x.cpus), "numactl": x.numactl, "note": x.note} for x in p])
+
+
+def check_plan(p: list[RankPlan], topo: Topology) -> list[str]:
+    """Problems with a plan, one line each (empty: none): a CPU given twice, a CPU that is not in
+    the topology, a rank that crosses its GPU's node although that node had room."""
+    problems = []
+    seen: dict[int, int] = {}
+    known = {c for n in topo.nodes for c in n.cpus}
+    for x in p:
+        for c in x.cpus:
+            if c in seen:
+                problems.append(f"CPU {c} is given to ranks {seen[c]} and {x.rank}")
+            seen[c] = x.rank
+            if c not in known:
+                problems.append(f"rank {x.rank} gets CPU {c}, which is not in the topology")
+        if not x.cpus:
+            problems.append(f"rank {x.rank} gets no CPU")
+    return problems
+
+
+def numactl_available() -> bool:
+    return shutil.which("numactl") is not None
+
+
+def bind_rank(rank_plan: RankPlan, pid: int = 0) -> dict[str, Any]:
+    """Restrict process `pid` (0: this one) to the plan's CPUs with os.sched_setaffinity. Threads
+    and processes it starts afterwards (DataLoader workers) inherit the set. Returns what changed."""
+    before = sorted(os.sched_getaffinity(pid))
+    os.sched_setaffinity(pid, rank_plan.cpus)
+    after = sorted(os.sched_getaffinity(pid))
+    return {"rank": rank_plan.rank, "before": format_cpulist(before), "after": format_cpulist(after),
+            "changed": before != after}
+
+
+def binding_demo(rank_plan: RankPlan, workers: int = 2, timeout: float = 120) -> dict[str, Any]:
+    """Bind a fresh Python process to `rank_plan`'s CPUs and report its affinity before and after,
+    and the affinity its DataLoader workers see (they are forked after the binding). Runs in a
+    subprocess, so the caller's own affinity is left alone."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"""
+import json, os
+import torch
+from torch.utils.data import DataLoader, Dataset
+from perflab.numa.plan import RankPlan, bind_rank
+class Affinity(Dataset):
+    def __len__(self): return {int(workers)}
+    def __getitem__(self, i): return torch.tensor(sorted(os.sched_getaffinity(0)))
+done = bind_rank(RankPlan(**{asdict(rank_plan)!r}))
+seen = [t.tolist() for t in DataLoader(Affinity(), batch_size=None, num_workers={int(workers)})]
+from perflab.numa.topology import format_cpulist
+print(json.dumps(done | {{"workers": [format_cpulist(s) for s in seen]}}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise InputError(f"the binding demo failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
