@@ -12,7 +12,12 @@ import torch
 from perflab.core.errors import InputError
 from perflab.pipeline import loader, starvation
 from perflab.pipeline.compute import calibrate
-from perflab.pipeline.shuffle import LCGPermutation, hull_dobell_ok, parity_alternation, worker_shard
+from perflab.pipeline.shuffle import (
+    LCGPermutation,
+    hull_dobell_ok,
+    parity_alternation,
+    worker_shard,
+)
 
 SIZES = [1, 2, 3, 4, 5, 7, 8, 9, 13, 31, 32, 33, 97, 127, 128, 129, 1000, 1023, 1024, 1025, 4099, 65535, 65536, 65537]
 
@@ -205,3 +210,44 @@ def test_pinned_non_blocking_is_fastest_on_gpu():
 
     rows = {(r["pin_memory"], r["non_blocking"]): r for r in pinned.measure_2x2(64 << 20, 2048, 5)}
     assert rows[(True, True)]["h2d_gb_per_s"] > rows[(False, False)]["h2d_gb_per_s"]
+
+
+# ---- lab 07's check ---------------------------------------------------------------------------------
+
+def _solution(i, n, a, c, x0):
+    from perflab.pipeline.lab07 import modulus
+
+    m = modulus(n)
+
+    def state(j):
+        x = x0
+        for _ in range(j):
+            x = (a * x + c) % m
+        return x
+
+    y = state(i)
+    while y >= n:
+        y = state(y)
+    return y
+
+
+def test_lab07_check_passes_the_solution_and_rejects_wrong_answers(capsys):
+    from perflab.core.grading import LabCheckError
+    from perflab.pipeline import lab07
+
+    assert lab07.check_index(_solution) is True
+
+    def stub(**_):
+        raise NotImplementedError
+
+    assert lab07.check_index(stub) is False and "not done yet" in capsys.readouterr().out
+    with pytest.raises(LabCheckError):
+        lab07.check_index(lambda i, n, a, c, x0: i)  # a permutation, but not the LCG's
+    with pytest.raises(LabCheckError):  # the LCG's state without cycle-walking: values ≥ n
+        lab07.check_index(lambda i, n, a, c, x0: _step(a, c, x0, lab07.modulus(n), i))
+
+
+def _step(a, c, x, m, j):
+    for _ in range(j):
+        x = (a * x + c) % m
+    return x
