@@ -34,6 +34,7 @@ def test_lcg_is_a_permutation_for_many_n(seed):
         p = LCGPermutation(n, seed)
         got = p.block(0, n)
         assert np.array_equal(np.sort(got), np.arange(n)), (n, seed)
+        assert np.array_equal(np.concatenate(list(p.blocks(1000))), got), (n, seed)
         if n <= 1025:  # the scalar path (random access) agrees with the vectorised one
             assert [p[i] for i in range(n)] == got.tolist(), (n, seed)
 

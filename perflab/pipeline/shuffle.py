@@ -139,6 +139,35 @@ class LCGPermutation:
             walk = y >= np.uint64(self.n)
         return y.astype(np.int64)
 
+    def blocks(self, block: int = 1 << 16):
+        """The whole permutation in order, as numpy arrays of `block` entries (O(block) memory).
+
+        Consecutive states come from one jump and a precomputed table: x_{s+k} = A_k·x_s + C_k,
+        with A_k = a^k and C_k = c·(a^k − 1)/(a − 1) mod m; only the walked values need a jump each.
+        """
+        import numpy as np
+
+        m1 = np.uint64(self.m - 1)
+        k = min(block, self.n)
+        A = np.ones(1, dtype=np.uint64)
+        C = np.zeros(1, dtype=np.uint64)
+        ah, ch = np.uint64(self.a), np.uint64(self.c)  # the map of h = len(A) steps
+        with np.errstate(over="ignore"):
+            while len(A) < k:  # doubling: F_{h+j} = F_j ∘ F_h, so A_{h+j} = A_j·A_h, C_{h+j} = A_j·C_h + C_j
+                A, C = np.concatenate([A, (A * ah) & m1]), np.concatenate([C, (A * ch + C) & m1])
+                ah, ch = (ah * ah) & m1, (ah * ch + ch) & m1
+        A, C = A[:k], C[:k]
+        n = np.uint64(self.n)
+        with np.errstate(over="ignore"):
+            for start in range(0, self.n, k):
+                cnt = min(k, self.n - start)
+                y = (A[:cnt] * np.uint64(self.state_at(start)) + C[:cnt]) & m1
+                walk = y >= n
+                while walk.any():
+                    y[walk] = self._states(y[walk])
+                    walk = y >= n
+                yield y.astype(np.int64)
+
     def _states(self, j):
         import numpy as np
 
@@ -205,9 +234,8 @@ def measure_whole(kind: str, n: int, seed: int = 0, block: int = 1 << 16) -> dic
     checksum = 0
     try:
         if kind == "lcg":
-            p = LCGPermutation(n, seed)
-            for s in range(0, n, block):
-                checksum += int(p.block(s, block).sum())
+            for b in LCGPermutation(n, seed).blocks(block):
+                checksum += int(b.sum())
         elif kind == "randperm":
             g = torch.Generator().manual_seed(seed)
             t = torch.randperm(n, generator=g)
