@@ -15,6 +15,7 @@ becomes a `LoaderFault` saying it hung. `sweep_workers` records such a point and
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import time
 import warnings
@@ -108,6 +109,7 @@ def run_epoch(loader, step: StepCompute, batches: int, *, non_blocking: bool = F
         it = iter(loader)
     setup = time.perf_counter() - t_start
     i = 0
+    fault: LoaderFault | None = None
     try:
         for i in range(batches):
             t0 = time.perf_counter()
@@ -115,6 +117,9 @@ def run_epoch(loader, step: StepCompute, batches: int, *, non_blocking: bool = F
                 x, _ = next(it)
             except StopIteration:
                 raise InputError(f"the dataset ran out after {i} batches; make it longer than {batches} batches") from None
+            except (RuntimeError, ValueError, OSError) as exc:
+                fault = _fault(exc, workers, timeout, i)
+                break
             t1 = time.perf_counter()
             x = x.to(step.device, non_blocking=non_blocking)
             t2 = time.perf_counter()
@@ -124,12 +129,15 @@ def run_epoch(loader, step: StepCompute, batches: int, *, non_blocking: bool = F
             copies.append(t2 - t1)
             comps.append(c)
             steps.append(t3 - t0 + (setup if i == 0 else 0.0))
-    except (RuntimeError, ValueError, OSError) as exc:
-        if isinstance(exc, PerflabError):
-            raise
-        raise _fault(exc, workers, timeout, i) from None
     finally:
+        # stop the workers now: an iterator left to the garbage collector can be collected inside
+        # the next loader's forked workers, which then print a confusing "can only test a child process"
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
         del it
+    if fault is not None:
+        raise fault  # outside the except block: no chained exception keeps the old iterator alive
     wall = time.perf_counter() - t_start
     return LoopResult(workers, loader.batch_size or 1, waits, steps, comps, copies, wall, setup)
 
@@ -165,11 +173,12 @@ def available_cores() -> int:
 
 def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, transform_ms: float, step: StepCompute,
                   pin: bool = False, prefetch_factor: int = 2, timeout: float = 30.0, path=None,
-                  overhead_s: float = 0.0, **faults):
+                  overhead_s: float | None = None, **faults):
     """Measure each worker count and put the model's prediction beside it; failures are recorded.
 
     Returns a `perflab.core.results.SweepResult` (written to `path`, or a temporary file when None,
-    so a live re-measurement never reuses an old point).
+    so a live re-measurement never reuses an old point). `overhead_s`, the handover cost of one
+    batch from a worker to the loop, is measured here when None (`handover_s`) and given to the model.
     """
     import tempfile
     from pathlib import Path
@@ -179,6 +188,8 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
 
     rounds = calibrate_transform(transform_ms)
     cores = available_cores()
+    if overhead_s is None:
+        overhead_s = handover_s(batch, step.device) if any(int(w) > 0 for w in workers_list) else 0.0
     on_cpu = step.device.type == "cpu"
 
     def one(p):
@@ -192,13 +203,32 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
         pw = statistics.median(starvation.simulate(pred.load_s, pred.compute_s, p["workers"], batches,
                                                    prefetch_factor=prefetch_factor, overhead_s=overhead_s)[1:] or [pred.first_wait_s])
         return {**res.as_dict(), "predicted_wait_s": pw, "predicted_steady_wait_s": pred.steady_wait_s,
-                "load_s": pred.load_s}
+                "load_s": pred.load_s, "handover_s": overhead_s}
 
     tmp = None
     if path is None:
         tmp = tempfile.mkdtemp(prefix="perflab-loader-")
         path = Path(tmp) / "sweep.jsonl"
-    return run_sweep("dataloader_workers", [{"workers": int(w)} for w in workers_list], one, path=path, progress=False)
+    try:
+        res = run_sweep("dataloader_workers", [{"workers": int(w)} for w in workers_list], one, path=path,
+                        progress=False)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def handover_s(batch: int, device: torch.device, batches: int = 8) -> float:
+    """Median time to hand one ready batch from a worker to the loop (queue, unpickling, collate), seconds.
+
+    Measured with one worker, no IO, no transform and a step long enough that the batch is always
+    ready: what `next()` still costs then is the handover.
+    """
+    from perflab.pipeline.compute import calibrate
+
+    st = calibrate(3, device, budget_s=0.03)
+    res = measure_loop(workers=1, batch=batch, batches=batches, io_ms=0, transform_ms=0, step=st, rounds=0)[0]
+    return res.data_wait_s
 
 
 def within_tolerance(measured_s: float, predicted_s: float, step_s: float, *, abs_s: float = 0.002,
