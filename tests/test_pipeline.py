@@ -252,3 +252,11 @@ def _step(a, c, x, m, j):
     for _ in range(j):
         x = (a * x + c) % m
     return x
+
+
+@pytest.mark.timeout(60)
+def test_persistent_workers_survive_the_epoch():
+    step = calibrate(1, torch.device("cpu"), budget_s=0.02)
+    eps = loader.measure_loop(workers=1, batch=2, batches=3, io_ms=0, transform_ms=0, step=step, persistent=True,
+                              epochs=2, rounds=0)
+    assert len(eps) == 2 and all(len(e.waits_s) == 3 for e in eps)

@@ -132,8 +132,9 @@ def run_epoch(loader, step: StepCompute, batches: int, *, non_blocking: bool = F
     finally:
         # stop the workers now: an iterator left to the garbage collector can be collected inside
         # the next loader's forked workers, which then print a confusing "can only test a child process"
+        # (persistent workers belong to the loader and live on to the next epoch, unless this one failed)
         shutdown = getattr(it, "_shutdown_workers", None)
-        if shutdown is not None:
+        if shutdown is not None and (fault is not None or not getattr(loader, "persistent_workers", False)):
             shutdown()
         del it
     if fault is not None:
@@ -160,6 +161,9 @@ def measure_loop(*, workers: int, batch: int, batches: int, io_ms: float, transf
                          persistent=persistent, timeout=timeout if workers else 0.0)
     out = [run_epoch(loader, step, batches, non_blocking=non_blocking, timeout=timeout, workers=workers)
            for _ in range(epochs)]
+    kept = getattr(loader, "_iterator", None)  # persistent workers: stop them now
+    if kept is not None and hasattr(kept, "_shutdown_workers"):
+        kept._shutdown_workers()
     del loader
     return out
 
