@@ -81,7 +81,10 @@ def _fault(exc: BaseException, workers: int, timeout: float, step: int) -> Loade
     if "timed out" in text.lower():
         return LoaderFault(f"a DataLoader worker hung: no batch within timeout={timeout:g} s at step {step} "
                            f"({workers} workers). Look for a sample that blocks (a stuck read, a lock, a deadlock).")
-    head = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    head = lines[0] if lines else type(exc).__name__
+    if len(lines) > 1:  # torch's first line names the worker, its last the worker's own error
+        head = f"{head} {lines[-1]}"
     return LoaderFault(f"a DataLoader worker raised at step {step}: {head}\n{text}")
 
 

@@ -27,7 +27,7 @@ def wait_table(frame):
                      "model wait ms": round(r["predicted_wait_s"] * 1e3, 1),
                      "wait % of step": round(100 * r["wait_fraction"], 1),
                      "first step wait ms": round(r["first_wait_s"] * 1e3, 1),
-                     "compute % of wall": round(100 * r["compute_share"], 1)})
+                     "compute % of wall": round(100 * r["compute_share"], 1), "status": "ok"})
     return pd.DataFrame(rows)
 
 
