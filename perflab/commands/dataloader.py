@@ -1,0 +1,78 @@
+"""`perflab dataloader`: measure the data wait of a training loop for several worker counts, beside the model."""
+
+from __future__ import annotations
+
+from perflab.cli import emit, positive_int
+
+
+def _nonneg_float(text: str) -> float:
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of milliseconds ≥ 0, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be ≥ 0 ms (got {text})")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of workers ≥ 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"workers must be ≥ 0 (got {v})")
+    return v
+
+
+def register(sub) -> None:
+    p = sub.add_parser("dataloader", help="data wait per step vs num_workers, measured and predicted")
+    p.add_argument("--workers", type=_nonneg_int, nargs="+", default=[0, 1, 2], help="num_workers values (default 0 1 2)")
+    p.add_argument("--io-ms", type=_nonneg_float, default=5.0, help="IO latency per sample, ms (a wait)")
+    p.add_argument("--transform-ms", type=_nonneg_float, default=0.0, help="transform CPU work per sample, ms")
+    p.add_argument("--compute-ms", type=_nonneg_float, default=20.0, help="device compute per step, ms (real matmuls)")
+    p.add_argument("--batches", type=positive_int, default=30, help="steps measured per setting (default 30)")
+    p.add_argument("--batch", type=positive_int, default=32, help="samples per batch (default 32)")
+    p.add_argument("--prefetch", type=positive_int, default=2, help="prefetch_factor (default 2)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds a worker may take for one batch (default 30)")
+    p.add_argument("--pin", action="store_true", help="pin_memory=True and non_blocking copies (GPU only; ignored on CPU)")
+    p.add_argument("--device", help="cuda or cpu (default: the best here)")
+    p.add_argument("--json", action="store_true", help="print JSON: one row per setting")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from perflab.core.device import pick_device
+    from perflab.core.errors import InputError
+    from perflab.pipeline import compute, loader
+
+    if args.compute_ms <= 0:
+        raise InputError("--compute-ms must be > 0: the step needs some work to hide loading behind")
+    dev = pick_device(args.device)
+    step = compute.calibrate(args.compute_ms, dev)
+    res = loader.sweep_workers(sorted(set(args.workers)), batch=args.batch, batches=args.batches, io_ms=args.io_ms,
+                               transform_ms=args.transform_ms, step=step, pin=args.pin,
+                               prefetch_factor=args.prefetch, timeout=args.timeout)
+    rows = []
+    for r in res.rows:
+        if r["status"] == "ok":
+            rows.append({k: r[k] for k in ("workers", "step_s", "data_wait_s", "wait_fraction", "predicted_wait_s",
+                                           "first_wait_s", "compute_share")})
+        else:
+            rows.append({"workers": r["params"]["workers"], "status": r["status"], "reason": r["reason"]})
+    lines = [f"device {dev} · batch {args.batch} · IO {args.io_ms:g} ms + transform {args.transform_ms:g} ms per sample · "
+             f"compute {args.compute_ms:g} ms per step · {loader.available_cores()} cores",
+             f"{'workers':>7} {'step ms':>8} {'wait ms':>8} {'wait %':>7} {'model ms':>9} {'first ms':>9}"]
+    for r in rows:
+        if "reason" in r:
+            lines.append(f"{r['workers']:>7} failed: {r['reason']}")
+        else:
+            lines.append(f"{r['workers']:>7} {r['step_s'] * 1e3:8.1f} {r['data_wait_s'] * 1e3:8.1f} "
+                         f"{r['wait_fraction']:7.0%} {r['predicted_wait_s'] * 1e3:9.1f} {r['first_wait_s'] * 1e3:9.1f}")
+    lines.append("wait = median time blocked in next() per step (first step excluded; 'first' is it, worker start included)")
+    emit(rows, args.json, "\n".join(lines))
+    return 0 if res.failed == 0 else 1

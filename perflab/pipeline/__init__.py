@@ -1,0 +1,17 @@
+"""Lesson 07 (input pipeline): does the accelerator wait for data?
+
+- `dataset`: a map-style dataset whose per-sample cost is IO latency (a wait) plus transform work (real tensor ops)
+- `compute`: a training step's device work calibrated to a chosen time (a matmul loop, not a sleep)
+- `starvation`: the model of data wait from load time, compute time, workers and prefetch depth; the recommendation
+- `loader`: the measured loop (data wait timed around `next()`), worker sweeps, faults reported in one message
+- `pinned`: pin_memory × non_blocking (GPU), the cost of pinning, what pinning means on a CPU
+- `shuffle`: the O(1)-memory LCG permutation: random access, resumable, shardable
+- `plots`: lesson 07's figures
+- `lab07`: the lab's checks
+Published figures (the DataLoader tables and the LCG story) are in `data/published.json`.
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("dataset", "compute", "starvation", "loader", "pinned", "shuffle", "plots", "lab07")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)
