@@ -18,16 +18,17 @@ lab: setup
 		--ServerApp.open_browser=False --LabApp.news_url=None \
 		--ServerApp.root_dir=$(CURDIR) $(ROOT_FLAG) notebooks/00_setup_and_your_machine.ipynb
 
-# Two pytest workers (pytest-xdist): many tests wait on torchrun ranks or notebook kernels. On a
-# GPU box the tests run one at a time, so no two measurements share the GPU.
+# Two pytest workers (pytest-xdist): many tests wait on torchrun ranks or notebook kernels; the
+# notebooks run one after another on one of them (tests/conftest.py). On a GPU box the tests run
+# one at a time, so no two measurements share the GPU.
 JOBS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 2)
 
 test: setup
-	$(PY) -m pytest -n $(JOBS) --dist worksteal
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup
 
 # Unit tests only (no notebook execution): seconds rather than minutes.
 test-fast: setup
-	$(PY) -m pytest -n $(JOBS) --dist worksteal -m "not notebooks"
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks"
 
 # On a GPU box: only the tests that need CUDA (they run within `make test` too).
 test-gpu: setup

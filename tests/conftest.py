@@ -11,6 +11,13 @@ warnings.filterwarnings("ignore", message="The pynvml package is deprecated", ca
 
 pytest_plugins = ["time_limit"]  # tests/time_limit.py: no test may take more than 60 s
 
+# Two xdist workers on two cores: each worker's torch (and every process it starts: notebook
+# kernels, CLI runs) gets one thread, or OpenMP threads of two workers spin against each other
+# and everything runs several times slower. Set before torch is imported in the worker.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_results(tmp_path_factory):
@@ -36,6 +43,13 @@ def has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) the notebook runs share one worker,
+    # one after the other, and go first: each lesson is timed against its smoke-mode budget, which
+    # two lessons racing for two cores would blow; the unit tests fill the other worker meanwhile.
+    nb = [it for it in items if "notebooks" in it.keywords]
+    for it in nb:
+        it.add_marker(pytest.mark.xdist_group("notebooks"))
+    items[:] = nb + [it for it in items if "notebooks" not in it.keywords]
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none here): run `make test-gpu` on a GPU box")
