@@ -144,6 +144,18 @@ def quiet_jupyterlab(venv_dir: Path) -> None:
     path.write_text(json.dumps(current, indent=2) + "\n")
 
 
+def install_chromium() -> None:
+    """Debian's chromium for the browser test (tests/test_browser.py), where this user can install
+    it (root and apt-get); elsewhere that test is skipped with one line (outside CI)."""
+    if Path("/usr/bin/chromium").exists():
+        return
+    if os.name != "posix" or os.geteuid() != 0 or not shutil.which("apt-get"):
+        say("chromium not installed (needs root and apt-get): the browser test will be skipped")
+        return
+    if run(["apt-get", "update", "-qq"], check=False, quiet=True).returncode == 0:
+        run(["apt-get", "install", "-y", "-qq", "chromium"], check=False, quiet=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
@@ -174,6 +186,7 @@ def main() -> None:
     run([py, "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", "pynvml"], check=False)
     run([py, "-c", "import torch, perflab; print('torch', torch.__version__, '| perflab', perflab.__version__)"])
     quiet_jupyterlab(venv_dir)
+    install_chromium()
     stamp_file.write_text(stamp_of() + "\n")
     say("done")
 
