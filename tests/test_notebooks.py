@@ -1,6 +1,9 @@
 """Every notebook and lab runs under papermill with smoke=True, twice in the same kernel.
 
 The executed copies are written to $PERFLAB_EXECUTED (default: a temporary folder) for reading.
+Each executed notebook's outputs (widgets' included) are then scanned for readouts a person should
+not have to read (tests/readout_scan.py): a raw dataclass repr, a float with more than 6
+significant digits. The scan reads the run that just happened; nothing executes twice.
 """
 
 import os
@@ -8,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from nbrun import ROOT, all_notebooks, run_notebook
+from readout_scan import scan
 
 NOTEBOOKS = all_notebooks()
 
@@ -34,6 +38,9 @@ def test_notebook_runs_twice(path, out_dir):
     nb, seconds = run_notebook(path, out_dir)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors[0]
+    unreadable = scan(nb, f"{path.parent.name}/{path.name}")
+    assert not unreadable, ("readouts must be formatted for a person (perflab.core.readout):\n"
+                            + "\n".join(unreadable[:20]) + (f"\n... and {len(unreadable) - 20} more" if len(unreadable) > 20 else ""))
     # the first code cell is the papermill parameters cell, and smoke mode must keep a lesson quick
     tagged = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert tagged, f"{path.name}: no cell tagged 'parameters'"

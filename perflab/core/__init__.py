@@ -12,10 +12,11 @@ nothing else from perflab.
 - `roofline`: the roofline model and arithmetic intensity
 - `grading`: what every lab check uses (raise on a wrong answer, "not done yet" for a stub)
 - `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
+- `readout`: numbers and results formatted for a person (rounded, with units and the spread)
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "validate", "dtypes", "device", "hardware", "timing", "results", "measure",
-           "roofline", "grading", "denormals")
+           "roofline", "grading", "denormals", "readout")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

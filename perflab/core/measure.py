@@ -18,6 +18,7 @@ from perflab.core.device import describe, free_memory_bytes, pick_device
 from perflab.core.dtypes import DType, check_supported, parse_dtype
 from perflab.core.errors import UnsupportedError
 from perflab.core.hardware import peaks_for
+from perflab.core.readout import Readout, ReadoutMixin, nbytes, num, percent, seconds, spread_note
 from perflab.core.timing import BenchResult, bench, check_close, default_tolerance
 
 
@@ -42,7 +43,9 @@ def tf32_mode(enabled: bool):
 
 
 @dataclass
-class MatmulResult:
+class MatmulResult(ReadoutMixin):
+    """One timed matmul. In a notebook it shows as a small table (`readout()`), never as a repr."""
+
     m: int
     n: int
     k: int
@@ -64,6 +67,24 @@ class MatmulResult:
         d = asdict(self)
         d.pop("bench")
         return d
+
+    @property
+    def spread(self) -> float:
+        """IQR / median of the timed samples (0.02: the middle half within about ±1 %)."""
+        return self.iqr_s / self.median_s if self.median_s > 0 else float("nan")
+
+    def readout(self) -> Readout:
+        peak = (f"{num(self.peak_tflops)} TFLOP/s → {percent(self.peak_fraction)} of it ({self.peak_source})"
+                if self.peak_tflops else f"unknown ({self.peak_source})")
+        return Readout(f"{self.m}×{self.n}×{self.k} {self.dtype} matmul on {self.device_name} [{self.device}]", [
+            ("rate", f"{num(self.tflops)} TFLOP/s"),
+            ("median time", seconds(self.median_s)),
+            ("spread (IQR / median)", percent(self.spread, 2)),
+            ("fastest", f"{seconds(self.min_s)} ({num(matmul_flops(self.m, self.n, self.k) / self.min_s / 1e12)} TFLOP/s)"),
+            ("timed samples", num(self.n_reps)),
+            ("peak", peak),
+            ("error vs float64", num(self.rel_error, 2)),
+        ], [spread_note(self.spread)])
 
 
 def validate_matmul(m: int, n: int, k: int, dtype: str | DType, device: torch.device) -> tuple[int, int, int, DType]:
@@ -136,7 +157,7 @@ def measure_matmul(m: int, n: int, k: int, dtype: str = "fp32", device: torch.de
 
 
 @dataclass
-class BandwidthResult:
+class BandwidthResult(ReadoutMixin):
     what: str
     nbytes: int  # bytes of the buffer
     moved_bytes: int  # bytes counted per call (a device copy reads and writes: 2 × nbytes)
@@ -146,9 +167,26 @@ class BandwidthResult:
     spec_fraction: float | None
     device: str
     n_reps: int
+    iqr_s: float = float("nan")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def spread(self) -> float:
+        return self.iqr_s / self.median_s if self.median_s > 0 else float("nan")
+
+    def readout(self) -> Readout:
+        spec = f"{num(self.spec_gbps)} GB/s → {percent(self.spec_fraction)} of it" if self.spec_gbps else "–"
+        return Readout(f"{self.what} on {self.device}", [
+            ("bandwidth", f"{num(self.gbps)} GB/s"),
+            ("buffer", nbytes(self.nbytes) + (f" ({nbytes(self.moved_bytes)} moved per call)"
+                                               if self.moved_bytes != self.nbytes else "")),
+            ("median time", seconds(self.median_s)),
+            ("spread (IQR / median)", percent(self.spread, 2)),
+            ("timed samples", num(self.n_reps)),
+            ("spec sheet", spec),
+        ], [spread_note(self.spread)])
 
 
 def measure_copy_bandwidth(nbytes: int = 256 * 2**20, device: torch.device | str | None = None, *,
@@ -174,7 +212,7 @@ def measure_copy_bandwidth(nbytes: int = 256 * 2**20, device: torch.device | str
         s = lookup(describe(dev).name)
         spec = s.memory_bandwidth_gbps if s else None
     return BandwidthResult("device copy", n * 4, moved, res.median_s, gbps, spec, gbps / spec if spec else None,
-                           str(dev), res.n)
+                           str(dev), res.n, res.iqr_s)
 
 
 def measure_host_to_device(nbytes: int = 256 * 2**20, pinned: bool = True, device: torch.device | str | None = None, *,
@@ -196,7 +234,7 @@ def measure_host_to_device(nbytes: int = 256 * 2**20, pinned: bool = True, devic
                 flush_l2=False, label=f"H2D {'pinned' if pinned else 'pageable'}")
     gbps = n * 4 / res.median_s / 1e9
     return BandwidthResult(f"host→device ({'pinned' if pinned else 'pageable'})", n * 4, n * 4, res.median_s, gbps,
-                           None, None, str(dev), res.n)
+                           None, None, str(dev), res.n, res.iqr_s)
 
 
 # ---------------------------------------------------------------- sweeps used by the lessons

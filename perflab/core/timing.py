@@ -30,13 +30,15 @@ from typing import Any
 import torch
 
 from perflab.core.errors import CorrectnessError
+from perflab.core.readout import Readout, ReadoutMixin, num, percent, spread_note
+from perflab.core.readout import seconds as fmt_seconds
 
 FLUSH_BYTES = 256 * 2**20  # triton's default cache-clearing buffer: larger than any GPU's L2
 
 
 @dataclass
-class BenchResult:
-    """Timing of one kernel. Every time is in seconds per call."""
+class BenchResult(ReadoutMixin):
+    """Timing of one kernel. Every time is in seconds per call. In a notebook it shows as a table."""
 
     times_s: list[float]
     label: str = ""
@@ -95,9 +97,19 @@ class BenchResult:
                 "min_s": self.min_s, "max_s": self.max_s, "iqr_s": self.iqr_s, "n": self.n,
                 "calls_per_sample": self.calls_per_sample, "flushed_l2": self.flushed_l2, **self.meta}
 
+    def readout(self) -> Readout:
+        return Readout(f"{self.label or 'kernel'} on {self.device}", [
+            ("median", fmt_seconds(self.median_s)),
+            ("spread (IQR / median)", percent(self.spread, 2)),
+            ("min", fmt_seconds(self.min_s)),
+            ("timed samples", num(self.n) + (f" × {self.calls_per_sample} calls" if self.calls_per_sample > 1 else "")),
+        ], [spread_note(self.spread)])
+
     def __str__(self) -> str:
+        note = spread_note(self.spread)
         return (f"{self.label or 'kernel'}: median {_fmt_s(self.median_s)} "
-                f"(IQR {_fmt_s(self.iqr_s)}, min {_fmt_s(self.min_s)}, n={self.n}) on {self.device}")
+                f"(IQR {_fmt_s(self.iqr_s)}, min {_fmt_s(self.min_s)}, n={self.n}) on {self.device}"
+                + (f" ⚠ {note}" if note else ""))
 
 
 def _fmt_s(s: float) -> str:

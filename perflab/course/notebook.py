@@ -2,6 +2,9 @@
 
     >>> ctx = start(smoke)          # prints the device, torch version and date; returns a Context
     >>> n = ctx.pick(full=8192, smoke=256, cpu=1024)
+
+`start` also calls `set_readable_display()`: tables show floats to 4 significant digits, so a
+lesson's DataFrames read like its printed numbers (no `744.431582` tokens/s).
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ class Context:
         return full
 
 
+def set_readable_display(significant: int = 4) -> None:
+    """Make pandas show every float to `significant` digits (tables in this kernel, from now on)."""
+    import pandas as pd
+
+    from perflab.core.readout import num
+
+    pd.set_option("display.float_format", lambda x: num(x, significant))
+
+
 def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -> Context:
     """Pick the device, print what this notebook measures on, and return the context."""
     import torch
@@ -42,6 +54,7 @@ def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -
     dev = pick_device(device)
     info = describe(dev)
     peaks = peaks_for(info)
+    set_readable_display()
     if not quiet:
         mode = "smoke mode (tiny sizes, for tests)" if smoke else ("full size" if dev.type == "cuda" else "CPU sizes")
         print(f"Measured on: {info.name} [{dev}] · torch {torch.__version__} · Python {platform.python_version()} · "

@@ -138,7 +138,11 @@ def _outputs(result: Any) -> list[dict[str, Any]]:
     for item in result if isinstance(result, tuple) else (result,):
         fig = item if _is_figure(item) else getattr(item, "figure", None)
         obj = fig if _is_figure(fig) else item
-        if _is_figure(obj) or hasattr(obj, "to_html") or hasattr(obj, "_repr_html_"):
+        if callable(getattr(obj, "readout", None)):  # a result object: its table, never its repr
+            r = obj.readout()
+            out.append({"output_type": "display_data", "metadata": {},
+                        "data": {"text/plain": str(r), "text/html": r._repr_html_()}})
+        elif _is_figure(obj) or hasattr(obj, "to_html") or hasattr(obj, "_repr_html_"):
             data, metadata = fmt(obj)
             out.append({"output_type": "display_data", "data": data, "metadata": metadata})
         else:
