@@ -107,13 +107,17 @@ def example_input(model: torch.nn.Module, batch: int = 2, seq: int = 16) -> torc
 def explain_factory(spec: str) -> BreakReport:
     """Build the model from 'MODULE:FACTORY' and explain it. The factory returns a module (its
     input is guessed as token ids) or a pair (model, tuple of example inputs)."""
-    built = load_factory(spec)()
-    if isinstance(built, tuple) and len(built) == 2:
-        model, inputs = built
-        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-    else:
-        model, inputs = built, (example_input(built),)
-    return explain(model, *inputs)
+    import contextlib
+
+    # the user's model may print: keep stdout for the report (and its JSON)
+    with contextlib.redirect_stdout(sys.stderr):
+        built = load_factory(spec)()
+        if isinstance(built, tuple) and len(built) == 2:
+            model, inputs = built
+            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        else:
+            model, inputs = built, (example_input(built),)
+        return explain(model, *inputs)
 
 
 class RecompileCounter:
