@@ -1,0 +1,19 @@
+"""Lesson 10 (torch.compile): speed and its price, graph breaks, recompiles, numeric parity.
+
+- `models`: small Llama-like models for the lesson: one with deliberate graph breaks (a print,
+  `.item()`, data-dependent control flow, complex-number RoPE) and the fixed one (real RoPE)
+- `breaks`: `torch._dynamo.explain` as a report (count, reasons, where), recompile counting,
+  loading a model from `MODULE:FACTORY`
+- `speed`: eager vs compiled training step, compile time cold and warm, break-even steps, modes
+- `parity`: N steps eager vs compiled from one seed and data, per-step loss differences, tolerance
+- `checkpointing`: none / full / selective activation checkpointing, eager and compiled, with
+  MFU/HFU from `perflab.flops` (`data/published_compile_mfu.json`: published figures)
+
+The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise torch's default
+(`/tmp/torchinductor_$USER`); `speed.cache_dir()` says which and `speed.clear_cache()` empties it.
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("models", "breaks", "speed", "parity", "checkpointing")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

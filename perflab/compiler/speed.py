@@ -1,0 +1,152 @@
+"""Eager vs compiled training step (forward, backward, AdamW step), and what compiling costs.
+
+The first call of a compiled model traces it (dynamo), builds forward and backward graphs
+(AOTAutograd) and generates and compiles kernels (inductor): seconds to minutes. The inductor
+keeps compiled kernels on disk, so a second process ("warm" cache) compiles much faster. The
+cache folder is `TORCHINDUCTOR_CACHE_DIR` (torch's default: /tmp/torchinductor_$USER);
+`clear_cache()` removes it. Break-even: compile_s / (eager_step_s − compiled_step_s) steps.
+
+On a CPU with a tiny model the compiled step can be slower: the work per step is a few small
+matmuls already served by one library call each, so fusing the elementwise ops saves little
+while the compiled wrapper adds guard checks and Python overhead per call.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from perflab.core.validate import positive_int
+from perflab.workload.train import next_token_loss
+
+MODES = ("default", "reduce-overhead", "max-autotune")
+GPU_ONLY = {
+    "reduce-overhead": "captures the step as CUDA graphs (replays all kernel launches at once): needs a CUDA GPU",
+    "max-autotune": "benchmarks Triton matmul/conv templates and tile configs (and CUDA graphs) per shape: "
+                    "its search is for GPUs",
+}
+
+
+def cache_dir() -> Path:
+    """Where the inductor keeps compiled kernels now."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as _cd
+
+    return Path(_cd())
+
+
+def clear_cache() -> Path:
+    """Delete the inductor's on-disk cache (the next compile is cold again)."""
+    d = cache_dir()
+    shutil.rmtree(d, ignore_errors=True)
+    return d
+
+
+def mode_skip_reason(mode: str, device: torch.device) -> str | None:
+    """Why `mode` is not run on `device` (None: it runs)."""
+    if mode in GPU_ONLY and device.type != "cuda":
+        return f"skipped on {device.type}: {GPU_ONLY[mode]}"
+    return None
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _step(fwd, opt, batch):
+    x, y = batch
+    loss = next_token_loss(fwd(x).float(), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+@dataclass
+class Speed:
+    eager_step_s: float
+    compiled_step_s: float
+    compile_s: float
+    mode: str
+
+    @property
+    def speedup(self) -> float:
+        return self.eager_step_s / self.compiled_step_s
+
+    @property
+    def break_even_steps(self) -> float:
+        """Steps after which compiling has paid for itself (inf if the compiled step is not faster)."""
+        gain = self.eager_step_s - self.compiled_step_s
+        return math.ceil(self.compile_s / gain) if gain > 0 else math.inf
+
+    def as_dict(self) -> dict:
+        return {"eager_step_s": self.eager_step_s, "compiled_step_s": self.compiled_step_s, "speedup": self.speedup,
+                "compile_s": self.compile_s, "break_even_steps": self.break_even_steps, "mode": self.mode}
+
+
+def time_steps(model, batches, steps: int, *, compile_kw: dict | None = None, warmup: int = 1) -> tuple[float, float]:
+    """(first-call seconds, median seconds per later step) of AdamW training steps of `model`."""
+    steps = positive_int("steps", steps)
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fwd = torch.compile(model, **compile_kw) if compile_kw is not None else model
+    t0 = time.perf_counter()
+    _step(fwd, opt, batches[0])
+    _sync(device)
+    first = time.perf_counter() - t0
+    for i in range(warmup):
+        _step(fwd, opt, batches[(i + 1) % len(batches)])
+    _sync(device)
+    ts = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        _step(fwd, opt, batches[i % len(batches)])
+        _sync(device)
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return first, ts[len(ts) // 2]
+
+
+def measure(model_fn, batches, steps: int = 5, *, mode: str = "default", backend: str = "inductor") -> Speed:
+    """Eager and compiled step time of fresh models from `model_fn()`. compile_s is the first
+    compiled call minus one steady compiled step (the cache as it is now: warm or cold)."""
+    _, eager = time_steps(model_fn(), batches, steps)
+    torch._dynamo.reset()
+    kw = {"backend": backend} if backend != "inductor" else {}
+    if mode != "default":
+        kw["mode"] = mode
+    first, comp = time_steps(model_fn(), batches, steps, compile_kw=kw)
+    torch._dynamo.reset()
+    return Speed(eager, comp, max(first - comp, 0.0), mode)
+
+
+def compile_time(model_fn, batch, *, cache: str | Path | None = None) -> dict:
+    """Compile time of one training step with a cold inductor cache (a new empty folder) and
+    then warm (same folder, in-memory state reset). Runs in this process: dynamo's in-memory
+    caches are reset between the two."""
+    own = cache is None
+    folder = Path(tempfile.mkdtemp(prefix="perflab_inductor_")) if own else Path(cache)
+    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    out = {}
+    try:
+        for label in ("cold", "warm"):
+            torch._dynamo.reset()
+            first, steady = time_steps(model_fn(), [batch], 1, compile_kw={}, warmup=0)
+            out[f"{label}_s"] = max(first - steady, 0.0)
+    finally:
+        torch._dynamo.reset()
+        if old is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+    return out
