@@ -1,13 +1,8 @@
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-
-
-def perflab(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True, text=True, timeout=timeout)
+from clirun import perflab
 
 
 def test_env_json_schema():
@@ -22,7 +17,7 @@ def test_env_json_schema():
 
 
 def test_env_text():
-    r = perflab("env")
+    r = perflab("env", fresh=True)  # the real `python -m perflab` entry point, once
     assert r.returncode == 0 and "peak TFLOP/s" in r.stdout
 
 

@@ -1,17 +1,12 @@
 """`perflab flops` and `perflab mfu`: JSON schema, a published case from its paper's inputs, one-line errors."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from clirun import perflab
 
 from perflab.flops.transformer import CONVENTIONS, flops_per_token
 from perflab.workload.models import preset
-
-
-def perflab(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_flops_json_preset():

@@ -1,15 +1,15 @@
 """`perflab flops` and `perflab memory` read a model's shape the same way: the same exact count."""
 
 import json
-import subprocess
-import sys
+
+from clirun import perflab
 
 LLAMA2_7B_SHAPE = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--vocab", "32000", "--ffn", "11008",
                    "--glu", "--rotary", "--no-bias"]
 
 
 def run(*args):
-    r = subprocess.run([sys.executable, "-m", "perflab", *args, "--json"], capture_output=True, text=True, timeout=120)
+    r = perflab(*args, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

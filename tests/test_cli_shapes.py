@@ -2,15 +2,9 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-
-
-def perflab(*args, timeout=300, env=None):
-    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+from clirun import perflab
 
 
 def test_waves_json_reproduces_the_guide_example():

@@ -4,13 +4,12 @@ Compile-heavy paths use the 'eager'/'aot_eager' backends or a counting backend (
 import json
 import math
 import os
-import subprocess
-import sys
 import textwrap
 from importlib import resources
 
 import pytest
 import torch
+from clirun import perflab
 
 from perflab.compiler import breaks, checkpointing, models, parity, speed
 from perflab.workload.models import build_model, preset
@@ -108,10 +107,8 @@ def test_published_figures_have_a_source():
     assert mfu == {False: 0.57, True: 0.68}
 
 
-def _cli(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    return subprocess.run([sys.executable, "-m", "perflab", "compile", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=120)
+def _cli(*args, cwd=None, fresh=False):
+    return perflab("compile", *args, cwd=cwd, env={"PYTHONPATH": ROOT}, fresh=fresh, timeout=120)
 
 
 def test_cli_explain_a_file_that_does_not_import_perflab(tmp_path):
@@ -133,7 +130,7 @@ def test_cli_explain_a_file_that_does_not_import_perflab(tmp_path):
             torch.manual_seed(0)
             return Net(), torch.randn(2, 4)
     """))
-    r = _cli("--explain", f"{f}:build", "--json")
+    r = _cli("--explain", f"{f}:build", "--json", fresh=True)  # a plain file, a plain process
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     # the print and the .item(): two breaks, each located in the user's file

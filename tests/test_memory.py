@@ -20,9 +20,8 @@ Sources cited below:
 """
 
 import json
-import subprocess
-import sys
 
+import clirun
 import pytest
 
 from perflab.core.errors import InputError
@@ -179,7 +178,7 @@ def test_batch_arithmetic_errors():
 
 
 def perflab(*args):
-    return subprocess.run([sys.executable, "-m", "perflab", "memory", *args], capture_output=True, text=True, timeout=120)
+    return clirun.perflab("memory", *args)
 
 
 def test_cli_json_zero_figure():

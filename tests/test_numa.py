@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import perflab
 
 from perflab.core.errors import InputError
 from perflab.numa import lab08
@@ -179,7 +180,7 @@ def test_parse_rejects_what_is_not_a_table():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "perflab", "numa", *args], capture_output=True, text=True, timeout=60)
+    return perflab("numa", *args)
 
 
 def test_cli_on_this_machine_agrees_with_affinity_and_lscpu():

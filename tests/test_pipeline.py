@@ -1,13 +1,12 @@
 """Lesson 07's package: the LCG permutation, the starvation model, the measured loop and its faults."""
 
 import json
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import torch
+from clirun import perflab
 
 from perflab.core.errors import InputError
 from perflab.pipeline import loader, starvation
@@ -20,10 +19,6 @@ from perflab.pipeline.shuffle import (
 )
 
 SIZES = [1, 2, 3, 4, 5, 7, 8, 9, 13, 31, 32, 33, 97, 127, 128, 129, 1000, 1023, 1024, 1025, 4099, 65535, 65536, 65537]
-
-
-def perflab(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True, text=True, timeout=timeout)
 
 
 # ---- the permutation ---------------------------------------------------------------------------
