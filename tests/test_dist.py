@@ -160,7 +160,11 @@ def test_a_rank_that_hangs_ends_the_run_at_the_timeout():
 
 
 @pytest.mark.slow
-def test_a_plain_script_and_its_failure(tmp_path):
+@pytest.mark.parametrize("agent", ["perflab.dist.agent", "torch.distributed.run"])
+def test_a_plain_script_and_its_failure(tmp_path, monkeypatch, agent):
+    """Forked ranks (perflab's agent) and exec'd ranks (plain torchrun) tell the same story."""
+    monkeypatch.setenv("PERFLAB_LAUNCH", "torchrun" if agent == "torch.distributed.run" else "fork")
+    assert dist.launch_agent() == agent
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent("""
         import os
@@ -170,6 +174,7 @@ def test_a_plain_script_and_its_failure(tmp_path):
             1 / 0
     """))
     res = dist.launch(str(script), 2, timeout=120)
+    assert f"-m {agent} " in res.command
     assert not res.ok
     assert res.message.startswith("rank 1 raised ZeroDivisionError: division by zero"), res.report()
     assert "plain script on rank 1" in res.ranks[1].stdout

@@ -105,13 +105,15 @@ def _loopback_interface() -> str:
 
 def torchrun_command(target: str, nproc: int, args: list[str] | tuple[str, ...] = (), *, nnodes: int = 1,
                      rdzv_endpoint: str, rdzv_id: str = "perflab", log_dir: str | Path | None = None,
-                     python: str | None = None) -> list[str]:
+                     python: str | None = None, agent: str = "torch.distributed.run") -> list[str]:
     """The torchrun command `launch` runs on this machine (one per simulated node).
 
-    `target` is a module (perflab.dist.workers.collectives) or a path to a .py script.
+    `target` is a module (perflab.dist.workers.collectives) or a path to a .py script. `agent`:
+    torchrun itself, or `perflab.dist.agent` (the same arguments and agent, ranks forked: see
+    `launch_agent`).
     """
     module = not str(target).endswith(".py")
-    cmd = [python or sys.executable, "-m", "torch.distributed.run",
+    cmd = [python or sys.executable, "-m", agent,
            "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
            "--rdzv-backend", "c10d", "--rdzv-endpoint", str(rdzv_endpoint), "--rdzv-conf", "store_type=file",
            "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1",
@@ -356,6 +358,15 @@ def _short(text: str | None, limit: int = 160) -> str:
 
 
 # ----------------------------------------------------------------------------- launching
+def launch_agent() -> str:
+    """The agent `launch` starts: torchrun's own, with ranks forked from it (`perflab.dist.agent`:
+    torch is imported once per node, not once per rank) on Linux; plain `torch.distributed.run`
+    elsewhere or when PERFLAB_LAUNCH=torchrun."""
+    if os.environ.get("PERFLAB_LAUNCH", "").lower() == "torchrun" or not sys.platform.startswith("linux"):
+        return "torch.distributed.run"
+    return "perflab.dist.agent"
+
+
 def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), *, nnodes: int = 1,
            timeout: float = 120.0, backend: str | None = None, env: dict[str, str] | None = None,
            keep_dir: bool = False, bind: bool = False) -> LaunchResult:
@@ -391,7 +402,8 @@ def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), 
     envs = worker_env(run_dir, choice.name, env)
     commands = [torchrun_command(target, nproc, [str(a) for a in args], nnodes=nnodes,
                                  rdzv_endpoint=str(run_dir / "rendezvous"), rdzv_id=run_dir.name,
-                                 log_dir=run_dir / "logs" / f"node{i}") for i in range(nnodes)]
+                                 log_dir=run_dir / "logs" / f"node{i}", agent=launch_agent())
+                for i in range(nnodes)]
     procs: list[subprocess.Popen] = []
     logs = []
     tracked: dict[int, Any] = {}

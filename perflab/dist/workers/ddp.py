@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 
+# DDP's constructor imports torch._dynamo (1.5-3 s on 2 cores). Imported here, a forked launch
+# (perflab.dist.agent imports the worker before it forks) pays for it once per node, not per rank.
+import torch._dynamo  # noqa: F401
+
 
 def body(ctx, a):
     import time

@@ -39,6 +39,7 @@ from typing import Any
 ENV_RUN_DIR = "PERFLAB_RUN_DIR"
 ENV_BACKEND = "PERFLAB_BACKEND"
 ENV_PG_TIMEOUT = "PERFLAB_PG_TIMEOUT_S"
+FORKED_ENV = "PERFLAB_RANK_FORKED"  # set by perflab.dist.agent: this rank was forked, not exec'd
 RESULT_PREFIX = "PERFLAB_RESULT "
 
 
@@ -200,7 +201,8 @@ def run(body: Callable[[RankContext], Any], backend: str | None = None, *, init:
     With `fast_exit` (the default), a rank that has left the group cleanly ends with `os._exit(0)`
     once its output is flushed: tearing down an interpreter that holds torch takes about a second
     per rank, and it is where DDP on gloo has been seen to abort ("terminate called without an
-    active exception") after the work was done.
+    active exception") after the work was done. A rank forked by `perflab.dist.agent` returns
+    instead: its process already ends with `os._exit` once the agent has its exit status.
     """
     ctx = None
     try:
@@ -216,7 +218,7 @@ def run(body: Callable[[RankContext], Any], backend: str | None = None, *, init:
     except BaseException as e:
         record_error(e, ctx)
         raise
-    if fast_exit:
+    if fast_exit and not os.environ.get(FORKED_ENV):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
