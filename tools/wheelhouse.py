@@ -7,7 +7,8 @@
 
 (`make wheelhouse PY=3.12` runs the first.) The list is pyproject.toml's dependencies and its
 `dev` extra, without torch (a GPU box keeps its own CUDA build), plus setuptools, which
-`pip install -e .` needs to build perflab. Wheels only (`--only-binary=:all:`), for the target
+`pip install -e .` needs to build perflab, and torch's own pure-Python requirements (so a box can
+also install a torch wheel it already has). Wheels only (`--only-binary=:all:`), for the target
 Python and platform, whatever Python and platform run this script. Then, on the offline box:
 
     PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/wheelhouse make test
@@ -29,6 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LEAVE_OUT = {"torch"}  # the box's own build is kept (CUDA on a GPU box)
 BUILD = ["setuptools>=64"]  # pyproject's build-system: `pip install -e .` builds perflab from it
+# torch's own pure-Python requirements (torch 2.13's Requires-Dist), so that a box which installs a
+# torch wheel it already has (tools/setup_env.py's local wheel folder) can do that offline too
+TORCH_RUNTIME = ["filelock", "typing-extensions>=4.10.0", "sympy>=1.13.3", "networkx>=2.5.1", "jinja2",
+                 "fsspec>=0.8.5"]
 # manylinux tags pip may pick for a current Linux (glibc ≥ 2.28); older-glibc wheels work there too
 GLIBC = ("2_17", "2_24", "2_27", "2_28")
 
@@ -39,7 +44,8 @@ def _array(text: str, name: str) -> list[str]:
 
 
 def requirements(root: Path = ROOT, extras: tuple[str, ...] = ("dev",)) -> list[str]:
-    """pyproject.toml's dependencies and `extras`, torch left out, plus the build backend."""
+    """pyproject.toml's dependencies and `extras`, torch left out, plus the build backend and torch's
+    pure-Python requirements."""
     text = (root / "pyproject.toml").read_text()
     deps = _array(text, "dependencies")
     for extra in extras:
@@ -47,7 +53,7 @@ def requirements(root: Path = ROOT, extras: tuple[str, ...] = ("dev",)) -> list[
     if not deps:
         raise SystemExit("no dependencies found in pyproject.toml")
     keep = [d for d in deps if re.split(r"[\s<>=!~\[;]", d, maxsplit=1)[0].lower() not in LEAVE_OUT]
-    return keep + BUILD
+    return keep + BUILD + TORCH_RUNTIME
 
 
 def platforms(arch: str) -> list[str]:
