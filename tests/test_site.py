@@ -127,3 +127,10 @@ def test_a_widgets_figure_is_put_on_the_page_without_widget_javascript():
     assert "widgets" not in nb["metadata"]
     assert not any(site.WIDGET_VIEW in o["data"] for o in outs)
     assert json.dumps(nb)  # still a notebook
+
+
+def test_display_math_becomes_mathml_that_needs_no_script():
+    out = site.math_to_mathml("Waves:\n\n$$\\text{waves} = \\lceil \\text{tiles} / \\text{SMs} \\rceil$$\n\nand `$PATH`")
+    assert out.count("<math") == 1 and 'display="block"' in out and "<mtext>waves</mtext>" in out
+    assert "&#x02308;" in out  # ⌈
+    assert "$$" not in out and "`$PATH`" in out  # a lone $ in code is left alone

@@ -10,7 +10,7 @@ README's course map, and on every page the device that produced its figures.
 (`make site` runs the first.) The site is built with MkDocs, the Material theme and mkdocs-jupyter,
 all from PyPI and all building offline: nothing is fetched at build time or when the pages are
 read (no web fonts, no CDN scripts, `use_directory_urls: false` so the pages also work from
-`file://`). Links between lessons are rewritten to the lessons' pages; links to files that are
+`file://`, display math converted to MathML, which browsers draw without MathJax). Links between lessons are rewritten to the lessons' pages; links to files that are
 not on the site (labs, data/) become the file's path in the repository. `mkdocs build --strict`
 turns every warning (a missing file or link) into a failure.
 """
@@ -177,14 +177,31 @@ def flatten_widgets(nb: dict) -> int:
     return n
 
 
+DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.S)
+
+
+def math_to_mathml(source: str) -> str:
+    """Display math ($$…$$) → MathML, which browsers draw themselves: no MathJax to fetch."""
+    from latex2mathml.converter import convert
+
+    def one(m):
+        try:
+            return convert(m.group(1).strip(), display="block")
+        except Exception:  # a formula the converter cannot read stays as TeX, still readable
+            return m.group(0)
+
+    return DISPLAY_MATH.sub(one, source)
+
+
 def prepare(nb: dict, pages: dict[str, str]) -> dict:
-    """The notebook as the site shows it: the device banner first, links rewritten, widgets flattened."""
+    """The notebook as the site shows it: the device banner first, links rewritten, math as MathML,
+    widgets flattened."""
     nb = json.loads(json.dumps(nb))
     flatten_widgets(nb)
     for c in nb["cells"]:
         if c["cell_type"] == "markdown":
             src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-            c["source"] = rewrite_links(src, pages)
+            c["source"] = math_to_mathml(rewrite_links(src, pages))
     banner = {"cell_type": "markdown", "metadata": {}, "source": "> " + device_note(nb)}
     first_md = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), -1)
     nb["cells"].insert(first_md + 1, banner)  # after the title

@@ -162,10 +162,12 @@ def _extra(name: str, d: dict[str, Any]) -> str:
     """A part's own table, beside its figures."""
     if name == "device":
         dev = d.get("device", {})
-        rows = [[k.replace("_", " "), nbytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v]
+        rows = [[k.removesuffix("_bytes").replace("_", " "),
+                 nbytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v]
                 for k, v in dev.items() if v not in (None, "", [])]
-        rows += [["torch", d.get("torch_version")], ["CUDA", d.get("cuda_version") or "–"], ["python", d.get("python")],
-                 ["matmul dtypes", ", ".join(d.get("supported_dtypes", []))]]
+        rows += [[k, v] for k, v in (("torch version", d.get("torch_version")), ("CUDA", d.get("cuda_version") or "–"),
+                                     ("python version", d.get("python"))) if k not in {r[0] for r in rows}]
+        rows.append(["matmul dtypes", ", ".join(d.get("supported_dtypes", []))])
         peaks = [[k, num(v) if v is not None else "–"] for k, v in (d.get("peak_tflops") or {}).items()]
         return (_table(["", ""], rows) + f"<p class='note'>peak TFLOP/s ({_e(d.get('peak_source'))}):</p>"
                 + _table(["dtype", "peak TFLOP/s"], peaks))
