@@ -201,6 +201,9 @@ def prepare(nb: dict, pages: dict[str, str]) -> dict:
     for c in nb["cells"]:
         if c["cell_type"] == "markdown":
             src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            # headings without code spans: mkdocs-jupyter's table of contents drops a heading's
+            # `code` from its anchor while the page keeps it, so the contents' links would miss
+            src = re.sub(r"(?m)^(#{1,6} .*)$", lambda m: m.group(1).replace("`", ""), src)
             c["source"] = math_to_mathml(rewrite_links(src, pages))
     banner = {"cell_type": "markdown", "metadata": {}, "source": "> " + device_note(nb)}
     first_md = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), -1)
@@ -221,7 +224,9 @@ def index_page(rows: list[dict[str, str]], built: dict[str, dict], readme: Path 
         b = built.get(r["n"])
         lab = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"\1 (`\2`)", r["lab"])
         if b:
-            out.append(f"| {r['n']} | [{r['title']}]({Path(r['path']).name}) | {r['goal']} | {lab} | {b['device']} |")
+            parts = b["device"].split(" · ")  # 'name [dev] · torch … · date · mode' → name and mode
+            short = f"{parts[0]} · {parts[-1]}" if len(parts) > 2 else b["device"]
+            out.append(f"| {r['n']} | [{r['title']}]({Path(r['path']).name}) | {r['goal']} | {lab} | {short} |")
         else:
             out.append(f"| {r['n']} | {r['title']} (not on this build) | {r['goal']} | {lab} | – |")
     out += ["", "Labs (graded exercises) are in the course repository under `labs/`; run them in JupyterLab."]
