@@ -63,6 +63,7 @@ def _made_for(dest: Path) -> str:
     return tags.most_common(1)[0][0] if tags else HERE
 
 
+@pytest.mark.slow  # pip resolves ~150 wheels: about 10 s of CPU
 @pytest.mark.skipif(_cached() is None, reason="no wheelhouse here (make wheelhouse downloads one; a test never does)")
 def test_the_wheelhouse_resolves_offline():
     dest = _cached()
