@@ -123,6 +123,9 @@ def test_compare_puts_two_machines_side_by_side_with_ratios(tmp_path, capsys):
     assert rows["dataloader.wait.2w"]["b_better"] is True  # a shorter wait is better
     assert rows["numa.nodes"]["ratio"] == 1 and rows["numa.nodes"]["b_better"] is None  # a fact, not a score
     assert rows["h2d.pinned"]["b"] is None and rows["h2d.pinned"]["ratio"] is None  # only a measured it
+    near = R.compare({"parts": {"m": {"figures": [R.figure("x", "x", 100.0, "GB/s")]}}},
+                     {"parts": {"m": {"figures": [R.figure("x", "x", 103.0, "GB/s")]}}})[0]
+    assert near["ratio"] == pytest.approx(1.03) and near["b_better"] is None  # within noise: no verdict
     # the same through the command line, as JSON and as a table
     assert main(["report", "--compare", str(a), str(b), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

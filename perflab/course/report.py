@@ -42,6 +42,7 @@ import torch
 from perflab.core.errors import InputError
 
 FORMAT = 1  # the report.json format
+SAME = 0.05  # two figures within 5 % of each other: neither machine is called better (timing noise)
 
 
 @dataclass
@@ -450,7 +451,8 @@ def figures_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per figure of either report: both values and ratio = b / a (None where either is
-    missing or a is zero). `b_better` says whether b is better, given the figure's direction."""
+    missing or a is zero). `b_better` says whether b is better, given the figure's direction (None
+    for a fact, or when the two are within SAME of each other)."""
     fa, fb = figures_of(a), figures_of(b)
     keys = list(fa) + [k for k in fb if k not in fa]
     rows = []
@@ -462,7 +464,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         ratio = (vb / va) if (isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va != 0) else None
         better = ref.get("better")
         b_better = None
-        if ratio is not None and better in ("higher", "lower") and ratio != 1:
+        if ratio is not None and better in ("higher", "lower") and abs(ratio - 1) > SAME:
             b_better = (ratio > 1) == (better == "higher")
         rows.append({"key": k, "part": ref["part"], "label": ref["label"], "unit": ref["unit"], "a": va, "b": vb,
                      "ratio": ratio, "better": better, "b_better": b_better})
