@@ -230,7 +230,7 @@ def part_waves(ctx: Ctx) -> dict[str, Any]:
     best = max(rows, key=lambda r: r["tflops"])
     worst = min(rows, key=lambda r: r["tflops"])
     figs = [figure(f"waves.{dtype}.best", f"wave sweep best {dtype} (n = {best['n']})", best["tflops"], "TFLOP/s"),
-            figure(f"waves.{dtype}.worst_over_best", "wave sweep worst / best", worst["tflops"] / best["tflops"], "×")]
+            figure(f"waves.{dtype}.worst_over_best", "wave sweep worst / best", worst["tflops"] / best["tflops"], "×", None)]
     return {"figures": figs, "data": data, "notes": notes,
             "summary": f"{len(rows)} sizes of n at m×k = {fixed['m']}×{fixed['k']}: {worst['tflops']:.3g}–{best['tflops']:.3g} TFLOP/s"}
 
