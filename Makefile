@@ -8,7 +8,7 @@ LAB_PORT ?= 8888
 # Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean
+.PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean wheelhouse site
 
 setup:
 	@$(PYTHON) tools/setup_env.py --venv $(VENV)
@@ -40,6 +40,20 @@ lint: setup
 # Strip outputs and execution counts from every notebook (tests/test_notebooks_clean.py checks).
 clean-notebooks: setup
 	$(PY) -m perflab.course.nbclean notebooks labs
+
+# The course as a static site in _site/ (tools/site.py): every lesson executed in smoke mode here,
+# an index mirroring README's course map, each page naming the device of its figures. No network
+# needed to build it or to read it (open _site/index.html).
+site: setup
+	$(PY) tools/site.py --out _site
+
+# Every wheel the course needs except torch, for a box with no package index (README, "Offline"):
+# `make wheelhouse PY=3.12 [ARCH=aarch64]`; then there `PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/wheelhouse make test`.
+# (PY here is the target's Python version; without it, the version of $(PYTHON).)
+ARCH ?= $(shell uname -m)
+wheelhouse:
+	$(PYTHON) tools/wheelhouse.py --arch $(ARCH) --dest wheelhouse \
+		$(if $(filter 3.%,$(PY)),--python $(PY))
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

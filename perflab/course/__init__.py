@@ -6,9 +6,11 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `plots`: figures the lessons share (bars against peaks, bandwidth curves, the roofline)
 - `reference`: reference data recorded on real GPUs (`data/`), with provenance
 - `nbclean`: strip outputs and execution counts (what git holds)
+- `report`: `perflab report`, this machine measured the way the lessons measure it, and two reports compared
+- `report_html`: a report as one standalone HTML page, its figures embedded
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean")
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)
