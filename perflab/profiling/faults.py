@@ -135,7 +135,7 @@ def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int 
     if fault == "comm" and fixed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=1)
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     batches = make_batches(cfg, batch, seq, n=n_batches, seed=seed)
     delay = sizes.loader_ms / 1e3 if fault == "loader" else 0.0
@@ -225,12 +225,15 @@ def _trace_path(trace_out, fault: str) -> Path:
 def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool = False, steps: int = 2,
                  batch: int = 4, seq: int = 64, trace_out: str | Path | None = None, sizes: FaultSizes = FaultSizes(),
                  record_shapes: bool = True, profile_memory: bool = False, with_stack: bool = False,
-                 timeout: float = 120.0, threads: int | None = 1) -> ProfileRun:
+                 timeout: float = 120.0, threads: int | None = 1, launcher: str = "torchrun") -> ProfileRun:
     """Profile `steps` training steps of `preset` with `fault` planted, export the trace, diagnose it.
 
     threads: torch's CPU threads while profiling (restored after); 1 by default, because on a small
     or busy machine OpenMP threads waiting for each other stretch every op unpredictably and hide
-    the pattern being diagnosed. None keeps the current setting."""
+    the pattern being diagnosed. None keeps the current setting.
+    launcher: for `comm`, 'torchrun' (perflab.dist's launcher: fresh processes, the way a job
+    runs) or 'fork' (two forked copies of this process joined through a FileStore: the same
+    ranks and collectives, without starting Python and torch again; what the tests use)."""
     from perflab.workload.models import preset as get_preset
 
     fault = check_fault(fault)
@@ -238,6 +241,10 @@ def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool =
     cfg = get_preset(preset)
     path = _trace_path(trace_out, fault)
     if fault == "comm":
+        if launcher == "fork":
+            return _profile_comm_fork(preset, fixed=fixed, steps=steps, batch=batch, seq=seq, path=path, timeout=timeout)
+        if launcher != "torchrun":
+            raise InputError(f"launcher must be 'torchrun' or 'fork' (got {launcher!r})")
         return _profile_comm(preset, fixed=fixed, steps=steps, batch=batch, seq=seq, path=path, timeout=timeout)
     before = torch.get_num_threads()
     try:
@@ -265,6 +272,78 @@ def _profile_comm(preset: str, *, fixed: bool, steps: int, batch: int, seq: int,
     r0 = res.results[0] or {}
     return ProfileRun("comm", fixed, str(path), diagnose(path), list(r0.get("wall_s", [])), preset, batch, seq,
                       {"ranks": 2, "backend": res.backend.name, "launch_s": res.seconds})
+
+
+def comm_rank(rank: int, world: int, store_path: str, preset: str, fixed: bool, steps: int, batch: int, seq: int,
+              trace_out: str | None, timeout: float = 120.0) -> list[float]:
+    """One rank of the `comm` fault, joined through a FileStore; the rank given `trace_out` exports its trace."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from perflab.workload.models import preset as get_preset
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
+    try:
+        _, _, loader, step = make_step(get_preset(preset), "comm", fixed=fixed, batch=batch, seq=seq, world=world)
+        out = trace_out or str(Path(store_path).parent / f"rank{rank}.json")
+        walls = run_profiled(step, loader, steps=steps, trace_out=out, record_shapes=trace_out is not None)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return walls
+
+
+def _fork_rank(rank, world, store_path, args, q):
+    import os
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    try:
+        q.put((rank, "ok", comm_rank(rank, world, store_path, *args)))
+    except BaseException as e:  # reported to the parent, which raises
+        q.put((rank, "error", f"{e.__class__.__name__}: {e}"))
+    finally:
+        q.close()
+        q.join_thread()  # the result must leave before the process does
+        os._exit(0)
+
+
+def _profile_comm_fork(preset: str, *, fixed: bool, steps: int, batch: int, seq: int, path: Path, timeout: float) -> ProfileRun:
+    """Two forked ranks on gloo (see profile_step's `launcher`); rank 0 exports the trace."""
+    import multiprocessing as mp
+    import queue
+
+    from perflab.core.errors import PerflabError
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    run_dir = Path(tempfile.mkdtemp(prefix="perflab-comm-"))
+    t0 = time.perf_counter()
+    procs = [ctx.Process(target=_fork_rank, args=(r, 2, str(run_dir / "store"),
+                                                  (preset, fixed, steps, batch, seq, str(path) if r == 0 else None, timeout), q),
+                         daemon=True) for r in range(2)]
+    for p in procs:
+        p.start()
+    results: dict[int, tuple[str, Any]] = {}
+    try:
+        while len(results) < 2:
+            rank, status, value = q.get(timeout=max(timeout - (time.perf_counter() - t0), 1.0))
+            results[rank] = (status, value)
+    except queue.Empty:
+        raise PerflabError(f"the 2-rank comm run did not finish within {timeout:g} s") from None
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    bad = [f"rank {r}: {v}" for r, (st, v) in sorted(results.items()) if st != "ok"]
+    if bad:
+        raise PerflabError("the 2-rank comm run failed: " + "; ".join(bad))
+    return ProfileRun("comm", fixed, str(path), diagnose(path), list(results[0][1]), preset, batch, seq,
+                      {"ranks": 2, "backend": "gloo", "launch_s": time.perf_counter() - t0, "launcher": "fork"})
 
 
 def check_all(faults=("none", "loader", "sync", "launch"), **kw) -> list[ProfileRun]:
