@@ -115,7 +115,7 @@ def default_tiny_s(on_gpu: bool) -> float:
     return 10e-6 if on_gpu else 20e-6
 
 
-def _tiny_runs(ops: list[Interval], tiny_s: float) -> list[int]:
+def tiny_runs(ops: list[Interval], tiny_s: float) -> list[int]:
     """For each op, the length of the run of consecutive tiny ops it belongs to (0 if not tiny)."""
     n = len(ops)
     run = [0] * n
@@ -135,7 +135,7 @@ def _tiny_runs(ops: list[Interval], tiny_s: float) -> list[int]:
 
 def _split_tiny_runs(ops: list[Interval], tiny_s: float, min_run: int) -> tuple[list[Interval], list[Interval]]:
     """(compute ops, tiny ops of long runs as 'launch_bound' waits) — CPU traces only."""
-    run = _tiny_runs(ops, tiny_s)
+    run = tiny_runs(ops, tiny_s)
     keep = [o for o, r in zip(ops, run) if r < min_run]
     tiny = [Interval(o.start, o.end, o.name, "launch_bound") for o, r in zip(ops, run) if r >= min_run]
     return keep, tiny
@@ -154,7 +154,7 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
     starts = [w.start for w in waits]
     max_end = list(itertools.accumulate((w.end for w in waits), max))
     n = len(ops)
-    run = _tiny_runs(ops, tiny_s)
+    run = tiny_runs(ops, tiny_s)
 
     total_step = sum(s.dur for s in t.steps)
     busy = sum(union_length(ops, s.start, s.end) for s in t.steps)

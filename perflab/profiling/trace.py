@@ -228,3 +228,55 @@ def gaps(intervals: list[Interval], lo: float, hi: float) -> list[tuple[float, f
     if cursor < hi:
         out.append((cursor, hi, len(intervals)))
     return out
+
+
+# ------------------------------------------------------------------------------- synthetic traces
+def synthetic_step(cause: str | None, *, on_gpu: bool = False, steps: int = 2) -> dict[str, Any]:
+    """A small hand-built trace (the dict `export_chrome_trace` writes) of `steps` 10 ms steps whose
+    device idles for `cause` ('data_wait', 'host_sync', 'launch_bound', 'communication' or None),
+    CPU-style or GPU-style. Deterministic: for tests and the lab's checks, never shown as a measurement."""
+    ev: list[dict[str, Any]] = []
+    pid, main, stream, comm_stream = 1, 1, 7, 13
+
+    def x(name, cat, ts, dur, tid=main, p=pid):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": p, "tid": tid, "ts": float(ts), "dur": float(dur)})
+
+    def work(ts, dur, name="aten::mm"):
+        """Compute of `dur` µs at ts: a CPU op, or on a GPU a launch on the host and a kernel on the device."""
+        if on_gpu:
+            x(name, "cpu_op", ts, 6)
+            x("cudaLaunchKernel", "cuda_runtime", ts + 1, 4)
+            x(name.replace("aten::", "kernel_"), "kernel", ts + 5, dur, tid=stream, p=0)
+        else:
+            x(name, "cpu_op", ts, dur)
+
+    for s in range(steps):
+        t0 = s * 10_000.0
+        x(f"ProfilerStep#{s + 1}", "user_annotation", t0, 10_000)
+        t = t0 + 10
+        if cause == "data_wait":
+            x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation", t, 4000)
+            t += 4010
+        if cause == "launch_bound":
+            for _ in range(300):
+                work(t, 3 if on_gpu else 8, "aten::add_")
+                t += 14
+        while t < t0 + 9_000:
+            work(t, 600)
+            t += 610
+            if cause == "host_sync" and t < t0 + 8_000:
+                if on_gpu:  # the host blocks until the kernel is done, then does host work: the device idles
+                    x("aten::item", "cpu_op", t - 600, 605)
+                    x("cudaStreamSynchronize", "cuda_runtime", t - 598, 600)
+                    t += 500
+                else:
+                    x("aten::item", "cpu_op", t, 5)
+                    t += 500
+            if cause == "communication" and t > t0 + 5_000:
+                if on_gpu:
+                    x("c10d::allreduce_", "cpu_op", t, 20)
+                    x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", t + 5, 3500, tid=comm_stream, p=0)
+                else:
+                    x("c10d::allreduce_", "cpu_op", t, 3500)
+                t += 3510
+    return {"schemaVersion": 1, "traceEvents": ev, "traceName": f"synthetic {cause or 'none'} ({'GPU' if on_gpu else 'CPU'})"}

@@ -1,0 +1,234 @@
+"""Lesson 09: diagnosing a step from its trace, the planted faults, the CLI, ETTR, lab 09's checks."""
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from perflab.cli import main
+from perflab.core import grading
+from perflab.core.grading import LabCheckError
+from perflab.profiling import ettr as E
+from perflab.profiling import lab09
+from perflab.profiling.diagnose import CAUSES, NONE_THRESHOLD, diagnose, tiny_runs
+from perflab.profiling.faults import EXPECTED, profile_step
+from perflab.profiling.trace import gaps, load, synthetic_step
+
+# ----------------------------------------------------------------- diagnose on hand-built traces
+
+
+@pytest.mark.parametrize("on_gpu", [False, True], ids=["cpu", "gpu"])
+@pytest.mark.parametrize("cause", [None, *CAUSES])
+def test_diagnose_names_the_cause_of_a_hand_built_trace(cause, on_gpu):
+    d = diagnose(synthetic_step(cause, on_gpu=on_gpu))
+    assert d.steps == 2 and math.isclose(d.step_s, 0.010)
+    if cause is None:
+        assert d.significant() == [] and d.device_busy > 0.85
+    else:
+        assert d.top.cause == cause and d.top.share > 0.25, d.summary()
+        assert d.device_busy < 0.7
+        assert d.top.evidence and d.top.evidence[0]["seconds"] > 0
+
+
+def test_gpu_host_sync_gap_starts_where_the_sync_returns():
+    # on a GPU the device idles *after* cudaStreamSynchronize returns: no overlap, still host_sync
+    d = diagnose(synthetic_step("host_sync", on_gpu=True))
+    names = {e["op"] for e in d.top.evidence}
+    assert "cudaStreamSynchronize" in names or "aten::item" in names
+
+
+def test_bad_traces_are_one_line_input_errors(tmp_path):
+    from perflab.core.errors import InputError
+
+    with pytest.raises(InputError, match="not found"):
+        load(tmp_path / "missing.json")
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(InputError, match="JSON"):
+        load(tmp_path / "x.json")
+    with pytest.raises(InputError, match="traceEvents"):
+        load({"events": []})
+    with pytest.raises(InputError, match="no complete"):
+        load({"traceEvents": [{"ph": "M", "name": "x"}]})
+
+
+def test_gaps_and_tiny_runs():
+    from perflab.profiling.trace import Interval
+
+    ops = [Interval(0, 1, "a"), Interval(2, 3, "b"), Interval(2.5, 4, "c")]
+    assert gaps(ops, 0, 5) == [(1, 2, 1), (4, 5, 3)]
+    assert tiny_runs([Interval(0, 0.1, "t")] * 3 + [Interval(1, 2, "big")], 0.5) == [3, 3, 3, 0]
+
+
+# ----------------------------------------------------------------- a trace nobody made with perflab
+
+PLAIN_SCRIPT = textwrap.dedent("""
+    import sys, time, torch
+    from torch.profiler import profile, schedule, ProfilerActivity
+    torch.set_num_threads(1)
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self): return 64
+        def __getitem__(self, i):
+            time.sleep(0.03)             # slow storage
+            return torch.randn(64), torch.randn(8)
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(Slow(), batch_size=4)
+    out = sys.argv[1]
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
+        for i, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward(); opt.step(); opt.zero_grad()
+            prof.step()
+            if i == 3:
+                break
+    assert not any(m.startswith("perflab") for m in sys.modules)
+""")
+
+
+def test_profile_trace_diagnoses_a_plain_torch_profiler_script(tmp_path, capsys):
+    script, trace = tmp_path / "plain.py", tmp_path / "plain_trace.json"
+    script.write_text(PLAIN_SCRIPT)
+    r = subprocess.run([sys.executable, str(script), str(trace)], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert main(["profile", "--trace", str(trace), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"step_s", "device_busy", "causes", "trace_file"}
+    assert out["trace_file"] == str(trace)
+    assert out["causes"][0]["cause"] == "data_wait" and out["causes"][0]["share"] > 0.5
+    assert set(out["causes"][0]) == {"cause", "seconds", "share", "evidence"}
+    assert "DataLoader" in out["causes"][0]["evidence"][0]["op"]
+    secs = [c["seconds"] for c in out["causes"]]
+    assert secs == sorted(secs, reverse=True)
+
+
+# ----------------------------------------------------------------- planted faults in perflab's step
+
+
+@pytest.mark.parametrize("fault", ["none", "loader", "sync", "launch"])
+def test_each_planted_fault_is_the_top_cause(fault, tmp_path):
+    run = profile_step("tiny-gpt", fault, steps=2, trace_out=tmp_path / f"{fault}.json")
+    d = run.diagnosis
+    if fault == "none":  # nothing worth chasing: no cause above the stated threshold
+        assert d.significant(NONE_THRESHOLD) == [], d.summary()
+    else:
+        assert d.top.cause == EXPECTED[fault] and d.top.share >= NONE_THRESHOLD, d.summary()
+
+
+@pytest.mark.parametrize("fault", ["sync", "launch"])
+def test_the_fix_removes_the_gap(fault, tmp_path):
+    d = profile_step("tiny-gpt", fault, fixed=True, steps=2, trace_out=tmp_path / "fixed.json").diagnosis
+    assert all(c.share < NONE_THRESHOLD for c in d.causes if c.cause == EXPECTED[fault]), d.summary()
+
+
+def test_comm_fault_on_two_gloo_ranks(tmp_path):
+    # two forked ranks joined through a FileStore (the CLI's default starts them with torchrun)
+    run = profile_step("tiny-gpt", "comm", steps=2, trace_out=tmp_path / "comm.json", launcher="fork", timeout=60)
+    d = run.diagnosis
+    assert d.top.cause == "communication" and d.top.share >= NONE_THRESHOLD, d.summary()
+    assert any("allreduce" in e["op"] for e in d.top.evidence)
+
+
+# ----------------------------------------------------------------- CLI
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text('{"a": 1}')
+    for argv in (["profile", "--trace", str(tmp_path / "missing.json")], ["profile", "--trace", str(tmp_path / "bad.json")],
+                 ["profile", "--fault", "gremlins"], ["profile", "--steps", "0"],
+                 ["profile", "--trace-out", str(tmp_path / "no" / "dir" / "t.json")],
+                 ["ettr", "--hours", "-1", "--gpus", "8", "--mtbf-hours", "1e4", "--ckpt-minutes", "1", "--restart-minutes", "1"],
+                 ["ettr", "--hours", "10", "--gpus", "8", "--mtbf-hours", "1e4", "--ckpt-minutes", "x", "--restart-minutes", "1"]):
+        try:
+            rc = main(argv)
+        except SystemExit as e:
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2, argv
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_cli_ettr_json(capsys):
+    assert main(["ettr", "--hours", "720", "--gpus", "1024", "--mtbf-hours", "50000", "--ckpt-minutes", "2",
+                 "--restart-minutes", "10", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["ettr"] < 1 and out["interval_source"] == "Daly's optimum"
+    assert math.isclose(out["job_mtbf_hours"], 50000 / 1024)
+
+
+# ----------------------------------------------------------------- ETTR and the optimal checkpoint interval
+
+
+def test_young_and_daly_intervals():
+    # Young (1974), CACM 17(9): tau = sqrt(2 delta M). delta = 5 min, M = 24 h = 1440 min -> 120 min exactly
+    assert math.isclose(E.young_interval(5, 1440), 120.0)
+    # Daly (2006), FGCS 22(3), eq. 37: sqrt(2dM)(1 + sqrt(d/2M)/3 + (d/2M)/9) - d, and M once d >= 2M
+    x = 5 / 2880
+    assert math.isclose(E.daly_interval(5, 1440), 120 * (1 + math.sqrt(x) / 3 + x / 9) - 5)
+    assert math.isclose(E.daly_interval(5, 1440), 116.69, abs_tol=0.01)
+    assert E.daly_interval(100, 40) == 40
+    # Young's interval maximises the first-order ETTR (the model it comes from) to within a few percent
+    m = 1440.0
+    best = max((E.ettr_fraction(t, 5, 0, m), t) for t in [i * 0.5 for i in range(20, 600)])[1]
+    assert abs(best - E.young_interval(5, m)) / E.young_interval(5, m) < 0.05
+
+
+def test_ettr_limits_and_published_figures():
+    # no failures: only the checkpoint overhead tau / (tau + delta) is lost
+    assert math.isclose(E.ettr_fraction(60, 1, 0, 1e12), 60 / 61, rel_tol=1e-6)
+    assert E.ettr_fraction(60, 1, 1e6, 100) == 0.0
+    pub = E.published()
+    rows = {r["run"].split()[0]: r for r in pub["rows"]}
+    # Llama 3 (arXiv:2407.21783, §3.3.4): >90% effective training time on 16k GPUs; Gemini (arXiv:2312.11805, §3): 97%
+    assert rows["Llama"]["ettr_at_least"] == 0.90 and rows["Llama"]["gpus"] == 16384
+    assert rows["Gemini"]["ettr_at_least"] == 0.97
+    assert all(r["source"] for r in pub["rows"])
+    f = E.llama3_failure_rate()  # 419 unexpected interruptions in 54 days
+    assert math.isclose(f["job_mtbf_hours"], 54 * 24 / 419)
+
+
+# ----------------------------------------------------------------- lab 09
+
+
+def _solution(trace):
+    ops, waits = trace.device_ops(), trace.waits()
+    score = dict.fromkeys(("data_wait", "host_sync", "communication", "launch_bound"), 0.0)
+    for step in trace.steps:
+        for g0, g1, _ in gaps(ops, step.start, step.end):
+            near = [w for w in waits if w.end >= g0 - 50e-6 and w.start <= g1]
+            if near:
+                w = max(near, key=lambda w: min(w.end, g1) - max(w.start, g0 - 50e-6))
+                score[w.kind] += g1 - g0
+    run, i = tiny_runs(ops, 20e-6), 0
+    while i < len(ops):
+        if run[i] >= 8:
+            score["launch_bound"] += ops[i + run[i] - 1].end - ops[i].start
+            i += run[i]
+        else:
+            i += 1
+    cause, s = max(score.items(), key=lambda kv: kv[1])
+    return cause if s / sum(st.dur for st in trace.steps) >= 0.10 else "none"
+
+
+def test_lab09_checks():
+    grading.reset()
+
+    def stub(trace):
+        raise NotImplementedError
+
+    assert lab09.check_name_cause(stub) is False
+    assert lab09.check_name_cause(_solution) is True
+    with pytest.raises(LabCheckError):
+        lab09.check_name_cause(lambda t: "data_wait")
+    with pytest.raises(LabCheckError, match="one of"):
+        lab09.check_name_cause(lambda t: "gremlins")
+    assert lab09.check_fixes({c: "?" for c in lab09.RIGHT_FIX}) is False
+    assert lab09.check_fixes(dict(lab09.RIGHT_FIX)) is True
+    with pytest.raises(LabCheckError):
+        lab09.check_fixes({**lab09.RIGHT_FIX, "data_wait": "e"})
