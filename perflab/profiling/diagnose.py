@@ -14,7 +14,9 @@ Method (the same on CPU and GPU traces; "the device" is defined in `perflab.prof
    (on a GPU the device goes idle as the host's sync returns: the gap starts where the wait ends).
 4. A gap no wait explains, between two device ops that are both tiny (shorter than `tiny_s`) and
    part of a run of at least `min_run` tiny ops, is *launch_bound*: the device finishes each op
-   before the host has issued the next (on a CPU: the dispatcher's and Python's cost per op).
+   before the host has issued the next. On a CPU trace, an op in such a run is itself per-op
+   overhead (the dispatcher's and Python's cost), so it does not count as device work, and a gap
+   it lies in is launch-bound unless a data, sync or collective wait also overlaps the gap.
 5. The rest is `unattributed_s` (host work perflab cannot name: Python, hooks, the profiler).
 Each cause's seconds and evidence (the op names and their seconds) are per step, averaged.
 
@@ -174,6 +176,8 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
                 ov = max(min(w.end, g1) - max(w.start, g0 - slack_s), 0.0)
                 over[w.kind] += ov
                 names.append(w)
+            if len(over) > 1:  # a data, sync or collective wait explains the gap better than tiny ops around it
+                over.pop("launch_bound", None)
             if over:
                 best, best_ov = max(over.items(), key=lambda kv: (kv[1], -CAUSES.index(kv[0])))
                 if best_ov <= 0.0:
