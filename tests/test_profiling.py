@@ -232,3 +232,21 @@ def test_lab09_checks():
     assert lab09.check_fixes(dict(lab09.RIGHT_FIX)) is True
     with pytest.raises(LabCheckError):
         lab09.check_fixes({**lab09.RIGHT_FIX, "data_wait": "e"})
+
+
+# ----------------------------------------------------------------- HolisticTraceAnalysis on hand-built GPU-style traces
+
+
+@pytest.mark.parametrize("cause", ["host_sync", "launch_bound", "communication", "data_wait"])
+def test_hta_cross_check_on_hand_built_gpu_traces(cause, tmp_path):
+    pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed")
+    from perflab.profiling import hta
+
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(synthetic_step(cause, on_gpu=True)))
+    r = hta.cross_check(path)
+    if cause == "data_wait":
+        # the idle before each step's first kernel is outside HTA's per-iteration kernel span
+        assert r["hta_idle"] < r["perflab_idle"] - 0.3
+    else:  # idle inside the kernels' span: the two agree up to the step edges perflab counts
+        assert abs(r["difference"]) < 0.1, r

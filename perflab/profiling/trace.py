@@ -238,15 +238,23 @@ def synthetic_step(cause: str | None, *, on_gpu: bool = False, steps: int = 2) -
     ev: list[dict[str, Any]] = []
     pid, main, stream, comm_stream = 1, 1, 7, 13
 
-    def x(name, cat, ts, dur, tid=main, p=pid):
-        ev.append({"ph": "X", "cat": cat, "name": name, "pid": p, "tid": tid, "ts": float(ts), "dur": float(dur)})
+    corr = [0]
+
+    def x(name, cat, ts, dur, tid=main, p=pid, args=None):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": p, "tid": tid, "ts": float(ts), "dur": float(dur),
+                   "args": args or {}})
+
+    def kernel(name, ts, dur, tid):
+        corr[0] += 1
+        x("cudaLaunchKernel", "cuda_runtime", ts - 4, 4, args={"correlation": corr[0], "External id": corr[0]})
+        x(name, "kernel", ts, dur, tid=tid, p=0, args={"stream": tid, "correlation": corr[0], "External id": corr[0],
+                                                       "device": 0})
 
     def work(ts, dur, name="aten::mm"):
         """Compute of `dur` µs at ts: a CPU op, or on a GPU a launch on the host and a kernel on the device."""
         if on_gpu:
-            x(name, "cpu_op", ts, 6)
-            x("cudaLaunchKernel", "cuda_runtime", ts + 1, 4)
-            x(name.replace("aten::", "kernel_"), "kernel", ts + 5, dur, tid=stream, p=0)
+            x(name, "cpu_op", ts, 6, args={"External id": corr[0] + 1})
+            kernel(name.replace("aten::", "kernel_"), ts + 5, dur, stream)
         else:
             x(name, "cpu_op", ts, dur)
 
@@ -275,8 +283,12 @@ def synthetic_step(cause: str | None, *, on_gpu: bool = False, steps: int = 2) -
             if cause == "communication" and t > t0 + 5_000:
                 if on_gpu:
                     x("c10d::allreduce_", "cpu_op", t, 20)
-                    x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", t + 5, 3500, tid=comm_stream, p=0)
+                    kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 5, 3500, comm_stream)
                 else:
                     x("c10d::allreduce_", "cpu_op", t, 3500)
                 t += 3510
-    return {"schemaVersion": 1, "traceEvents": ev, "traceName": f"synthetic {cause or 'none'} ({'GPU' if on_gpu else 'CPU'})"}
+    meta = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": main, "args": {"name": "main thread"}}]
+    if on_gpu:
+        meta += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": s_, "args": {"name": f"stream {s_}"}}
+                 for s_ in (stream, comm_stream)]
+    return {"schemaVersion": 1, "traceEvents": meta + ev, "traceName": f"synthetic {cause or 'none'} ({'GPU' if on_gpu else 'CPU'})"}
