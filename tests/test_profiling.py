@@ -72,12 +72,12 @@ PLAIN_SCRIPT = textwrap.dedent("""
     class Slow(torch.utils.data.Dataset):
         def __len__(self): return 64
         def __getitem__(self, i):
-            time.sleep(0.03)             # slow storage
+            time.sleep(0.02)             # slow storage
             return torch.randn(64), torch.randn(8)
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = torch.utils.data.DataLoader(Slow(), batch_size=4)
+    loader = torch.utils.data.DataLoader(Slow(), batch_size=2)
     out = sys.argv[1]
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
                  on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
@@ -250,3 +250,80 @@ def test_hta_cross_check_on_hand_built_gpu_traces(cause, tmp_path):
         assert r["hta_idle"] < r["perflab_idle"] - 0.3
     else:  # idle inside the kernels' span: the two agree up to the step edges perflab counts
         assert abs(r["difference"]) < 0.1, r
+
+
+# ----------------------------------------------------------------- ops, timing, Nsight, the custom kernel
+
+
+def _trace_with(events):
+    return {"traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "args": {}, **e} for e in events]}
+
+
+def test_gemm_efficiency_from_shapes():
+    from perflab.profiling import ops
+
+    t = _trace_with([
+        {"name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 1000},
+        {"name": "aten::mm", "cat": "cpu_op", "ts": 10, "dur": 100, "args": {"Input Dims": [[64, 32], [32, 16]]}},
+        {"name": "aten::addmm", "cat": "cpu_op", "ts": 200, "dur": 100,
+         "args": {"Input Dims": [[16], [64, 32], [32, 16]]}},
+        {"name": "aten::bmm", "cat": "cpu_op", "ts": 400, "dur": 200, "args": {"Input Dims": [[4, 8, 16], [4, 16, 2]]}},
+        {"name": "aten::relu", "cat": "cpu_op", "ts": 700, "dur": 100},
+    ])
+    flops = 2 * 64 * 32 * 16 * 2 + 2 * 4 * 8 * 16 * 2
+    eff = ops.gemm_efficiency(t, ceiling_tflops=1e-3)  # 1 GFLOP/s
+    assert math.isclose(eff["gemm_s"], 400e-6) and math.isclose(eff["step_s"], 1e-3)
+    assert math.isclose(eff["achieved_tflops"], flops / 400e-6 / 1e12)
+    assert math.isclose(eff["ideal_gemm_s"], flops / 1e9)
+    assert math.isclose(eff["outside_gemms_s"], 600e-6)
+    assert ops.tensor_core_share(t) is None  # a CPU trace has no kernels
+
+
+def test_tensor_core_share_is_a_name_heuristic():
+    from perflab.profiling import ops
+
+    t = _trace_with([
+        {"name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "cat": "kernel",
+         "ts": 0, "dur": 300},
+        {"name": "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", "cat": "kernel",
+         "ts": 300, "dur": 100},
+        {"name": "aten::mm", "cat": "cpu_op", "ts": 0, "dur": 10},
+    ])
+    assert math.isclose(ops.tensor_core_share(t)["share"], 0.75)
+
+
+def test_timing_pitfalls_on_this_device():
+    from perflab.profiling import timing
+
+    rows = timing.pitfalls(n=64, reps=3, device="cpu")
+    assert [r["method"] for r in rows][0] == "wall clock, no sync" and len(rows) == 4
+    assert rows[2]["seconds"] is None  # no CUDA events on a CPU
+    assert all(r["seconds"] > 0 for r in rows if r["seconds"] is not None)
+
+
+def test_nsight_commands_are_generated_and_never_required():
+    from perflab.core.errors import UnsupportedError
+    from perflab.profiling import nsight
+
+    c = nsight.commands("tiny-gpt", fault="sync", steps=3, out="x")
+    assert c["nsys"].startswith("nsys profile") and "-m perflab profile --preset tiny-gpt --fault sync" in c["nsys"]
+    assert c["ncu"].startswith("ncu ")
+    if not nsight.available()["nsys"]:
+        with pytest.raises(UnsupportedError, match="not installed"):
+            nsight.run(c["nsys"])
+
+
+def test_custom_kernel_skips_cleanly_or_matches_eager(monkeypatch):
+    from perflab.profiling import kernel
+
+    monkeypatch.setattr(kernel, "is_built", lambda: False)
+    k = kernel.build(allow_compile=False)
+    assert k.module is None and k.skip  # never compiles when told not to
+    monkeypatch.undo()
+    if kernel.compiler_missing() or not kernel.is_built():
+        pytest.skip("the fused kernel is not in torch's extension cache; building it takes tens of seconds "
+                    "on a small CPU (lesson 09 with smoke=False builds it once)")
+    k = kernel.build(allow_compile=False)
+    assert k.skip is None
+    r = kernel.compare(k, rows=256, cols=128)
+    assert r["max_abs_diff"] < 1e-5 and r["in_trace"]
