@@ -10,7 +10,7 @@ The step is perflab's: `build_model`, batches from `make_batches` served by a Da
 
 | fault | what is planted | cause it shows | the fix (`fixed=True`) |
 | --- | --- | --- | --- |
-| loader | the dataset waits `loader_ms` per batch on "slow storage" (a sleep stands for the read), num_workers=0 | data_wait | 2 workers load ahead |
+| loader | the dataset waits `loader_ms` per batch on "slow storage" (a sleep stands for the read), num_workers=0 | data_wait | 4 workers load ahead |
 | sync | a forward hook on every Linear checks the output for NaN (`.item()`) and computes percentiles on the host (`.cpu().numpy()`) | host_sync | no per-layer check |
 | launch | an EMA of the weights updated one row at a time in Python: thousands of tiny ops per step | launch_bound | one `_foreach_lerp_` |
 | comm | 2 ranks (gloo): after backward every gradient is all-reduced one tensor at a time, nothing overlapped | communication | DDP: bucketed all-reduce overlapped with backward |
@@ -139,7 +139,7 @@ def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     batches = make_batches(cfg, batch, seq, n=n_batches, seed=seed)
     delay = sizes.loader_ms / 1e3 if fault == "loader" else 0.0
-    workers = 2 if (fault == "loader" and fixed) else 0
+    workers = 4 if (fault == "loader" and fixed) else 0
     loader = torch.utils.data.DataLoader(_SlowStorage(batches, delay), batch_size=None, shuffle=False,
                                          num_workers=workers, persistent_workers=workers > 0,
                                          prefetch_factor=4 if workers else None)
