@@ -143,6 +143,12 @@ def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int 
     loader = torch.utils.data.DataLoader(_SlowStorage(batches, delay), batch_size=None, shuffle=False,
                                          num_workers=workers, persistent_workers=workers > 0,
                                          prefetch_factor=4 if workers else None)
+    if workers:  # start the (persistent) workers now, not inside the profiled steps; 4 on 2 cores is
+        import warnings  # deliberate: they mostly wait on "storage", so DataLoader's core-count warning does not apply
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            next(iter(loader))
     if fault == "sync" and not fixed:
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):
@@ -192,9 +198,13 @@ def run_profiled(step, loader, *, steps: int, trace_out: str | Path, wait: int =
         p.export_chrome_trace(str(trace_out))
         exported.append(True)
 
-    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
-                 record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
-                 on_trace_ready=ready) as prof:
+    import warnings
+
+    with warnings.catch_warnings(), \
+            profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
+                    record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
+                    on_trace_ready=ready) as prof:
+        warnings.filterwarnings("ignore", message="This DataLoader will create")  # see make_step
         i = 0
         while i < total:
             for b in loader:

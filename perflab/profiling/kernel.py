@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-NAME = "perflab_fused_gelu_bias_v1"
+NAME = "perflab_fused_gelu_bias_v2"
 CPP = r"""
 #include <torch/extension.h>
 #include <cmath>
@@ -33,12 +33,16 @@ torch::Tensor fused_gelu_bias(torch::Tensor x, torch::Tensor bias) {
   const float* xp = x.data_ptr<float>();
   const float* bp = bias.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  const int64_t n = bias.size(0), total = x.numel();
+  const int64_t n = bias.size(0), rows = x.numel() / n;
   const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-  #pragma omp parallel for
-  for (int64_t i = 0; i < total; ++i) {
-    float v = xp[i] + bp[i % n];
-    yp[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+  #pragma omp parallel for if (rows * n > (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = xp + r * n;
+    float* yr = yp + r * n;
+    for (int64_t j = 0; j < n; ++j) {  // one read of x and bias, one write of y: a single pass over memory
+      const float v = xr[j] + bp[j];
+      yr[j] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+    }
   }
   return y;
 }
