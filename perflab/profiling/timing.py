@@ -20,8 +20,8 @@ import torch
 from perflab.core.validate import positive_int
 
 
-def pitfalls(n: int = 1024, reps: int = 10, device=None) -> list[dict[str, Any]]:
-    """A n×n fp32 matmul timed four ways (median of `reps` each); seconds per call."""
+def pitfalls(n: int = 1024, reps: int = 10, device=None, rep_ms: float = 50) -> list[dict[str, Any]]:
+    """A n×n fp32 matmul timed four ways (median of `reps` each; `bench` for `rep_ms`); seconds per call."""
     from perflab.core.device import pick_device
     from perflab.core.timing import bench
 
@@ -69,7 +69,7 @@ def pitfalls(n: int = 1024, reps: int = 10, device=None) -> list[dict[str, Any]]
         {"method": "CUDA events", "seconds": median(events) if cuda else None,
          "what it measures": "the kernel on the device" if cuda else "n/a: no CUDA stream on a CPU"},
     ]
-    r = bench(lambda: a @ b, device=dev, warmup_ms=10, rep_ms=50)
+    r = bench(lambda: a @ b, device=dev, warmup_ms=min(10, rep_ms), rep_ms=rep_ms)
     rows.append({"method": "perflab bench", "seconds": r.median_s,
                  "what it measures": "events + warm-up + L2 flush, median of many" if cuda else
                  "perf_counter around batches of calls, median of many"})
