@@ -330,3 +330,26 @@ def test_custom_kernel_skips_cleanly_or_matches_eager(monkeypatch):
     assert k.skip is None
     r = kernel.compare(k, rows=256, cols=128)
     assert r["max_abs_diff"] < 1e-5 and r["in_trace"]
+
+
+# ----------------------------------------------------------------- GPU (skipped here; written to run on CUDA)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fault", ["none", "loader", "sync", "launch"])
+def test_gpu_trace_faults_and_hta(fault, tmp_path):
+    run = profile_step("tiny-gpt", fault, steps=3, trace_out=tmp_path / f"{fault}.json")
+    d = run.diagnosis
+    assert load(run.trace_path).on_gpu and "GPU" in d.device
+    if fault == "none":
+        assert d.significant(NONE_THRESHOLD) == [], d.summary()
+    else:
+        assert d.top.cause == EXPECTED[fault], d.summary()
+    from perflab.profiling import ops
+
+    assert ops.tensor_core_share(run.trace_path) is not None
+    pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed")
+    from perflab.profiling import hta
+
+    r = hta.cross_check(run.trace_path)
+    assert 0 <= r["hta_idle"] <= 1 and 0 <= r["perflab_idle"] <= 1
