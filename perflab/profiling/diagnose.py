@@ -18,7 +18,9 @@ Method (the same on CPU and GPU traces; "the device" is defined in `perflab.prof
    overhead (the dispatcher's and Python's cost), so it does not count as device work, and a gap
    it lies in is launch-bound unless a data, sync or collective wait also overlaps the gap.
 5. The rest is `unattributed_s` (host work perflab cannot name: Python, hooks, the profiler).
-Each cause's seconds and evidence (the op names and their seconds) are per step, averaged.
+Each cause's seconds and evidence are per step, averaged. Evidence lists the waits by name: the
+idle seconds each one explains (a gap's seconds go to the wait that overlaps it most) and how
+many such waits there were; for launch_bound, the tiny ops' own time.
 
 Thresholds: `NONE_THRESHOLD` (10% of the step) is the level below which a cause is not worth
 chasing; the planted faults of `perflab.profiling.faults` each put their cause well above it.
@@ -164,6 +166,7 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
     evidence: dict[str, dict[str, list[float]]] = {c: defaultdict(lambda: [0.0, 0]) for c in CAUSES}
     idle = unattributed = 0.0
     tiny_seen: set[int] = set()
+    counted: set[tuple[str, float]] = set()
     for s in t.steps:
         for g0, g1, after in gaps(ops, s.start, s.end):
             length = g1 - g0
@@ -184,11 +187,19 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
                     best = max(over, key=lambda k: -CAUSES.index(k))
             if best is not None:
                 seconds[best] += length
-                for w in names:
-                    if w.kind == best:
+                mine = [w for w in names if w.kind == best]
+                if best == "launch_bound":  # each tiny op: its own time inside the gap
+                    for w in mine:
                         ev = evidence[best][w.name]
-                        ev[0] += max(min(w.end, g1) - max(w.start, g0), 0.0) if best == "launch_bound" else min(w.dur, length)
+                        ev[0] += max(min(w.end, g1) - max(w.start, g0), 0.0)
                         ev[1] += 1
+                else:  # the gap's seconds go to the wait that overlaps it most; each wait counted once
+                    lead = max(mine, key=lambda w: (max(min(w.end, g1) - max(w.start, g0 - slack_s), 0.0), w.dur))
+                    evidence[best][lead.name][0] += length
+                    for w in mine:
+                        if (w.name, w.start) not in counted:
+                            counted.add((w.name, w.start))
+                            evidence[best][w.name][1] += 1
                 continue
             before = after - 1
             if 0 <= before and after < n and run[before] >= min_run and run[after] >= min_run:
@@ -207,7 +218,7 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
         if seconds[c] <= 0:
             continue
         ev = sorted(({"op": name, "seconds": v[0] / k, "count": round(v[1] / k, 1) if v[1] % k else v[1] // k}
-                     for name, v in evidence[c].items()), key=lambda e: -e["seconds"])[:5]
+                     for name, v in evidence[c].items() if v[0] > 0), key=lambda e: -e["seconds"])[:5]
         causes.append(Cause(c, seconds[c] / k, seconds[c] / total_step if total_step else 0.0, ev))
     causes.sort(key=lambda c: -c.seconds)
     device = "the GPU (kernels, copies, memsets)" if t.on_gpu else \
