@@ -1,0 +1,228 @@
+"""Where did a step's time go? `diagnose(trace)` names the causes of the device's idle time.
+
+    >>> d = diagnose("step.json")      # any torch.profiler Chrome trace, or its dict
+    >>> d.step_s, d.device_busy        # seconds per step, share of the step the device worked
+    >>> d.causes[0].cause              # 'data_wait' | 'host_sync' | 'launch_bound' | 'communication'
+    >>> d.as_json()                    # {"step_s", "device_busy", "causes": [...], "trace_file"}
+
+Method (the same on CPU and GPU traces; "the device" is defined in `perflab.profiling.trace`):
+1. The steps are the `ProfilerStep#N` ranges of the main thread (the whole trace if it has none).
+2. Inside each step, the device's idle gaps are the stretches outside every device op.
+3. Each gap goes, whole, to the host wait that overlaps it most — a DataLoader fetch (*data_wait*),
+   a collective or an NCCL kernel (*communication*), a synchronising op such as `item`, `nonzero`,
+   `cudaStreamSynchronize` (*host_sync*) — counting a wait that ended up to `slack_s` before the gap
+   (on a GPU the device goes idle as the host's sync returns: the gap starts where the wait ends).
+4. A gap no wait explains, between two device ops that are both tiny (shorter than `tiny_s`) and
+   part of a run of at least `min_run` tiny ops, is *launch_bound*: the device finishes each op
+   before the host has issued the next. On a CPU trace, an op in such a run is itself per-op
+   overhead (the dispatcher's and Python's cost), so it does not count as device work, and a gap
+   it lies in is launch-bound unless a data, sync or collective wait also overlaps the gap.
+5. The rest is `unattributed_s` (host work perflab cannot name: Python, hooks, the profiler).
+Each cause's seconds and evidence are per step, averaged. Evidence lists the waits by name: the
+idle seconds each one explains (a gap's seconds go to the wait that overlaps it most) and how
+many such waits there were; for launch_bound, the tiny ops' own time.
+
+Thresholds: `NONE_THRESHOLD` (10% of the step) is the level below which a cause is not worth
+chasing; the planted faults of `perflab.profiling.faults` each put their cause well above it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perflab.profiling.trace import Interval, Trace, gaps, load, union_length
+
+CAUSES = ("data_wait", "host_sync", "launch_bound", "communication")
+NONE_THRESHOLD = 0.10
+FIXES = {
+    "data_wait": "load ahead: DataLoader num_workers > 0 with prefetch (and pin_memory on a GPU); cache or pre-tokenise",
+    "host_sync": "remove item()/.cpu()/nonzero/print of tensors from the step; log every N steps, keep checks on the device",
+    "launch_bound": "fewer, larger ops: vectorise the loop, use foreach/fused optimizers, torch.compile or CUDA graphs",
+    "communication": "overlap collectives with backward (DDP buckets, async ops), compress or shard (ZeRO), check the link",
+}
+
+
+@dataclass
+class Cause:
+    cause: str
+    seconds: float  # per step
+    share: float  # of the step
+    evidence: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cause": self.cause, "seconds": self.seconds, "share": self.share, "evidence": self.evidence}
+
+
+@dataclass
+class Diagnosis:
+    step_s: float
+    device_busy: float
+    causes: list[Cause]
+    trace_file: str | None
+    steps: int
+    device: str  # what "the device" was: 'GPU kernels' or 'main-thread compute ops (CPU trace)'
+    idle_s: float
+    unattributed_s: float
+    tiny_s: float
+    step_names: list[str] = field(default_factory=list)
+
+    @property
+    def top(self) -> Cause | None:
+        return self.causes[0] if self.causes else None
+
+    def significant(self, threshold: float = NONE_THRESHOLD) -> list[Cause]:
+        return [c for c in self.causes if c.share >= threshold]
+
+    def as_json(self) -> dict[str, Any]:
+        """The shape `perflab profile --json` prints."""
+        return {"step_s": self.step_s, "device_busy": self.device_busy,
+                "causes": [c.as_dict() for c in self.causes], "trace_file": self.trace_file}
+
+    def table(self):
+        """Causes as a small DataFrame for a person."""
+        import pandas as pd
+
+        from perflab.core.readout import percent, seconds
+
+        rows = [{"cause": c.cause, "per step": seconds(c.seconds), "share of step": percent(c.share),
+                 "evidence": ", ".join(f"{e['op']} ({seconds(e['seconds'])})" for e in c.evidence[:2]),
+                 "fix": FIXES[c.cause]} for c in self.causes]
+        return pd.DataFrame(rows, columns=["cause", "per step", "share of step", "evidence", "fix"])
+
+    def summary(self, threshold: float = NONE_THRESHOLD) -> str:
+        from perflab.core.readout import percent, seconds
+
+        lines = [f"step {seconds(self.step_s)} ({self.steps} step{'s' if self.steps != 1 else ''}); device busy "
+                 f"{percent(self.device_busy)} — the device is {self.device}",
+                 f"idle {seconds(self.idle_s)} per step, of which unattributed {seconds(self.unattributed_s)}"]
+        sig = self.significant(threshold)
+        if not sig:
+            lines.append(f"no cause above {percent(threshold)} of the step")
+        for c in self.causes:
+            ev = "; ".join(f"{e['op']} ×{e['count']} {seconds(e['seconds'])}" for e in c.evidence[:3])
+            mark = "*" if c.share >= threshold else " "
+            lines.append(f"{mark} {c.cause:<14} {seconds(c.seconds):>9} {percent(c.share):>6}  {ev}")
+        if sig:
+            lines.append(f"fix ({sig[0].cause}): {FIXES[sig[0].cause]}")
+        return "\n".join(lines)
+
+
+def default_tiny_s(on_gpu: bool) -> float:
+    """A device op shorter than this is 'tiny': 10 µs for a GPU kernel (a launch costs ~5 µs of
+    host time), 20 µs for a CPU op (the dispatcher and Python cost a few µs per op, more under
+    the profiler)."""
+    return 10e-6 if on_gpu else 20e-6
+
+
+def tiny_runs(ops: list[Interval], tiny_s: float) -> list[int]:
+    """For each op, the length of the run of consecutive tiny ops it belongs to (0 if not tiny)."""
+    n = len(ops)
+    run = [0] * n
+    i = 0
+    while i < n:
+        if ops[i].dur < tiny_s:
+            j = i
+            while j < n and ops[j].dur < tiny_s:
+                j += 1
+            for k in range(i, j):
+                run[k] = j - i
+            i = j
+        else:
+            i += 1
+    return run
+
+
+def _split_tiny_runs(ops: list[Interval], tiny_s: float, min_run: int) -> tuple[list[Interval], list[Interval]]:
+    """(compute ops, tiny ops of long runs as 'launch_bound' waits) — CPU traces only."""
+    run = tiny_runs(ops, tiny_s)
+    keep = [o for o, r in zip(ops, run) if r < min_run]
+    tiny = [Interval(o.start, o.end, o.name, "launch_bound") for o, r in zip(ops, run) if r >= min_run]
+    return keep, tiny
+
+
+def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None = None, min_run: int = 8,
+             slack_s: float = 50e-6) -> Diagnosis:
+    """Where each step's time went, and the causes of the device's idle time (module docstring)."""
+    t = load(trace)
+    tiny_s = default_tiny_s(t.on_gpu) if tiny_s is None else float(tiny_s)
+    ops = t.device_ops()
+    waits = t.waits()
+    if not t.on_gpu:  # a CPU op in a run of tiny ops is per-op overhead (dispatch, Python), not compute
+        ops, launch = _split_tiny_runs(ops, tiny_s, min_run)
+        waits = sorted(waits + launch, key=lambda w: w.start)
+    starts = [w.start for w in waits]
+    max_end = list(itertools.accumulate((w.end for w in waits), max))
+    n = len(ops)
+    run = tiny_runs(ops, tiny_s)
+
+    total_step = sum(s.dur for s in t.steps)
+    busy = sum(union_length(ops, s.start, s.end) for s in t.steps)
+    seconds: dict[str, float] = defaultdict(float)
+    evidence: dict[str, dict[str, list[float]]] = {c: defaultdict(lambda: [0.0, 0]) for c in CAUSES}
+    idle = unattributed = 0.0
+    tiny_seen: set[int] = set()
+    counted: set[tuple[str, float]] = set()
+    for s in t.steps:
+        for g0, g1, after in gaps(ops, s.start, s.end):
+            length = g1 - g0
+            idle += length
+            best, best_ov, names = None, 0.0, []
+            over: dict[str, float] = defaultdict(float)
+            for w in waits[bisect.bisect_left(max_end, g0 - slack_s):bisect.bisect_right(starts, g1)]:
+                if w.end < g0 - slack_s:
+                    continue
+                ov = max(min(w.end, g1) - max(w.start, g0 - slack_s), 0.0)
+                over[w.kind] += ov
+                names.append(w)
+            if len(over) > 1:  # a data, sync or collective wait explains the gap better than tiny ops around it
+                over.pop("launch_bound", None)
+            if over:
+                best, best_ov = max(over.items(), key=lambda kv: (kv[1], -CAUSES.index(kv[0])))
+                if best_ov <= 0.0:
+                    best = max(over, key=lambda k: -CAUSES.index(k))
+            if best is not None:
+                seconds[best] += length
+                mine = [w for w in names if w.kind == best]
+                if best == "launch_bound":  # each tiny op: its own time inside the gap
+                    for w in mine:
+                        ev = evidence[best][w.name]
+                        ev[0] += max(min(w.end, g1) - max(w.start, g0), 0.0)
+                        ev[1] += 1
+                else:  # the gap's seconds go to the wait that overlaps it most; each wait counted once
+                    lead = max(mine, key=lambda w: (max(min(w.end, g1) - max(w.start, g0 - slack_s), 0.0), w.dur))
+                    evidence[best][lead.name][0] += length
+                    for w in mine:
+                        if (w.name, w.start) not in counted:
+                            counted.add((w.name, w.start))
+                            evidence[best][w.name][1] += 1
+                continue
+            before = after - 1
+            if 0 <= before and after < n and run[before] >= min_run and run[after] >= min_run:
+                seconds["launch_bound"] += length
+                tiny_seen.update((before, after))
+                continue
+            unattributed += length
+    for j in sorted(tiny_seen):  # launch-bound evidence: the tiny ops around those gaps, their own time
+        ev = evidence["launch_bound"][ops[j].name]
+        ev[0] += ops[j].dur
+        ev[1] += 1
+    k = max(len(t.steps), 1)
+    step_s = total_step / k
+    causes = []
+    for c in CAUSES:
+        if seconds[c] <= 0:
+            continue
+        ev = sorted(({"op": name, "seconds": v[0] / k, "count": round(v[1] / k, 1) if v[1] % k else v[1] // k}
+                     for name, v in evidence[c].items() if v[0] > 0), key=lambda e: -e["seconds"])[:5]
+        causes.append(Cause(c, seconds[c] / k, seconds[c] / total_step if total_step else 0.0, ev))
+    causes.sort(key=lambda c: -c.seconds)
+    device = "the GPU (kernels, copies, memsets)" if t.on_gpu else \
+        "the main thread's compute ops (a CPU trace: ops outside data waits, syncs and collectives)"
+    return Diagnosis(step_s=step_s, device_busy=busy / total_step if total_step else 0.0, causes=causes,
+                     trace_file=t.path, steps=len(t.steps), device=device, idle_s=idle / k,
+                     unattributed_s=unattributed / k, tiny_s=tiny_s, step_names=[s.name for s in t.steps])

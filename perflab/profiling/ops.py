@@ -1,0 +1,170 @@
+"""What a trace says about operators: the top-ops table, the timeline's lanes, GEMM efficiency, Tensor Cores.
+
+    >>> top_ops(trace, n=10)           # DataFrame: op, calls, CPU self time, device time, share
+    >>> lanes(trace)                   # {'main thread': [...], 'DataLoader': [...], 'device': [...]}
+    >>> gemm_efficiency(trace, ceiling_tflops=...)   # each GEMM's TFLOP/s vs lesson 04's ceiling
+    >>> tensor_core_share(trace)       # GPU traces: share of kernel time in Tensor Core kernels (heuristic)
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from perflab.profiling.trace import DATA_RE, DEVICE_CATS, Trace, load
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+# Kernel-name patterns of NVIDIA's Tensor Core GEMM/conv kernels (cuBLAS/cuDNN/CUTLASS naming):
+# HMMA/IMMA/WGMMA instructions, "xmma"/"tensorop" kernels, the 16816/1688 MMA shapes, Hopper's
+# "gmma" kernels, cutlass "tensorop" names. A heuristic: names are not a contract and change
+# between library versions; Nsight Compute's tensor-pipe counters are the measurement.
+TENSOR_CORE_RE = re.compile(r"hmma|imma|wgmma|gmma|xmma|tensorop|16816|1688|884|s16816|_tn_|cutlass.*(f16|bf16|tf32)",
+                            re.I)
+
+
+def self_times(t: Trace) -> dict[str, list[float]]:
+    """op name → [calls, total time, self time (minus time in ops nested inside it), device time] on the main thread."""
+    ops = [e for e in t.host_events() if e.cat == "cpu_op"]
+    out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    stack: list[Any] = []
+    child: dict[int, float] = defaultdict(float)
+    for i, e in enumerate(ops):
+        while stack and ops[stack[-1]].end <= e.start:
+            stack.pop()
+        if stack:
+            child[stack[-1]] += e.dur
+        stack.append(i)
+    for i, e in enumerate(ops):
+        r = out[e.name]
+        r[0] += 1
+        r[1] += e.dur
+        r[2] += max(e.dur - child[i], 0.0)
+    if t.on_gpu:  # device time of the kernels each op launched (linked by 'External id')
+        by_ext = {e.args.get("External id"): e.name for e in ops if e.args.get("External id") is not None}
+        for e in t.events:
+            if e.cat in DEVICE_CATS:
+                name = by_ext.get(e.args.get("External id"))
+                if name is not None:
+                    out[name][3] += e.dur
+    return out
+
+
+def top_ops(trace, n: int = 10, by: str = "self"):
+    """The top `n` ops by CPU self time (or device time with by='device'), per profiled step."""
+    import pandas as pd
+
+    from perflab.core.readout import percent, seconds
+
+    t = load(trace)
+    k = max(len(t.steps), 1)
+    step = sum(s.dur for s in t.steps) / k
+    rows = sorted(self_times(t).items(), key=lambda kv: -(kv[1][3] if by == "device" else kv[1][2]))[:n]
+    return pd.DataFrame([{"op": name, "calls per step": round(r[0] / k, 1), "CPU total": seconds(r[1] / k),
+                          "CPU self": seconds(r[2] / k), "device": seconds(r[3] / k) if t.on_gpu else "—",
+                          "self, share of step": percent(r[2] / k / step) if step else "—"} for name, r in rows])
+
+
+def lanes(trace) -> dict[str, list[tuple[float, float, str]]]:
+    """The timeline's lanes: the main thread's outermost ranges, DataLoader fetches (and loader
+    threads' work), and the device's ops (the compute ops of the main thread on a CPU trace)."""
+    t = load(trace)
+    main = [e for e in t.host_events() if e.cat in ("cpu_op", "user_annotation")]
+    top, end = [], -1.0
+    for e in main:
+        if e.start >= end:
+            top.append((e.start, e.dur, e.name))
+            end = e.end
+    data = [(e.start, e.dur, e.name) for e in t.events if DATA_RE.search(e.name)]
+    device = [(i.start, i.dur, i.name) for i in t.device_ops()]
+    return {"main thread": top, "DataLoader": data, "device": device}
+
+
+def gemm_shapes(t: Trace) -> list[dict[str, Any]]:
+    """Every GEMM op with its shapes ('Input Dims', needs record_shapes=True), FLOPs and time."""
+    ext_dev: dict[Any, float] = defaultdict(float)
+    if t.on_gpu:
+        for e in t.events:
+            if e.cat == "kernel":
+                ext_dev[e.args.get("External id")] += e.dur
+    out = []
+    for e in t.host_events():
+        if e.cat != "cpu_op" or e.name not in GEMM_OPS:
+            continue
+        dims = e.args.get("Input Dims") or []
+        try:
+            if e.name == "aten::mm":
+                (m, k), (_, n) = dims[0], dims[1]
+                b = 1
+            elif e.name == "aten::addmm":
+                (m, k), (_, n) = dims[1], dims[2]
+                b = 1
+            elif e.name == "aten::bmm":
+                (b, m, k), (_, _, n) = dims[0], dims[1]
+            else:  # baddbmm
+                (b, m, k), (_, _, n) = dims[1], dims[2]
+        except (ValueError, TypeError, IndexError):
+            continue
+        secs = ext_dev.get(e.args.get("External id"), 0.0) if t.on_gpu else e.dur
+        if secs <= 0:
+            continue
+        out.append({"op": e.name, "shape": f"{b}×{m}×{k}×{n}" if b > 1 else f"{m}×{k}×{n}",
+                    "flops": 2.0 * b * m * n * k, "seconds": secs})
+    return out
+
+
+def gemm_efficiency(trace, ceiling_tflops: float) -> dict[str, Any]:
+    """Each GEMM's achieved TFLOP/s against `ceiling_tflops` (lesson 04's measured MAMF), time-weighted.
+
+    Returns per-step seconds: in GEMMs, what they would take at the ceiling, what is still to win
+    there, and the step's time outside GEMMs (where the rest of the win must come from)."""
+    t = load(trace)
+    k = max(len(t.steps), 1)
+    step = sum(s.dur for s in t.steps) / k
+    g = gemm_shapes(t)
+    rows: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for r in g:
+        x = rows[f"{r['op']} {r['shape']}"]
+        x[0] += 1
+        x[1] += r["flops"]
+        x[2] += r["seconds"]
+    gemm_s = sum(r["seconds"] for r in g) / k
+    ideal_s = sum(r["flops"] for r in g) / (ceiling_tflops * 1e12) / k
+    winnable = sum(max(r["seconds"] - r["flops"] / (ceiling_tflops * 1e12), 0.0) for r in g) / k
+    achieved = (sum(r["flops"] for r in g) / k / gemm_s / 1e12) if gemm_s else 0.0
+    table = [{"gemm": name, "calls": v[0] / k, "tflops": v[1] / v[2] / 1e12, "seconds": v[2] / k,
+              "of ceiling": v[1] / v[2] / 1e12 / ceiling_tflops} for name, v in rows.items()]
+    table.sort(key=lambda r: -r["seconds"])
+    return {"step_s": step, "gemm_s": gemm_s, "gemm_share": gemm_s / step if step else 0.0,
+            "achieved_tflops": achieved, "ceiling_tflops": ceiling_tflops,
+            "time_weighted_efficiency": achieved / ceiling_tflops if ceiling_tflops else 0.0,
+            "ideal_gemm_s": ideal_s, "winnable_in_gemms_s": winnable,
+            "outside_gemms_s": max(step - gemm_s, 0.0), "gemms": table}
+
+
+def gemm_table(eff: dict[str, Any], n: int = 8):
+    import pandas as pd
+
+    from perflab.core.readout import num, percent, seconds
+
+    return pd.DataFrame([{"GEMM (b×m×k×n)": r["gemm"], "calls per step": num(r["calls"]), "per step": seconds(r["seconds"]),
+                          "TFLOP/s": num(r["tflops"]), "of ceiling": percent(r["of ceiling"])}
+                         for r in eff["gemms"][:n]])
+
+
+def tensor_core_share(trace) -> dict[str, Any] | None:
+    """GPU traces: the share of kernel time in kernels whose names match TENSOR_CORE_RE (a name
+    heuristic, see above). None on a CPU trace (no kernels, no Tensor Cores)."""
+    t = load(trace)
+    if not t.on_gpu:
+        return None
+    total, tc = 0.0, 0.0
+    names: dict[str, float] = defaultdict(float)
+    for e in t.events:
+        if e.cat == "kernel":
+            total += e.dur
+            if TENSOR_CORE_RE.search(e.name):
+                tc += e.dur
+                names[e.name] += e.dur
+    return {"kernel_s": total, "tensor_core_s": tc, "share": tc / total if total else 0.0,
+            "pattern": TENSOR_CORE_RE.pattern, "top_kernels": sorted(names.items(), key=lambda kv: -kv[1])[:5]}

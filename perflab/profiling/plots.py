@@ -1,0 +1,81 @@
+"""Lesson 09's figures: a trace's timeline, where a step's time went, ETTR against the checkpoint interval."""
+
+from __future__ import annotations
+
+from perflab.profiling.diagnose import CAUSES, Diagnosis
+from perflab.profiling.ops import lanes
+from perflab.profiling.trace import load
+
+COLORS = {"data_wait": "tab:orange", "host_sync": "tab:red", "launch_bound": "tab:purple", "communication": "tab:blue"}
+
+
+def timeline(trace, *, title: str = "", ax=None, max_steps: int = 1):
+    """The main thread's outermost ranges, DataLoader fetches and the device's ops, one lane each
+    (the first `max_steps` profiled steps), in milliseconds from the first step's start."""
+    import matplotlib.pyplot as plt
+
+    t = load(trace)
+    steps = t.steps[:max_steps]
+    lo, hi = steps[0].start, steps[-1].end
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 2.4))
+    ln = lanes(t)
+    names = list(ln)
+    for y, name in enumerate(reversed(names)):
+        spans = [((s - lo) * 1e3, d * 1e3) for s, d, _ in ln[name] if s < hi and s + d > lo]
+        color = {"main thread": "tab:gray", "DataLoader": "tab:orange", "device": "tab:green"}[name]
+        ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=color)
+    ax.set_yticks(range(len(names)), list(reversed(names)))
+    ax.set_xlim(0, (hi - lo) * 1e3)
+    ax.set_xlabel("ms from the step's start")
+    dev = "GPU" if t.on_gpu else "device = main-thread compute ops (CPU)"
+    ax.set_title(title or f"timeline ({dev})")
+    ax.figure.tight_layout()
+    return ax
+
+
+def breakdown(diagnoses: dict[str, Diagnosis], *, ax=None, threshold: float | None = None):
+    """One stacked bar per trace: device busy, each cause's share, unattributed idle."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3))
+    labels = list(diagnoses)
+    for i, key in enumerate(labels):
+        d = diagnoses[key]
+        left = d.device_busy
+        ax.barh(i, left, color="tab:green", label="device busy" if i == 0 else None)
+        by = {c.cause: c.share for c in d.causes}
+        for c in CAUSES:
+            if by.get(c):
+                ax.barh(i, by[c], left=left, color=COLORS[c], label=c if c not in ax.get_legend_handles_labels()[1] else None)
+                left += by[c]
+        rest = max(1 - left, 0)
+        ax.barh(i, rest, left=left, color="lightgray", label="unattributed" if i == 0 else None)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the step")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=6, fontsize=8, frameon=False)
+    ax.figure.tight_layout()
+    return ax
+
+
+def ettr_curve(curve, *, optimal=None, young=None, ax=None, title: str = ""):
+    """ETTR against the checkpoint interval (minutes), with Daly's and Young's intervals marked."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3))
+    xs, ys = zip(*curve)
+    ax.plot(xs, [100 * y for y in ys], color="tab:blue")
+    if optimal:
+        ax.axvline(optimal, color="tab:red", ls="--", label=f"Daly {optimal:.3g} min")
+    if young:
+        ax.axvline(young, color="tab:gray", ls=":", label=f"Young {young:.3g} min")
+    ax.set_xscale("log")
+    ax.set_xlabel("checkpoint interval (min)")
+    ax.set_ylabel("ETTR (%)")
+    ax.set_title(title)
+    ax.legend()
+    ax.figure.tight_layout()
+    return ax
