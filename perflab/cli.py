@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import pkgutil
 import sys
 from typing import Any
@@ -111,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"perflab {args.command}: interrupted\n")
         return 130
+    except BrokenPipeError:  # `perflab ... | head`: the reader has what it wanted
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        except (OSError, ValueError):
+            pass
+        return 0
     except Exception as e:  # out of memory is the user's to fix too; other bugs keep their traceback
         from perflab.core.results import classify_failure
 

@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -19,6 +21,15 @@ def test_env_json_schema():
 def test_env_text():
     r = perflab("env", fresh=True)  # the real `python -m perflab` entry point, once
     assert r.returncode == 0 and "peak TFLOP/s" in r.stdout
+
+
+def test_a_reader_that_stops_early_is_no_error():
+    """`perflab ... | head`: the pipe closes before the output is written; no traceback, status 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "perflab", "flops", "--preset", "llama2-7b"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before perflab prints anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
 
 
 def test_matmul_json():
