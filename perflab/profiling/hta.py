@@ -46,6 +46,7 @@ def cross_check(trace_path: str | Path) -> dict[str, Any]:
     import io
     import json
     import logging
+    import warnings
 
     from hta.trace_analysis import TraceAnalysis
 
@@ -58,7 +59,9 @@ def cross_check(trace_path: str | Path) -> dict[str, Any]:
     level = logging.getLogger().level
     try:
         logging.getLogger().setLevel(logging.ERROR)
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), warnings.catch_warnings():
+            # HTA's own pandas calls (inplace=...) warn under pandas 3.1; nothing for the reader to do
+            warnings.filterwarnings("ignore", module=r"hta(\.|$)")
             ta = TraceAnalysis(trace_dir=str(folder))
             temporal = ta.get_temporal_breakdown(visualize=False)
     finally:
