@@ -144,3 +144,55 @@ def test_cli_bad_input_is_one_line(args):
         pytest.skip("reduce-overhead runs on a GPU")
     r = _cli(*args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0
+
+
+# ---------------------------------------------------------------- lab 10's checks
+
+
+def _half_split_rope(x, angles):
+    # a classic slip: rotate (x[:d/2], x[d/2:]) instead of the interleaved pairs the weights were made for
+    cos, sin = angles.cos(), angles.sin()
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class _ItemLeft(models.FixedLM):
+    def forward(self, idx):
+        x = super().forward(idx)
+        return x / x.abs().max().item() * x.abs().max()  # same values, one .item() break left
+
+
+class _HalfSplit(models.FixedLM):
+    rope = staticmethod(_half_split_rope)
+
+
+class _Stub(models.BrokenLM):
+    def forward(self, idx):
+        raise NotImplementedError
+
+
+def test_lab10_passes_the_solution_and_says_not_done_for_the_stub(capsys):
+    from perflab.compiler import lab10
+
+    assert lab10.check_rope(models.rope_real) is True
+    assert lab10.check_model(models.FixedLM) is True
+    assert lab10.check_model(_Stub) is False
+    assert lab10.check_rope(lambda x, a: (_ for _ in ()).throw(NotImplementedError)) is False
+    assert capsys.readouterr().out.count("not done yet") == 2
+
+
+def test_lab10_fails_a_break_left_and_different_outputs():
+    from perflab.compiler import lab10
+    from perflab.core.grading import LabCheckError
+
+    with pytest.raises(LabCheckError, match=r"item\(\)"):
+        lab10.check_model(_ItemLeft)
+    with pytest.raises(LabCheckError, match="graph break"):
+        lab10.check_model(models.BrokenLM)  # the given model itself: the print and the .item()
+    with pytest.raises(LabCheckError, match="logits differ"):
+        lab10.check_model(_HalfSplit)
+    with pytest.raises(LabCheckError, match="interleaved"):
+        lab10.check_rope(_half_split_rope)
+    # the tolerance is fp32's (~1000 eps), far below the half-split mistake's error
+    assert lab10.tolerance() == parity.tolerance(torch.float32) < 1e-3
