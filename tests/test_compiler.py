@@ -196,3 +196,37 @@ def test_lab10_fails_a_break_left_and_different_outputs():
         lab10.check_rope(_half_split_rope)
     # the tolerance is fp32's (~1000 eps), far below the half-split mistake's error
     assert lab10.tolerance() == parity.tolerance(torch.float32) < 1e-3
+
+
+# ---------------------------------------------------------------- compile × checkpointing, the plot
+
+
+def test_checkpointing_flops_full_recomputes_selective_does_not():
+    cfg = preset("tiny-llama")
+    none, full, sel = (checkpointing.hardware_flops(cfg, 2, 64, k) for k in checkpointing.KINDS)
+    assert none[0] == full[0] == sel[0]  # model FLOPs do not depend on checkpointing
+    assert sel[1] == none[1] < full[1]  # selective saves the matmuls: no matmul FLOP recomputed
+
+
+def test_checkpointing_measure_full_keeps_less_memory_than_none():
+    cfg = preset("tiny-llama")
+    rows = checkpointing.measure(cfg, make_batches(cfg, 2, 64, n=1), steps=1, kinds=("none", "full"),
+                                 backend="eager", peak_tflops=1.0)
+    by = {(r["checkpointing"], r["compiled"]): r for r in rows}
+    assert len(by) == 4
+    # full checkpointing drops every block's activations: its forward+backward peak is far lower
+    for compiled in (False, True):
+        assert by[("full", compiled)]["peak_bytes"] < 0.8 * by[("none", compiled)]["peak_bytes"]
+        assert by[("full", compiled)]["hfu"] > by[("full", compiled)]["mfu"]
+    table = checkpointing.beside_published(rows, model=cfg.name, device_name="cpu", peak_label="given")
+    assert list(table["source"]).count("measured here") == 4 and "published (see below)" in set(table["source"])
+
+
+def test_loss_curve_plot_labels_its_axes():
+    from perflab.compiler import plots
+
+    par = parity.Parity([2.0, 1.5], [2.0, 1.5001], [0.0, 1e-4], [0.0, 6.7e-5], 1e-4)
+    fig = plots.loss_curves(par)
+    left, right = fig.axes
+    assert "loss" in left.get_ylabel() and "step" in left.get_xlabel() and "relative" in right.get_ylabel()
+    assert len(left.get_lines()) == 2
