@@ -24,7 +24,9 @@ def loss_curves(par, *, title: str = "", unsafe=None):
     ax.set_xticks(steps)
     ax.legend()
     floor = 1e-10  # a bit-equal step (difference 0) is drawn at the floor of the log axis
-    ax2.semilogy(steps, [max(d, floor) for d in par.rel_diff], "o-", color="tab:orange", label="compiled vs eager")
+    zero = " (0: drawn at 1e-10)" if any(d == 0 for d in par.rel_diff) else ""
+    ax2.semilogy(steps, [max(d, floor) for d in par.rel_diff], "o-", color="tab:orange",
+                 label=f"compiled vs eager{zero}")
     if unsafe is not None:
         ax2.semilogy(steps, [max(d, floor) for d in unsafe.rel_diff], "s-", color="tab:red",
                      label="compiled, bf16 cast vs eager")
