@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import re
 
 import torch
 import torch.nn as nn
@@ -190,7 +191,9 @@ def beside_published(rows: list[dict], *, model: str, device_name: str, peak_lab
     from perflab.core.readout import percent
 
     pub = published()
-    out = [{"source": "published (see below)", "model": r["model"], "hardware": f"{r['gpus']} × {r['gpu']}",
+    url = re.search(r"https?://(\S+?)/?(?:[,;)\s]|$)", pub["source"])
+    label = f"published: {url.group(1)}" if url else "published"
+    out = [{"source": label, "model": r["model"], "hardware": f"{r['gpus']} × {r['gpu']}",
             "checkpointing": "selective" if r.get("selective_checkpointing") else "none",
             "compiled": r["compile"], "MFU": percent(r["mfu"]), "peak": "the source's GPU peak"} for r in pub["rows"]]
     out += [{"source": "measured here", "model": model, "hardware": device_name, "checkpointing": r["checkpointing"],
