@@ -144,3 +144,92 @@ def test_cli_bad_input_is_one_line(args):
         pytest.skip("reduce-overhead runs on a GPU")
     r = _cli(*args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0
+
+
+# ---------------------------------------------------------------- lab 10's checks
+
+
+def _half_split_rope(x, angles):
+    # a classic slip: rotate (x[:d/2], x[d/2:]) instead of the interleaved pairs the weights were made for
+    cos, sin = angles.cos(), angles.sin()
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class _ItemLeft(models.FixedLM):
+    def forward(self, idx):
+        x = super().forward(idx)
+        return x / x.abs().max().item() * x.abs().max()  # same values, one .item() break left
+
+
+class _HalfSplit(models.FixedLM):
+    rope = staticmethod(_half_split_rope)
+
+
+class _Stub(models.BrokenLM):
+    def forward(self, idx):
+        raise NotImplementedError
+
+
+def test_lab10_passes_the_solution_and_says_not_done_for_the_stub(capsys):
+    from perflab.compiler import lab10
+
+    assert lab10.check_rope(models.rope_real) is True
+    assert lab10.check_model(models.FixedLM) is True
+    assert lab10.check_model(_Stub) is False
+    assert lab10.check_rope(lambda x, a: (_ for _ in ()).throw(NotImplementedError)) is False
+    assert capsys.readouterr().out.count("not done yet") == 2
+
+
+def test_lab10_fails_a_break_left_and_different_outputs():
+    from perflab.compiler import lab10
+    from perflab.core.grading import LabCheckError
+
+    with pytest.raises(LabCheckError, match=r"item\(\)"):
+        lab10.check_model(_ItemLeft)
+    with pytest.raises(LabCheckError, match="graph break"):
+        lab10.check_model(models.BrokenLM)  # the given model itself: the print and the .item()
+    with pytest.raises(LabCheckError, match="logits differ"):
+        lab10.check_model(_HalfSplit)
+    with pytest.raises(LabCheckError, match="interleaved"):
+        lab10.check_rope(_half_split_rope)
+    # the tolerance is fp32's (~1000 eps), far below the half-split mistake's error
+    assert lab10.tolerance() == parity.tolerance(torch.float32) < 1e-3
+
+
+# ---------------------------------------------------------------- compile × checkpointing, the plot
+
+
+def test_checkpointing_flops_full_recomputes_selective_does_not():
+    cfg = preset("tiny-llama")
+    none, full, sel = (checkpointing.hardware_flops(cfg, 2, 64, k) for k in checkpointing.KINDS)
+    assert none[0] == full[0] == sel[0]  # model FLOPs do not depend on checkpointing
+    assert sel[1] == none[1] < full[1]  # selective saves the matmuls: no matmul FLOP recomputed
+
+
+def test_checkpointing_measure_full_keeps_less_memory_than_none():
+    import dataclasses
+
+    cfg = dataclasses.replace(preset("tiny-llama"), layers=1)  # one block: two dynamo traces stay quick
+    rows = checkpointing.measure(cfg, make_batches(cfg, 2, 64, n=1), steps=1, kinds=("none", "full"),
+                                 backend="eager", peak_tflops=1.0)
+    by = {(r["checkpointing"], r["compiled"]): r for r in rows}
+    assert len(by) == 4
+    # full checkpointing drops the block's activations: its forward+backward peak is lower (measured:
+    # ~0.8×; the gradients and logits, the same in both, are most of this small model's peak)
+    for compiled in (False, True):
+        assert by[("full", compiled)]["peak_bytes"] < 0.9 * by[("none", compiled)]["peak_bytes"]
+        assert by[("full", compiled)]["hfu"] > by[("full", compiled)]["mfu"]
+    table = checkpointing.beside_published(rows, model=cfg.name, device_name="cpu", peak_label="given")
+    assert list(table["source"]).count("measured here") == 4 and "published: pytorch.org/blog/maximizing-training-throughput" in set(table["source"])
+
+
+def test_loss_curve_plot_labels_its_axes():
+    from perflab.compiler import plots
+
+    par = parity.Parity([2.0, 1.5], [2.0, 1.5001], [0.0, 1e-4], [0.0, 6.7e-5], 1e-4)
+    fig = plots.loss_curves(par)
+    left, right = fig.axes
+    assert "loss" in left.get_ylabel() and "step" in left.get_xlabel() and "relative" in right.get_ylabel()
+    assert len(left.get_lines()) == 2

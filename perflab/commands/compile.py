@@ -33,8 +33,7 @@ def run(args) -> int:
 
     import torch
 
-    from perflab.compiler import checkpointing, parity, speed
-    from perflab.compiler.breaks import RecompileCounter, explain
+    from perflab.compiler import checkpointing, speed
     from perflab.workload.models import build_model, preset
     from perflab.workload.train import make_batches
 
@@ -48,6 +47,16 @@ def run(args) -> int:
 
     def fresh():
         return checkpointing.apply(build_model(cfg, device=device), args.checkpointing)
+
+    with checkpointing.quiet_policy_warning():
+        return _measure(args, cfg, device, batches, fresh)
+
+
+def _measure(args, cfg, device, batches, fresh) -> int:
+    import torch
+
+    from perflab.compiler import parity, speed
+    from perflab.compiler.breaks import RecompileCounter, explain
 
     with torch.no_grad():
         rep = explain(fresh(), batches[0][0])

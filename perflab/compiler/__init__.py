@@ -7,7 +7,10 @@
 - `speed`: eager vs compiled training step, compile time cold and warm, break-even steps, modes
 - `parity`: N steps eager vs compiled from one seed and data, per-step loss differences, tolerance
 - `checkpointing`: none / full / selective activation checkpointing, eager and compiled, with
-  MFU/HFU from `perflab.flops` (`data/published_compile_mfu.json`: published figures)
+  MFU/HFU from `perflab.flops` and peak memory from `perflab.memory`'s allocation probe
+  (`data/published_compile_mfu.json`: published figures)
+- `plots`: lesson 10's figures (eager vs compiled loss curves)
+- `lab10`: the lab's checks (remove a model's graph breaks, same logits)
 
 The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise torch's default
 (`/tmp/torchinductor_$USER`); `speed.cache_dir()` says which and `speed.clear_cache()` empties it.
@@ -15,5 +18,5 @@ The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise to
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("models", "breaks", "speed", "parity", "checkpointing")
+MODULES = ("models", "breaks", "speed", "parity", "checkpointing", "plots", "lab10")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -8,7 +8,10 @@ recomputes only the cheap elementwise ops and norms. MFU/HFU come from `perflab.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import re
 
 import torch
 import torch.nn as nn
@@ -56,3 +59,144 @@ def apply(model: nn.Module, kind: str) -> nn.Module:
     if kind != "none":
         model.blocks = nn.ModuleList(Checkpointed(b, kind == "selective") for b in model.blocks)
     return model
+
+
+@contextlib.contextmanager
+def quiet_policy_warning():
+    """torch warns once per process that a selective policy under compile must avoid in-place ops
+    (this policy only saves or recomputes; it changes nothing in place): keep it out of the output."""
+    log = logging.getLogger("torch._higher_order_ops.wrap")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def hardware_flops(cfg, batch: int, seq: int, kind: str) -> tuple[int, int]:
+    """(model FLOPs, hardware FLOPs) of one training step with checkpointing `kind`, from
+    `perflab.flops.transformer.exact_flops`. full: one more forward of every block (less the last
+    product, see exact_flops' early stop); selective: the matmuls are saved, so no matmul FLOP is
+    recomputed and hardware FLOPs equal those of 'none' (the recomputed elementwise ops are not
+    matmul-class FLOPs)."""
+    from perflab.flops.transformer import exact_flops
+
+    if kind not in KINDS:
+        raise InputError(f"unknown checkpointing {kind!r}: use one of {', '.join(KINDS)}")
+    ex = exact_flops(cfg, batch, seq, checkpointing=kind == "full")
+    return ex.model, ex.hardware
+
+
+def measure(cfg, batches, *, steps: int = 3, device=None, kinds=KINDS, backend: str = "inductor",
+            autocast: torch.dtype | None = None, peak_tflops: float | None = None) -> list[dict]:
+    """Each checkpointing kind, eager and compiled: median step seconds (forward, backward, AdamW),
+    the peak memory of the first forward + backward above its start (where checkpointing acts;
+    the optimizer's update is left out: its temporaries are the same in every row), and MFU/HFU
+    against `peak_tflops` (None: not computed). One row per (kind, compiled).
+
+    Peak memory: CUDA: the caching allocator's `max_memory_allocated`; CPU: torch's allocator
+    events in the profiler, exact for tensor storage (`perflab.memory.probe.allocated_during`).
+    HFU counts the recomputation of eager checkpointing; a compiled graph's partitioner decides
+    its own recomputation, so compiled HFU uses the same count."""
+    import statistics
+    import time
+
+    from perflab.core.validate import positive_int
+    from perflab.memory.probe import allocated_during
+    from perflab.workload.models import build_model
+    from perflab.workload.train import next_token_loss
+
+    steps = positive_int("steps", steps)
+    device = torch.device(device) if device is not None else batches[0][0].device
+    batch, seq = batches[0][0].shape
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    rows = []
+    with quiet_policy_warning():
+        for kind in kinds:
+            mflops, hflops = hardware_flops(cfg, batch, seq, kind)
+            for compiled in (False, True):
+                torch._dynamo.reset()
+                model = apply(build_model(cfg, device=device), kind)
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                fwd = torch.compile(model, backend=backend) if compiled else model
+
+                def forward_backward(i, fwd=fwd):
+                    x, y = batches[i % len(batches)]
+                    with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+                        loss = next_token_loss(fwd(x).float(), y)
+                    loss.backward()
+
+                def step(i, opt=opt, fb=forward_backward):
+                    fb(i)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+
+                # the first forward + backward (it compiles, or warms up eager) is the one whose
+                # memory is measured; it is not timed, the profiler would slow it
+                peak = allocated_during(lambda fb=forward_backward: fb(0), device)["peak_bytes"]
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                ts = []
+                for i in range(steps):
+                    t0 = time.perf_counter()
+                    step(i)
+                    sync()
+                    ts.append(time.perf_counter() - t0)
+                s = statistics.median(ts)
+                row = {"checkpointing": kind, "compiled": compiled, "step_s": s,
+                       "peak_bytes": int(peak), "model_flops": mflops, "hardware_flops": hflops,
+                       "mfu": None, "hfu": None}
+                if peak_tflops:
+                    row["mfu"] = mflops / s / 1e12 / peak_tflops
+                    row["hfu"] = hflops / s / 1e12 / peak_tflops
+                rows.append(row)
+                del model, opt, fwd
+    torch._dynamo.reset()
+    return rows
+
+
+def frame(rows: list[dict]):
+    """The rows of `measure` as a table a person reads (ms, MiB, %)."""
+    import pandas as pd
+
+    from perflab.core.readout import num, percent
+
+    return pd.DataFrame([{
+        "checkpointing": r["checkpointing"], "run": "compiled" if r["compiled"] else "eager",
+        "step (ms)": num(r["step_s"] * 1e3),
+        "peak memory, fwd+bwd (MiB)": num(r["peak_bytes"] / 2**20),
+        "model GFLOP/step": num(r["model_flops"] / 1e9), "hardware GFLOP/step": num(r["hardware_flops"] / 1e9),
+        "MFU": percent(r["mfu"]) if r["mfu"] is not None else "n/a",
+        "HFU": percent(r["hfu"]) if r["hfu"] is not None else "n/a"} for r in rows])
+
+
+def published():
+    """The published compile MFU figures (`data/published_compile_mfu.json`), with their source."""
+    import json
+    from importlib import resources
+
+    return json.loads(resources.files("perflab.compiler").joinpath("data/published_compile_mfu.json").read_text())
+
+
+def beside_published(rows: list[dict], *, model: str, device_name: str, peak_label: str):
+    """The published MFU rows and this machine's measured rows in one table, each saying where it
+    comes from (published figures are never this machine's)."""
+    import pandas as pd
+
+    from perflab.core.readout import percent
+
+    pub = published()
+    url = re.search(r"https?://(\S+?)/?(?:[,;)\s]|$)", pub["source"])
+    label = f"published: {url.group(1)}" if url else "published"
+    out = [{"source": label, "model": r["model"], "hardware": f"{r['gpus']} × {r['gpu']}",
+            "checkpointing": "selective" if r.get("selective_checkpointing") else "none",
+            "compiled": r["compile"], "MFU": percent(r["mfu"]), "peak": "the source's GPU peak"} for r in pub["rows"]]
+    out += [{"source": "measured here", "model": model, "hardware": device_name, "checkpointing": r["checkpointing"],
+             "compiled": r["compiled"], "MFU": percent(r["mfu"]) if r["mfu"] is not None else "n/a (peak unknown)",
+             "peak": peak_label} for r in rows]
+    return pd.DataFrame(out)

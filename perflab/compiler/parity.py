@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from perflab.core.errors import InputError
 from perflab.core.validate import positive_int
 from perflab.workload.train import next_token_loss
 
@@ -79,14 +80,18 @@ def train_losses(model: torch.nn.Module, batches, steps: int, *, compile_kw: dic
 
 
 def check(model: torch.nn.Module, batches, steps: int = 5, *, compile_kw: dict | None = None, unsafe: bool = False,
-          tol: float | None = None) -> Parity:
+          tol: float | None = None, eager: list[float] | None = None) -> Parity:
     """Eager vs compiled losses of two copies of `model` over the same batches.
 
     unsafe=True runs the compiled copy in bf16, a change that looks like a free speed-up and is
-    not numerically the same model: the check must flag it."""
+    not numerically the same model: the check must flag it. eager: the eager losses of the same
+    model, batches and steps from an earlier check (`Parity.eager`), so they are not trained again."""
     compile_kw = {} if compile_kw is None else compile_kw
     dtype = next(model.parameters()).dtype
-    eager = train_losses(copy.deepcopy(model), batches, steps)
+    if eager is None:
+        eager = train_losses(copy.deepcopy(model), batches, steps)
+    elif len(eager) != steps:
+        raise InputError(f"eager has {len(eager)} losses for {steps} steps")
     torch._dynamo.reset()
     comp = train_losses(copy.deepcopy(model), batches, steps, compile_kw=compile_kw,
                         cast=torch.bfloat16 if unsafe else None)
