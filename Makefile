@@ -19,7 +19,7 @@ lab: setup
 		--ServerApp.root_dir=$(CURDIR) $(ROOT_FLAG) notebooks/00_setup_and_your_machine.ipynb
 
 # Two pytest workers (pytest-xdist): many tests wait on torchrun ranks or notebook kernels; the
-# notebooks run one after another on one of them (tests/conftest.py). On a GPU box the tests run
+# lessons run one after another on one of them, the labs on the other (tests/conftest.py). On a GPU box the tests run
 # one at a time, so no two measurements share the GPU.
 JOBS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 2)
 

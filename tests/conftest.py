@@ -43,12 +43,17 @@ def has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) the notebook runs share one worker,
-    # one after the other, and go first: each lesson is timed against its smoke-mode budget, which
-    # two lessons racing for two cores would blow; the unit tests fill the other worker meanwhile.
+    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) the notebook runs go first, in two
+    # groups, each on one worker one after the other: the lessons (the longest runs, each timed
+    # against its smoke-mode budget) on one, the labs and their solutions on the other, so that two
+    # lessons never race for two cores; the unit tests fill both workers afterwards.
+    def group(it) -> str:
+        return "labs" if "[labs/" in it.nodeid or "[solutions/" in it.nodeid else "lessons"
+
     nb = [it for it in items if "notebooks" in it.keywords]
     for it in nb:
-        it.add_marker(pytest.mark.xdist_group("notebooks"))
+        it.add_marker(pytest.mark.xdist_group(group(it)))
+    nb.sort(key=lambda it: group(it) != "lessons")  # stable: each group keeps the course's order
     items[:] = nb + [it for it in items if "notebooks" not in it.keywords]
     if has_cuda():
         return
