@@ -2,4 +2,5 @@ import sys
 
 from perflab.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when multiprocessing imports the main module in a child
+    sys.exit(main())

@@ -5,10 +5,12 @@ Starting ranks costs seconds (each imports torch), so each launch checks as much
 """
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -179,6 +181,24 @@ def test_a_plain_script_and_its_failure(tmp_path, monkeypatch, agent):
     assert res.message.startswith("rank 1 raised ZeroDivisionError: division by zero"), res.report()
     assert "plain script on rank 1" in res.ranks[1].stdout
     assert_all_gone(res)
+
+
+@pytest.mark.slow
+def test_launch_from_a_plain_script_without_a_main_guard(tmp_path):
+    """A user's script that calls launch at its top level: multiprocessing would run it again in a
+    forked agent, so agents start as plain processes there; from here (python -m pytest) they fork."""
+    from perflab.dist import agent
+
+    assert agent.can_fork_agents()
+    script = tmp_path / "user.py"
+    script.write_text(textwrap.dedent("""
+        from perflab.dist import agent, torchrun
+        res = torchrun.launch("perflab.dist.workers.faulty", 2, timeout=120)
+        print("forked agents:", agent.can_fork_agents(), "ok:", res.ok, "sums:", [r["sum"] for r in res.results])
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "PYTHONPATH": str(Path(C.__file__).parents[2])})
+    assert "forked agents: False ok: True sums: [[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.slow

@@ -75,3 +75,86 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ----------------------------------------------------------------------------- a warm start for agents
+_SERVER = None
+PRELOAD = ["torch", "torch.distributed.run", "torch.distributed.launcher.api", "perflab.dist.agent"]
+
+
+def can_fork_agents() -> bool:
+    """Whether `ForkedAgent` may be used from this process: Linux, and a `__main__` that
+    multiprocessing will not run again in the child (a module run with -m, an interactive session
+    or a notebook kernel; a plain script might not guard its top level with `if __name__ ...`)."""
+    if not sys.platform.startswith("linux") or os.environ.get("PERFLAB_LAUNCH", "").lower() in {"torchrun", "exec"}:
+        return False
+    main = sys.modules.get("__main__")
+    return getattr(getattr(main, "__spec__", None), "name", None) is not None or not hasattr(main, "__file__")
+
+
+def _server():
+    global _SERVER
+    if _SERVER is None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)  # imported once, in the server; every agent forks from it
+        _SERVER = ctx
+    return _SERVER
+
+
+def _agent_entry(argv: list[str], env: dict[str, str], log_path: str) -> None:
+    """In the forked agent: a session of its own, output to its log, the launch's environment."""
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):
+            pass
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["perflab.dist.agent", *argv]
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # the ChildFailedError summary is already printed by torchrun's @record
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class ForkedAgent:
+    """An agent (`main(argv)`) forked from a server that has already imported torch: what
+    `subprocess.Popen([python, "-m", "perflab.dist.agent", *argv])` does, less the 2-3 s a new
+    interpreter spends importing torch. The same attributes `launch` uses: pid, poll, wait, returncode."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path) -> None:
+        self._proc = _server().Process(target=_agent_entry, args=(list(argv), dict(env), str(log_path)))
+        self._proc.start()
+        self.pid = self._proc.pid
+        self.returncode: int | None = None
+        self.args = ["perflab.dist.agent", *argv]
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._proc.exitcode
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+
+        self._proc.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode

@@ -398,6 +398,8 @@ def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), 
     if bind:  # the rank runs `python -m perflab.numa.bound TARGET ARGS`: the module is named, not imported
         args, target = [target, *args], "perflab.numa.bound"
 
+    from perflab.dist import agent as agent_mod
+
     run_dir = Path(tempfile.mkdtemp(prefix="perflab-run-"))
     envs = worker_env(run_dir, choice.name, env)
     commands = [torchrun_command(target, nproc, [str(a) for a in args], nnodes=nnodes,
@@ -415,8 +417,12 @@ def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), 
         for i, cmd in enumerate(commands):
             log = open(run_dir / f"agent{i}.log", "wb")
             logs.append(log)
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=envs, start_new_session=True))
+            if cmd[1:3] == ["-m", "perflab.dist.agent"] and agent_mod.can_fork_agents():
+                # forked from a server that has torch imported already (see perflab.dist.agent)
+                procs.append(agent_mod.ForkedAgent(cmd[3:], envs, run_dir / f"agent{i}.log"))
+            else:
+                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              env=envs, start_new_session=True))
         while any(p.poll() is None for p in procs):
             _track(procs, run_dir, tracked)
             now = time.monotonic()
