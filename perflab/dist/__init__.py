@@ -1,7 +1,7 @@
 """Lesson 06 (collectives with torchrun): launching ranks, every collective, bandwidth, overlap.
 
 - `torchrun`: run a worker under torchrun (loopback, timeout, every rank's story back)
-- `agent`: torchrun's agent with forked ranks (torch imported once per node, not per rank)
+- `agent`: torchrun's agent with forked ranks, itself forked from a warm server (torch imported once)
 - `collectives`: what each primitive must give, and a ring all-reduce
 - `busbw`: algbw/busbw as nccl-tests reports them
 - `overlap`: can communication hide behind computation (`data/interconnects.json`: link figures)
