@@ -87,3 +87,35 @@ def test_bad_choice_is_one_line(setup_env, monkeypatch):
     monkeypatch.setenv("PERFLAB_TORCH", "rocm7")
     with pytest.raises(SystemExit, match="auto, cpu, cuda or keep"):
         mod.install_torch("py", gpu=False)
+
+
+@pytest.fixture
+def chromium_env(setup_env, monkeypatch, tmp_path):
+    mod, calls, state = setup_env
+    monkeypatch.setenv("PERFLAB_CHROMIUM", str(tmp_path / "chromium"))  # none there
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(mod.shutil, "which", lambda name: f"/usr/bin/{name}")
+    return mod, calls, tmp_path / "chromium"
+
+
+def test_chromium_is_installed_quietly_as_root_with_apt(chromium_env):
+    mod, calls, _ = chromium_env
+    mod.install_chromium()
+    assert [c[:2] for c in calls] == [["apt-get", "update"], ["apt-get", "install"]]
+    assert "--no-install-recommends" in calls[1] and calls[1][-1] == "chromium" and "-qq" in calls[1]
+
+
+def test_chromium_install_is_left_alone_when_present_or_impossible(chromium_env, monkeypatch, capsys):
+    mod, calls, path = chromium_env
+    path.write_text("")
+    mod.install_chromium()
+    assert calls == []
+    path.unlink()
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 1000)
+    mod.install_chromium()
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(mod.shutil, "which", lambda name: None)
+    mod.install_chromium()
+    assert calls == []
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "chromium" in ln]
+    assert len(lines) == 2 and all("browser test will be skipped" in ln for ln in lines)

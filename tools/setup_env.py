@@ -169,6 +169,28 @@ def quiet_jupyterlab(venv_dir: Path) -> None:
     path.write_text(json.dumps(current, indent=2) + "\n")
 
 
+def install_chromium() -> None:
+    """Debian's chromium for the browser test (tests/test_browser.py), where this user can install
+    it: root with apt-get (a CI machine, a container). Nothing happens when a chromium is already
+    there (PERFLAB_CHROMIUM names another one); elsewhere the test is skipped with one line, except
+    under CI, where it fails. Without recommended packages: about 150 packages, 200 MB."""
+    import time
+
+    if Path(os.environ.get("PERFLAB_CHROMIUM", "/usr/bin/chromium")).exists():
+        return
+    if os.name != "posix" or os.geteuid() != 0 or not shutil.which("apt-get"):
+        say("chromium not installed (that needs root and apt-get): the browser test will be skipped")
+        return
+    t0 = time.monotonic()
+    os.environ.setdefault("DEBIAN_FRONTEND", "noninteractive")
+    quiet = ["-qq", "-o", "Dpkg::Use-Pty=0"]
+    ok = (run(["apt-get", "update", *quiet], check=False, quiet=True).returncode == 0
+          and run(["apt-get", "install", "-y", *quiet, "--no-install-recommends", "chromium"],
+                  check=False, quiet=True).returncode == 0)
+    say(f"chromium {'installed' if ok else 'could not be installed; see apt-get above'} "
+        f"({time.monotonic() - t0:.0f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
@@ -199,6 +221,7 @@ def main() -> None:
     run([py, "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", "pynvml"], check=False)
     run([py, "-c", "import torch, perflab; print('torch', torch.__version__, '| perflab', perflab.__version__)"])
     quiet_jupyterlab(venv_dir)
+    install_chromium()
     stamp_file.write_text(stamp_of() + "\n")
     say("done")
 
