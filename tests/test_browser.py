@@ -36,7 +36,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("PERFLAB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # One test (one JupyterLab start, about 7 s here), in the notebooks group (tests/conftest.py): on
