@@ -95,27 +95,37 @@ def chromium_env(setup_env, monkeypatch, tmp_path):
     monkeypatch.setenv("PERFLAB_CHROMIUM", str(tmp_path / "chromium"))  # none there
     monkeypatch.setattr(mod.os, "geteuid", lambda: 0)
     monkeypatch.setattr(mod.shutil, "which", lambda name: f"/usr/bin/{name}")
-    return mod, calls, tmp_path / "chromium"
+    spawned = []
+
+    def fake_spawn(cmd):
+        spawned.append(cmd)
+        return subprocess.Popen(["true"])
+
+    monkeypatch.setattr(mod, "spawn", fake_spawn)
+    return mod, spawned, tmp_path / "chromium"
 
 
-def test_chromium_is_installed_quietly_as_root_with_apt(chromium_env):
-    mod, calls, _ = chromium_env
-    mod.install_chromium()
-    assert [c[:2] for c in calls] == [["apt-get", "update"], ["apt-get", "install"]]
-    assert "--no-install-recommends" in calls[1] and calls[1][-1] == "chromium" and "-qq" in calls[1]
+def test_chromium_installs_quietly_in_the_background_as_root_with_apt(chromium_env, capsys):
+    mod, spawned, _ = chromium_env
+    proc = mod.start_chromium_install()
+    (cmd,) = spawned
+    script = cmd[-1]
+    assert script.startswith("apt-get update -qq") and "--no-install-recommends chromium" in script
+    assert "apt-get install -y -qq" in script
+    mod.finish_chromium_install(proc, 0.0)
+    assert "chromium installed" in capsys.readouterr().out
 
 
 def test_chromium_install_is_left_alone_when_present_or_impossible(chromium_env, monkeypatch, capsys):
-    mod, calls, path = chromium_env
+    mod, spawned, path = chromium_env
     path.write_text("")
-    mod.install_chromium()
-    assert calls == []
+    assert mod.start_chromium_install() is None
     path.unlink()
     monkeypatch.setattr(mod.os, "geteuid", lambda: 1000)
-    mod.install_chromium()
+    assert mod.start_chromium_install() is None
     monkeypatch.setattr(mod.os, "geteuid", lambda: 0)
     monkeypatch.setattr(mod.shutil, "which", lambda name: None)
-    mod.install_chromium()
-    assert calls == []
+    assert mod.start_chromium_install() is None
+    assert spawned == []
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "chromium" in ln]
     assert len(lines) == 2 and all("browser test will be skipped" in ln for ln in lines)
