@@ -192,9 +192,11 @@ def _open(page, lab, name: str, first: bool) -> str:
     tab = page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=name)
     tab.wait_for(timeout=STEP_TIMEOUT_MS)
     root = "#" + tab.get_attribute("data-id")
-    # the kernel has started: the status bar (it follows the active notebook) reads "Idle"
+    # the kernel has started: the status bar (it follows the active notebook) and the notebook's own
+    # execution indicator read idle
     page.wait_for_function("""(root) => { const bar = document.querySelector('#jp-main-statusbar');
-        return bar && /\\|\\s*Idle/.test(bar.textContent)
+        const own = document.querySelector(root + ' .jp-Notebook-ExecutionIndicator');
+        return bar && /\\|\\s*Idle/.test(bar.textContent) && own && own.dataset.status === 'idle'
             && document.querySelectorAll(root + ' .jp-CodeCell').length > 1; }""", arg=root, timeout=STEP_TIMEOUT_MS)
     return root
 
