@@ -39,8 +39,8 @@ CHROMIUM = os.environ.get("PERFLAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-# One test (one JupyterLab start, about 7 s here), in the notebooks group (tests/conftest.py): on
-# the pytest worker that runs notebooks one after another, never beside a notebook run of `make test`.
+# One test (one JupyterLab start, about 6 s here), marked `notebooks`: tests/conftest.py puts it in
+# the lessons' xdist group, on the worker that runs the lessons one after another, never beside one.
 pytestmark = pytest.mark.notebooks
 STEP_TIMEOUT_MS = 30_000  # opening a lesson, starting its kernel
 RUN_TIMEOUT_MS = 45_000  # Run All Cells of one lesson in smoke mode (about 12 s here)
