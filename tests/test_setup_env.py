@@ -87,3 +87,45 @@ def test_bad_choice_is_one_line(setup_env, monkeypatch):
     monkeypatch.setenv("PERFLAB_TORCH", "rocm7")
     with pytest.raises(SystemExit, match="auto, cpu, cuda or keep"):
         mod.install_torch("py", gpu=False)
+
+
+@pytest.fixture
+def chromium_env(setup_env, monkeypatch, tmp_path):
+    mod, calls, state = setup_env
+    monkeypatch.setenv("PERFLAB_CHROMIUM", str(tmp_path / "chromium"))  # none there
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(mod.shutil, "which", lambda name: f"/usr/bin/{name}")
+    spawned = []
+
+    def fake_spawn(cmd):
+        spawned.append(cmd)
+        return subprocess.Popen(["true"])
+
+    monkeypatch.setattr(mod, "spawn", fake_spawn)
+    return mod, spawned, tmp_path / "chromium"
+
+
+def test_chromium_installs_quietly_in_the_background_as_root_with_apt(chromium_env, capsys):
+    mod, spawned, _ = chromium_env
+    proc = mod.start_chromium_install()
+    (cmd,) = spawned
+    script = cmd[-1]
+    assert script.startswith("apt-get update -qq") and "--no-install-recommends chromium" in script
+    assert "apt-get install -y -qq" in script
+    mod.finish_chromium_install(proc, 0.0)
+    assert "chromium installed" in capsys.readouterr().out
+
+
+def test_chromium_install_is_left_alone_when_present_or_impossible(chromium_env, monkeypatch, capsys):
+    mod, spawned, path = chromium_env
+    path.write_text("")
+    assert mod.start_chromium_install() is None
+    path.unlink()
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 1000)
+    assert mod.start_chromium_install() is None
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(mod.shutil, "which", lambda name: None)
+    assert mod.start_chromium_install() is None
+    assert spawned == []
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "chromium" in ln]
+    assert len(lines) == 2 and all("browser test will be skipped" in ln for ln in lines)

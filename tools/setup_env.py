@@ -35,6 +35,8 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import venv
 from pathlib import Path
 
@@ -169,6 +171,44 @@ def quiet_jupyterlab(venv_dir: Path) -> None:
     path.write_text(json.dumps(current, indent=2) + "\n")
 
 
+def spawn(cmd: list[str]) -> subprocess.Popen:
+    """Start `cmd` in the background; its output is kept (proc.log) and shown only if it fails."""
+    say("$ " + " ".join(cmd) + " &")
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    proc.log = log
+    return proc
+
+
+def start_chromium_install() -> subprocess.Popen | None:
+    """Start installing Debian's chromium for the browser test (tests/test_browser.py) where this
+    user can: root with apt-get (a CI machine, a container). It runs while torch and the packages
+    install (about 150 packages, 200 MB, without recommended ones). Nothing happens when a chromium
+    is already there (PERFLAB_CHROMIUM names another one); elsewhere the test is skipped with one
+    line, except under CI, where it fails."""
+    if Path(os.environ.get("PERFLAB_CHROMIUM", "/usr/bin/chromium")).exists():
+        return None
+    if os.name != "posix" or os.geteuid() != 0 or not shutil.which("apt-get"):
+        say("chromium not installed (that needs root and apt-get): the browser test will be skipped")
+        return None
+    quiet = "-qq -o Dpkg::Use-Pty=0"
+    return spawn(["sh", "-c", f"apt-get update {quiet} && "
+                              f"apt-get install -y {quiet} --no-install-recommends chromium"])
+
+
+def finish_chromium_install(proc: subprocess.Popen | None, started: float) -> None:
+    if proc is None:
+        return
+    ok = proc.wait() == 0
+    log = getattr(proc, "log", None)
+    if not ok and log is not None:
+        log.seek(0)
+        print(log.read().decode(errors="replace")[-2000:], flush=True)
+    say(f"chromium {'installed' if ok else 'could not be installed (apt-get above): the browser test will be skipped, or fail under CI'}"
+        f" ({time.monotonic() - started:.0f} s after it started, alongside the packages)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
@@ -184,6 +224,7 @@ def main() -> None:
         say(f"environment {venv_dir} is up to date")
         return
 
+    chromium_started, chromium = time.monotonic(), start_chromium_install()
     gpu = has_nvidia_gpu()
     say(f"NVIDIA GPU: {'yes' if gpu else 'no'}")
     if not Path(py).exists():
@@ -199,6 +240,7 @@ def main() -> None:
     run([py, "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", "pynvml"], check=False)
     run([py, "-c", "import torch, perflab; print('torch', torch.__version__, '| perflab', perflab.__version__)"])
     quiet_jupyterlab(venv_dir)
+    finish_chromium_install(chromium, chromium_started)
     stamp_file.write_text(stamp_of() + "\n")
     say("done")
 
