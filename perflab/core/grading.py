@@ -35,6 +35,24 @@ def _close(got: Any, want: Any, rtol: float, atol: float) -> bool:
         return got == want
 
 
+
+NOT_DONE = object()  # what `attempt` returns for a stub
+
+
+def attempt(name: str, student, *args, what: str = "", **kwargs):
+    """Call the learner's function: its answer; NOT_DONE (and a kind line) while it is still the
+    stub; LabCheckError when it returns None (a forgotten `return`)."""
+    try:
+        got = student(*args, **kwargs)
+    except NotImplementedError:
+        _RESULTS[name] = "not done"
+        print(f"… {name}: not done yet — fill in the function and run this cell again.")
+        return NOT_DONE
+    if got is None:
+        raise LabCheckError(f"{name}: the function returned None for {what}; did you forget `return`?")
+    return got
+
+
 def grade(name: str, student: Callable[..., Any], cases: list[tuple[dict[str, Any], Any]], *,
           rtol: float = 0.0, atol: float = 0.0, hint: str = "") -> bool:
     """Call `student(**inputs)` for each case and compare with the expected value.
@@ -42,14 +60,9 @@ def grade(name: str, student: Callable[..., Any], cases: list[tuple[dict[str, An
     Returns True when all cases pass, False when the function is still a stub.
     """
     for inputs, want in cases:
-        try:
-            got = student(**inputs)
-        except NotImplementedError:
-            _RESULTS[name] = "not done"
-            print(f"… {name}: not done yet — fill in the function and run this cell again.")
+        got = attempt(name, student, what=str(inputs), **inputs)
+        if got is NOT_DONE:
             return False
-        if got is None:
-            raise LabCheckError(f"{name}: the function returned None for {inputs}; did you forget `return`?")
         if not _close(got, want, rtol, atol):
             tol = f" (tolerance {rtol:.0%})" if rtol else ""
             more = f" Hint: {hint}" if hint else ""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.core.grading import _RESULTS, LabCheckError
+from perflab.core.grading import _RESULTS, NOT_DONE, LabCheckError, attempt
 from perflab.profiling.diagnose import NONE_THRESHOLD, diagnose
 from perflab.profiling.faults import EXPECTED
 from perflab.profiling.trace import Trace, load, synthetic_step
@@ -85,14 +85,9 @@ def check_name_cause(student: Callable[[Trace], str], folder: str | Path | None 
                 continue
             cases.append((f"trace {letter}", t, want))
     for label, trace, want in cases:
-        try:
-            got = student(trace)
-        except NotImplementedError:
-            _RESULTS[name] = "not done"
-            print(f"… {name}: not done yet — fill in the function and run this cell again.")
+        got = attempt(name, student, trace, what=f"the {label}")
+        if got is NOT_DONE:
             return False
-        if got is None:
-            raise LabCheckError(f"{name}: returned None for the {label}; did you forget `return`?")
         if got not in ANSWERS:
             raise LabCheckError(f"{name}: returned {got!r} for the {label}; answer one of {', '.join(ANSWERS)}")
         if got != want:
