@@ -1,15 +1,19 @@
 """Denormals (subnormal floats): the silent slowdown of CPU matmuls, counted and measured.
 
 A float below the smallest normal number (`torch.finfo(dtype).tiny`: 1.18e-38 in fp32) loses
-precision gradually instead of flushing to zero. x86 CPUs handle such inputs in microcode, tens of
-times slower per operation, unless the thread's FTZ/DAZ bits tell the core to treat them as zero.
+precision gradually instead of flushing to zero. Many x86 cores handle such operands in microcode,
+tens of times slower per operation, unless the thread's FTZ/DAZ bits tell the core to treat them as
+zero; others handle them at full speed in some or all units. Which kind a CPU is can only be
+measured, so `denormal_matmul_slowdown` measures it and `penalty_verdict` says what it found.
 `torch.set_flush_denormal(True)` sets those bits, but only on the thread that calls it: torch's
 intra-op worker threads keep their own. GPUs process denormals at full speed (or flush them), so
 this is a CPU story, and the course's own: a tied embedding left at N(0, 1) once saturated the
-softmax of perflab's untrained model, and its gradients came out denormal.
+softmax of perflab's untrained model, and its gradients came out denormal. `reference()` holds the
+figures measured then on a CPU that pays (data/denormal_reference.json).
 
     >>> count_denormals(model.parameters(), grads=True)   # how many gradient entries are denormal
-    >>> slowdown = denormal_matmul_slowdown(n=256)       # timed, per thread setting and flush mode
+    >>> rows = denormal_matmul_slowdown(n=256)           # timed, per thread setting and flush mode
+    >>> penalty_verdict(rows)["line"]                    # does this CPU pay for them?
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from perflab.core.errors import InputError
 
 
 @dataclass
@@ -112,15 +118,45 @@ def denormal_matmul_slowdown(n: int = 512, *, threads: Iterable[int] | None = No
     return rows
 
 
+def penalty_verdict(rows: Iterable[dict[str, Any]], *, threshold: float = 3.0) -> dict[str, Any]:
+    """What `denormal_matmul_slowdown`'s rows say about this CPU, as data and one line.
+
+    The CPU *pays* for denormals when the 1-thread matmul without flushing is at least `threshold`
+    times slower with denormal inputs (timing noise on a busy machine stays well under 2x);
+    flushing *fixes* it on the calling thread when the flushed 1-thread slowdown is under half the
+    unflushed one. Returns pays, slowdown (1 thread, no flush), flushed (1 thread, flush), and
+    line."""
+    by = {(int(r["threads"]), bool(r["flush_denormal"])): float(r["slowdown"]) for r in rows}
+    if (1, False) not in by or (1, True) not in by:
+        raise InputError("penalty_verdict needs the 1-thread rows with flush off and on "
+                         "(measure with threads including 1)")
+    slow, flushed = by[(1, False)], by[(1, True)]
+    pays = slow >= threshold
+    fixes = pays and flushed < slow / 2
+    if pays:
+        line = (f"this CPU pays for denormals: {slow:.0f}x slower on 1 thread; with flushing "
+                + (f"{flushed:.1f}x (fixed on the calling thread)" if fixes else f"still {flushed:.1f}x"))
+    else:
+        line = (f"this CPU ran the denormal matmul at full speed ({slow:.1f}x on 1 thread): its multiply-add "
+                "units handle denormal operands in hardware, as GPUs do; not every CPU does")
+    return {"pays": pays, "flush_fixes": fixes, "slowdown": slow, "flushed": flushed, "threshold": threshold,
+            "line": line}
+
+
 def flush_is_per_thread(n: int = 256, *, rep_ms: float = 40, warmup_ms: float = 10) -> dict[str, Any]:
     """Show that `torch.set_flush_denormal(True)` covers only the thread that called it.
 
     A second Python thread starts first and waits; the main thread then turns flushing on and
-    times the denormal matmul with one intra-op thread (so the matmul runs on the calling thread);
-    then the waiting thread, which started before the switch, times the same matmul. (A thread
-    created after the switch inherits the setting on Linux: so do torch's worker threads, if the
-    pool starts after it.) Returns milliseconds for each ('caller_ms', 'other_thread_ms') and
-    their ratio."""
+    times the normal and the denormal matmul with one intra-op thread (so the matmul runs on the
+    calling thread); then the waiting thread, which started before the switch, times the same
+    two. Each thread's slowdown (denormal / normal) is its own ratio, so a thread that is merely
+    slower at everything does not count. (A thread created after the switch inherits the setting
+    on Linux: so do torch's worker threads, if the pool starts after it.)
+
+    Returns milliseconds per thread and input ('caller_normal_ms', 'caller_ms' (denormal),
+    'other_normal_ms', 'other_thread_ms' (denormal)), each thread's slowdown, and 'ratio' = the
+    other thread's slowdown / the caller's. On a CPU that does not pay for denormals both
+    slowdowns are about 1 and the per-thread setting has nothing to show."""
     import threading
 
     import torch
@@ -132,22 +168,38 @@ def flush_is_per_thread(n: int = 256, *, rep_ms: float = 40, warmup_ms: float = 
     res: dict[str, Any] = {}
     go = threading.Event()
 
-    def timed():
-        return bench(lambda: torch.mm(a_den, b, out=out), device="cpu", rep_ms=rep_ms, warmup_ms=warmup_ms).median_s
+    def timed(x):
+        return bench(lambda: torch.mm(x, b, out=out), device="cpu", rep_ms=rep_ms, warmup_ms=warmup_ms).median_s * 1e3
 
     def other():
         go.wait()
-        res["other_thread_ms"] = timed() * 1e3
+        res["other_normal_ms"] = timed(a)
+        res["other_thread_ms"] = timed(a_den)
 
     worker = threading.Thread(target=other)
     worker.start()
     try:
         with set_threads_and_flush(1, True):
-            res["caller_ms"] = timed() * 1e3
+            res["caller_normal_ms"] = timed(a)
+            res["caller_ms"] = timed(a_den)
             go.set()
             worker.join()
     finally:
         go.set()
         worker.join()
-    res["ratio"] = res["other_thread_ms"] / res["caller_ms"]
+    res["caller_slowdown"] = res["caller_ms"] / res["caller_normal_ms"]
+    res["other_slowdown"] = res["other_thread_ms"] / res["other_normal_ms"]
+    res["ratio"] = res["other_slowdown"] / res["caller_slowdown"]
     return res
+
+
+def reference() -> dict[str, Any]:
+    """The figures recorded on a CPU that pays for denormals (data/denormal_reference.json), with
+    their source, and each row's slowdown computed from its times."""
+    import json
+    from importlib import resources
+
+    ref = json.loads(resources.files("perflab.core").joinpath("data/denormal_reference.json").read_text())
+    for r in ref["rows"]:
+        r["slowdown"] = r["denormal_ms"] / r["normal_ms"]
+    return ref

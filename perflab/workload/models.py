@@ -330,7 +330,7 @@ def init_weights(model: Transformer) -> Transformer:
 
     torch's defaults (N(0, 1) for `nn.Embedding`) are what this replaces: with a tied embedding of
     unit scale, an untrained model's logits are so large that its softmax saturates, its loss is far
-    from ln V and its gradients underflow into denormals, which slow CPU matmuls tens of times
+    from ln V and its gradients underflow into denormals, which slow many CPUs' matmuls tens of times
     (lesson 00, "denormals").
     """
     cfg = model.cfg
