@@ -35,11 +35,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
+
+if TYPE_CHECKING:  # torch is imported where a part runs: `perflab shuffle` must not wait for it
+    import torch
 
 FORMAT = 1  # the report.json format
 SAME = 0.05  # two figures within 5 % of each other: neither machine is called better (timing noise)
@@ -76,6 +77,8 @@ def figure(key: str, label: str, value: float | None, unit: str, better: str | N
 # ---------------------------------------------------------------- the parts
 
 def part_device(ctx: Ctx) -> dict[str, Any]:
+    import torch
+
     from perflab.core.dtypes import supported_matmul_dtypes
     from perflab.core.hardware import peaks_for
 
@@ -236,6 +239,8 @@ def part_waves(ctx: Ctx) -> dict[str, Any]:
 
 
 def part_collectives(ctx: Ctx) -> dict[str, Any]:
+    import torch
+
     from perflab.dist import busbw
 
     ngpu = torch.cuda.device_count() if ctx.gpu else 0
