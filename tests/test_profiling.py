@@ -52,6 +52,13 @@ def test_bad_traces_are_one_line_input_errors(tmp_path):
         load({"events": []})
     with pytest.raises(InputError, match="no complete"):
         load({"traceEvents": [{"ph": "M", "name": "x"}]})
+    # what export_chrome_trace writes after a schedule's active window has passed: only the
+    # profiler's own span (a plain script that steps 6 times through wait=1, warmup=1, active=3)
+    empty_window = {"traceEvents": [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1},
+                                    {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 0, "dur": 5,
+                                     "pid": "Spans", "tid": "PyTorch Profiler"}]}
+    with pytest.raises(InputError, match="on_trace_ready"):
+        load(empty_window)
 
 
 def test_gaps_and_tiny_runs():

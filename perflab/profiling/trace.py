@@ -110,7 +110,9 @@ class Trace:
             if e.cat == "cpu_op":
                 busy[e.tid] = busy.get(e.tid, 0.0) + e.dur
         if not busy:
-            raise InputError("the trace has no CPU ops (cat 'cpu_op'): profile with ProfilerActivity.CPU")
+            raise InputError("the trace has no CPU ops (cat 'cpu_op'): its profiler recorded nothing. With a "
+                             "schedule, export in on_trace_ready (a trace exported after the active steps is "
+                             "empty); without one, profile with ProfilerActivity.CPU")
         return max(busy, key=busy.get)
 
     def _steps(self) -> list[Interval]:
