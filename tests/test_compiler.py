@@ -34,6 +34,18 @@ def test_broken_model_breaks_and_fixed_has_none_with_equal_outputs():
     torch.testing.assert_close(f(x), b(x), rtol=1e-5, atol=1e-5)
 
 
+def test_a_break_with_no_graph_after_it_still_counts():
+    # dynamo's graph_break_count is graph_count - 1: a print just before `return` leaves one graph
+    # and so "0 breaks", though explain lists the break. A lab must not pass such a model.
+    def f(x):
+        y = x * 2
+        print("tail")
+        return y
+
+    rep = breaks.explain(f, torch.ones(3))
+    assert rep.graphs == 1 and rep.graph_breaks == 1 and len(rep.breaks) == 1
+
+
 def test_complex_and_real_rope_agree():
     x = torch.randn(2, 4, 8, 16)
     ang = models.rope_angles(8, 16)

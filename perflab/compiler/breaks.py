@@ -59,7 +59,10 @@ def explain(fn, *args, **kwargs) -> BreakReport:
             f = r.user_stack[-1]
             where = f"{Path(f.filename).name}:{f.lineno} in {f.name}"
         breaks.append({"reason": _first_line(r.reason), "where": where})
-    return BreakReport(graphs=e.graph_count, graph_breaks=e.graph_break_count, ops=e.op_count, breaks=breaks)
+    # dynamo's own graph_break_count is graph_count - 1: a break with no graph after it (a print
+    # before `return`) or between two breaks would go uncounted. Every reason listed is a break.
+    return BreakReport(graphs=e.graph_count, graph_breaks=max(e.graph_break_count, len(breaks)), ops=e.op_count,
+                       breaks=breaks)
 
 
 def load_factory(spec: str):
