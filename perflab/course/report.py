@@ -395,8 +395,11 @@ def build_report(*, quick: bool = False, only=None, skip=None, device=None, fres
     doc["elapsed_s"] = round(time.perf_counter() - t_all, 2)
     failed = [n for n, e in doc["parts"].items() if e["status"] != "ok"]
     doc["failed"] = failed
+    resumed = [n for n, e in doc["parts"].items() if e["resumed"]]
     _say(f"report: {len(doc['parts']) - len(failed)} of {len(chosen)} parts measured"
-         + (f", failed: {', '.join(failed)}" if failed else "") + f" ({doc['elapsed_s']:.1f} s)", progress)
+         + (f", failed: {', '.join(failed)}" if failed else "") + f" ({doc['elapsed_s']:.1f} s)"
+         + (f"; {len(resumed)} taken from an earlier run ({p}): --fresh measures them again" if resumed else ""),
+         progress)
     return doc
 
 
