@@ -14,9 +14,27 @@ pytest_plugins = ["time_limit"]  # tests/time_limit.py: no test may take more th
 # Two xdist workers on two cores: each worker's torch (and every process it starts: notebook
 # kernels, CLI runs) gets one thread, or OpenMP threads of two workers spin against each other
 # and everything runs several times slower. Set before torch is imported in the worker.
+# Figures drawn in the test process go to Agg (no screen). Not through MPLBACKEND: the notebook
+# kernels inherit the environment, and a kernel must draw its figures inline as a learner's does
+# (with Agg a lesson's figures are never rendered, so a figure that fails to draw would pass).
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+
+
+@pytest.fixture(scope="session")
+def executed_dir(tmp_path_factory) -> Path:
+    """Where the notebook tests write their executed copies ($PERFLAB_EXECUTED, else a folder of
+    this worker's session): the site test, in the same xdist group and after them, builds its pages
+    from those copies instead of executing the lessons again."""
+    d = os.environ.get("PERFLAB_EXECUTED")
+    p = Path(d) if d else tmp_path_factory.getbasetemp() / "executed"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,7 +43,6 @@ def _isolated_results(tmp_path_factory):
     old = os.environ.get("PERFLAB_RESULTS")
     os.environ["PERFLAB_RESULTS"] = str(tmp_path_factory.mktemp("results"))
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    os.environ.setdefault("MPLBACKEND", "Agg")
     yield
     if old is None:
         os.environ.pop("PERFLAB_RESULTS", None)
@@ -42,6 +59,7 @@ def has_cuda() -> bool:
         return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) the notebook runs go first, in two
     # groups, each on one worker one after the other: the lessons (the longest runs, each timed

@@ -1,13 +1,11 @@
 """Every notebook and lab runs under papermill with smoke=True, twice in the same kernel.
 
-The executed copies are written to $PERFLAB_EXECUTED (default: a temporary folder) for reading.
+The executed copies are written to $PERFLAB_EXECUTED (default: a temporary folder that the site test\nreads) for reading.
 Each executed notebook's outputs (widgets' included) are then scanned for readouts a person should
 not have to read (tests/readout_scan.py): a raw dataclass repr, a float with more than 6
 significant digits. The scan reads the run that just happened; nothing executes twice.
 """
 
-import os
-from pathlib import Path
 
 import pytest
 from nbrun import ROOT, all_notebooks, run_notebook
@@ -17,12 +15,8 @@ NOTEBOOKS = all_notebooks()
 
 
 @pytest.fixture(scope="module")
-def out_dir(tmp_path_factory):
-    d = os.environ.get("PERFLAB_EXECUTED")
-    if d:
-        Path(d).mkdir(parents=True, exist_ok=True)
-        return Path(d)
-    return tmp_path_factory.mktemp("executed")
+def out_dir(executed_dir):
+    return executed_dir  # tests/conftest.py: $PERFLAB_EXECUTED, or a folder the site test reads too
 
 
 def test_there_are_notebooks():

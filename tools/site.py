@@ -264,6 +264,7 @@ def build(out: Path, lessons: list[str] | None = None, executed: Path | None = N
           work: Path | None = None) -> dict:
     """Build the site into `out`; returns {'lessons': {n: {...}}, 'site': path, 'seconds': ...}."""
     t0 = time.perf_counter()
+    out = Path(out).resolve()  # mkdocs runs inside the work folder: a relative path would not resolve there
     rows = course_map()
     if lessons:
         want = {f"{int(x):02d}" for x in lessons}
@@ -273,7 +274,7 @@ def build(out: Path, lessons: list[str] | None = None, executed: Path | None = N
         rows_built = [r for r in rows if r["n"] in want]
     else:
         rows_built = rows
-    work = work or (out.parent / (out.name + ".build"))
+    work = Path(work).resolve() if work else out.parent / (out.name + ".build")
     if work.exists():
         shutil.rmtree(work)
     docs = work / "docs"
@@ -312,6 +313,7 @@ def build(out: Path, lessons: list[str] | None = None, executed: Path | None = N
     if out.exists():
         shutil.rmtree(out)
     shutil.move(str(work / "site"), str(out))
+    shutil.rmtree(work)  # executed copies and mkdocs sources; kept only when the build fails
     return {"lessons": built, "site": str(out), "seconds": time.perf_counter() - t0, "log": log}
 
 
