@@ -95,13 +95,16 @@ def test_checkpointing_cuts_activations_as_predicted():
 def test_checkpointing_costs_time():
     # recomputation does strictly more work; timings on a shared 2-core machine are noisy, so
     # allow a few tries before calling it wrong
+    # allow a few tries before calling it wrong. Sequence 128 keeps one try near 8 s on one thread
+    # (at 256 it was 15 s) and recomputation still adds a measured 1.2-1.45x (4/3 predicted).
     ratios = []
     for _ in range(3):
-        out = probe.checkpointing_effect(preset("small-gpt"), batch=2, device="cpu", rep_ms=100, warmup_ms=20)
+        out = probe.checkpointing_effect(preset("small-gpt"), batch=2, seq=128, device="cpu", rep_ms=100, warmup_ms=20,
+                                         min_reps=3)
         ratios.append(out["time_ratio"])
-        if out["time_ratio"] > 1.05:
+        if out["time_ratio"] > 1.1:
             break
-    assert max(ratios) > 1.05, ratios
+    assert max(ratios) > 1.1, ratios
 
 
 def test_measure_bad_inputs():
