@@ -80,3 +80,17 @@ def test_cuda_bench_agrees_with_triton_do_bench():
     ours = bench(lambda: a @ b, warmup_ms=100, rep_ms=500).median_s * 1e3
     theirs = triton_testing.do_bench(lambda: a @ b, warmup=100, rep=500, return_mode="median")
     assert ours == pytest.approx(theirs, rel=0.03)
+
+
+def test_a_slow_call_is_not_run_five_times_just_to_estimate_it():
+    # one call already fills rep_ms: the estimate stops there, so a 30 ms call costs
+    # first + 1 estimate + 1 warm-up + min_reps timed calls, not first + 5 + 1 + min_reps
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.03)
+
+    res = bench(slow, device="cpu", rep_ms=10, warmup_ms=0, min_reps=2)
+    assert res.n == 2 and len(calls) == 1 + 1 + 1 + 2, len(calls)
+    assert 0.025 < res.median_s < 0.2

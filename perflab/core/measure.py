@@ -139,14 +139,15 @@ def check_matmul(fn, a: torch.Tensor, b: torch.Tensor, dtype: DType, rows: int =
 
 def measure_matmul(m: int, n: int, k: int, dtype: str = "fp32", device: torch.device | str | None = None, *,
                    warmup_ms: float = 25, rep_ms: float = 100, flush_l2: bool | None = None,
-                   check: bool = True) -> MatmulResult:
-    """Time one m×k by k×n matmul on `device` and report TFLOP/s against the device's peak."""
+                   check: bool = True, min_reps: int = 5) -> MatmulResult:
+    """Time one m×k by k×n matmul on `device` and report TFLOP/s against the device's peak.
+    `min_reps`: timed calls at least (fewer keeps a slow size within a slider's second)."""
     dev = torch.device(device) if device is not None else pick_device()
     dt = parse_dtype(dtype)
     with tf32_mode(dt.name == "tf32") if dev.type == "cuda" else contextlib.nullcontext():
         fn, a, b = make_matmul(m, n, k, dt, dev)
         rel = check_matmul(fn, a, b, dt) if check else float("nan")
-        res = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=flush_l2,
+        res = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=flush_l2, min_reps=min_reps,
                     label=f"matmul {m}×{n}×{k} {dt.name}")
     info = describe(dev)
     peaks = peaks_for(info)

@@ -211,11 +211,19 @@ def _bench_host(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, ma
     pc = time.perf_counter
     fn()
     sync()
+    # up to 5 calls for the estimate, fewer when they already fill the repetition budget (a call
+    # of a second would otherwise cost 5 s before the first timed one)
     t0 = pc()
-    for _ in range(5):
+    n_est = 0
+    while n_est < 5:
         fn()
+        n_est += 1
+        if n_est < 5 and pc() - t0 >= rep_ms / 1e3:
+            sync()
+            if pc() - t0 >= rep_ms / 1e3:
+                break
     sync()
-    estimate = max((pc() - t0) / 5, 1e-7)
+    estimate = max((pc() - t0) / n_est, 1e-7)
     per_sample = 1 if (estimate >= min_sample_s or cache is not None or grad_to_none) else math.ceil(min_sample_s / estimate)
     n_warmup_calls = max(1, int(warmup_ms / 1e3 / estimate))
     n_repeat = min(max_reps, max(min_reps, int(rep_ms / 1e3 / (estimate * per_sample))))

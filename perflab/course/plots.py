@@ -102,22 +102,59 @@ def roofline(peak_tflops: float | None, bandwidth_gbps: float | None, points=Non
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # no roofline drawn (peak unknown) and no ceilings: no legend
+        ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
 
 
+_RATE: dict[tuple[str, str], float] = {}  # (device, dtype) → TFLOP/s of a small probe, per process
+
+# A slider's measurement costs about this many calls of the matmul at least: the correctness check,
+# the first call, one estimate, one warm-up and three timed calls.
+SLIDER_CALLS = 7
+
+
+def predicted_call_s(n: int, dtype: str, device, peak_tflops: float | None = None, probe_n: int = 256) -> tuple[float, float]:
+    """Predicted seconds of one n³ matmul, and the TFLOP/s rate it assumes: the larger of a small
+    probe's measured rate (a 256³ matmul, timed once per device and dtype in this process) and half
+    the spec peak where there is one (small matmuls underuse a GPU, so the probe alone would be
+    pessimistic there)."""
+    from perflab.core.measure import measure_matmul
+
+    key = (str(device), str(dtype))
+    if key not in _RATE:
+        m = min(n, probe_n)
+        _RATE[key] = measure_matmul(m, m, m, dtype, device, rep_ms=20, warmup_ms=2, check=False, min_reps=1).tflops
+    rate = max(_RATE[key], 0.5 * peak_tflops if peak_tflops else 0.0)
+    return 2 * n**3 / (rate * 1e12), rate
+
+
 def measure_on_roofline(n: int, dtype: str, device, info, peaks, *, bandwidth_gbps: float | None = None,
-                        background=None, rep_ms: float = 100, warmup_ms: float = 10):
+                        background=None, rep_ms: float = 100, warmup_ms: float = 10, budget_s: float | None = 2.0):
     """Measure an n³ matmul and draw it on this device's roofline, with `background` points in grey.
 
     Returns (figure, MatmulResult). Sizes and dtype are validated (InputError / UnsupportedError).
+    `budget_s`: a slider should answer in about a second, so a size predicted to take longer than
+    this in all (`SLIDER_CALLS` calls) is refused with one line naming the largest size that fits
+    (a CPU without native bf16 takes minutes for a 4096³ bf16 matmul); None measures any size.
     """
     from perflab.core.dtypes import parse_dtype
+    from perflab.core.errors import InputError
     from perflab.core.measure import measure_matmul
     from perflab.core.roofline import device_roofline, matmul_intensity
 
-    r = measure_matmul(n, n, n, dtype, device, rep_ms=rep_ms, warmup_ms=warmup_ms)
+    min_reps = 5
+    if budget_s is not None:
+        dt = parse_dtype(dtype)
+        call_s, rate = predicted_call_s(n, dt.name, device, peaks.get(dt.name))
+        if call_s * SLIDER_CALLS > budget_s:
+            fits = 2 ** int(math.log2(max(1.0, (budget_s / SLIDER_CALLS * rate * 1e12 / 2) ** (1 / 3))))
+            raise InputError(f"{n}³ {dt.name} would take about {call_s:.2g} s per call here ({rate:.3g} TFLOP/s "
+                             f"measured on a small one), {call_s * SLIDER_CALLS:.2g} s to measure: choose n ≤ {fits}, or "
+                             f"time it once with `perflab matmul --m {n} --n {n} --k {n} --dtype {dt.name}`")
+        min_reps = 3 if call_s > 0.05 else 5
+    r = measure_matmul(n, n, n, dtype, device, rep_ms=rep_ms, warmup_ms=warmup_ms, min_reps=min_reps)
     inten = matmul_intensity(n, n, n, parse_dtype(dtype).itemsize)
     rf, _ = device_roofline(info, peaks, r.dtype, measured_bandwidth_gbps=bandwidth_gbps)
     fig = roofline(rf.peak_flops / 1e12 if rf else None, rf.bandwidth / 1e9 if rf else None,
