@@ -157,6 +157,21 @@ def measure_matmul(m: int, n: int, k: int, dtype: str = "fp32", device: torch.de
                         (tflops / peak) if peak else None, rel, res.iqr_s, res.min_s, res.n, res)
 
 
+_RATE: dict[tuple[str, str], float] = {}  # (device, dtype) → TFLOP/s of a small probe, per process
+
+
+def predicted_tflops(dtype: str, device, peak_tflops: float | None = None, probe_n: int = 256) -> float:
+    """The matmul rate a prediction of "how long will this take" may assume on `device`: the larger
+    of a small probe's measured rate (a 256³ matmul, timed once per device and dtype in this
+    process) and half the spec peak where there is one (small matmuls underuse a GPU, so the probe
+    alone would be pessimistic there). Used to keep a slider's measurement within its budget."""
+    key = (str(device), str(dtype))
+    if key not in _RATE:
+        _RATE[key] = measure_matmul(probe_n, probe_n, probe_n, dtype, device, rep_ms=20, warmup_ms=2, check=False,
+                                    min_reps=1).tflops
+    return max(_RATE[key], 0.5 * peak_tflops if peak_tflops else 0.0)
+
+
 @dataclass
 class BandwidthResult(ReadoutMixin):
     what: str

@@ -108,25 +108,16 @@ def roofline(peak_tflops: float | None, bandwidth_gbps: float | None, points=Non
     return fig
 
 
-_RATE: dict[tuple[str, str], float] = {}  # (device, dtype) → TFLOP/s of a small probe, per process
-
 # A slider's measurement costs about this many calls of the matmul at least: the correctness check,
 # the first call, one estimate, one warm-up and three timed calls.
 SLIDER_CALLS = 7
 
 
-def predicted_call_s(n: int, dtype: str, device, peak_tflops: float | None = None, probe_n: int = 256) -> tuple[float, float]:
-    """Predicted seconds of one n³ matmul, and the TFLOP/s rate it assumes: the larger of a small
-    probe's measured rate (a 256³ matmul, timed once per device and dtype in this process) and half
-    the spec peak where there is one (small matmuls underuse a GPU, so the probe alone would be
-    pessimistic there)."""
-    from perflab.core.measure import measure_matmul
+def predicted_call_s(n: int, dtype: str, device, peak_tflops: float | None = None) -> tuple[float, float]:
+    """Predicted seconds of one n³ matmul, and the TFLOP/s it assumes (`core.measure.predicted_tflops`)."""
+    from perflab.core.measure import predicted_tflops
 
-    key = (str(device), str(dtype))
-    if key not in _RATE:
-        m = min(n, probe_n)
-        _RATE[key] = measure_matmul(m, m, m, dtype, device, rep_ms=20, warmup_ms=2, check=False, min_reps=1).tflops
-    rate = max(_RATE[key], 0.5 * peak_tflops if peak_tflops else 0.0)
+    rate = predicted_tflops(dtype, device, peak_tflops)
     return 2 * n**3 / (rate * 1e12), rate
 
 

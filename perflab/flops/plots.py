@@ -131,22 +131,62 @@ def phase_bars(reports: Sequence, labels: Sequence[str] | None = None, title: st
     return fig
 
 
-def step_dashboard(model: str = "tiny-gpt", seq: int = 64, batch: int = 4, checkpointing: bool = False, *,
-                   device=None, steps: int = 3, ceiling: bool | float = True, ceiling_size: int | None = None):
-    """Widget body: measure one configuration's step and show its MFU/HFU against both denominators,
-    plus a one-row table of the numbers."""
-    import pandas as pd
+_STEP_OVER_MATMUL: dict[str, float] = {}  # device → measured step / FLOP-at-matmul-rate prediction
 
+
+def predicted_step_s(cfg, batch: int, seq: int, checkpointing: bool, device, dtype: str) -> tuple[float, float, int]:
+    """A lower bound on one training step's seconds: its hardware FLOPs (exact count) at the rate a
+    matmul reaches here (`core.measure.predicted_tflops`). Returns (seconds, TFLOP/s, FLOPs)."""
+    from perflab.core.device import describe
+    from perflab.core.hardware import peaks_for
+    from perflab.core.measure import predicted_tflops
+    from perflab.flops.transformer import exact_flops
+
+    flops = exact_flops(cfg, batch, seq, checkpointing=checkpointing).hardware
+    rate = predicted_tflops(dtype, device, peaks_for(describe(device)).get(dtype))
+    return flops / (rate * 1e12), rate, flops
+
+
+def step_dashboard(model: str = "tiny-gpt", seq: int = 64, batch: int = 4, checkpointing: bool = False, *,
+                   device=None, steps: int = 3, ceiling: bool | float = True, ceiling_size: int | None = None,
+                   budget_s: float | None = 10.0):
+    """Widget body: measure one configuration's step and show its MFU/HFU against both denominators,
+    plus a one-row table of the numbers.
+
+    `budget_s`: a configuration whose steps (one warm-up plus `steps`) are predicted to take longer
+    than this is refused in one line, with the largest batch that fits and the command that
+    measures it anyway (gpt2-small at batch 64 × 1024 tokens is minutes per step on a laptop CPU);
+    None measures anything."""
+    import pandas as pd
+    import torch
+
+    from perflab.core.device import pick_device
+    from perflab.core.errors import InputError
     from perflab.flops.step import measure_step
     from perflab.workload.models import preset
+    from perflab.workload.train import default_dtype
 
     cfg = preset(model)
     if seq > cfg.seq_len:
-        from perflab.core.errors import InputError
-
         raise InputError(f"seq={seq} is longer than {model}'s context of {cfg.seq_len}: choose seq ≤ {cfg.seq_len}")
+    dev = torch.device(device) if device is not None else pick_device()
+    raw_s, rate, flops = predicted_step_s(cfg, batch, seq, checkpointing, dev, default_dtype(dev))
+    step_s = raw_s * _STEP_OVER_MATMUL.get(str(dev), 1.0)  # as much slower as the last step measured here
+    if budget_s is not None:
+        total = step_s * (steps + 1)
+        if total > budget_s:
+            fits = int(batch * budget_s / total)
+            what = f"choose batch ≤ {fits}" if fits >= 1 else "choose a shorter sequence or a smaller model"
+            raise InputError(f"{model} at batch {batch} × seq {seq} is {flops / 1e12:.3g} TFLOP per step: about "
+                             f"{step_s:.2g} s per step here ({rate:.3g} TFLOP/s, a matmul's rate, and the last step "
+                             f"measured here), {total:.2g} s for "
+                             f"{steps + 1} steps: {what}, or measure it with `perflab mfu --measure --preset {model} "
+                             f"--batch {batch} --seq {seq}`")
     r = measure_step(cfg, batch=batch, seq=seq, steps=steps, warmup=1, checkpointing=checkpointing, device=device,
                      ceiling=ceiling, ceiling_size=ceiling_size, verify=False)
+    # a step is slower than its FLOPs at a matmul's rate (small ops, the LM head's softmax): remember by
+    # how much on this device, so the next prediction is closer (never below the matmul bound)
+    _STEP_OVER_MATMUL[str(dev)] = max(1.0, r.step_s / raw_s)
     fig = utilization_bars([r], [f"{model} b={batch} s={seq}" + (" + ckpt" if checkpointing else "")])
     cols = ["step_s", "tokens_per_s", "model_tflops", "hardware_tflops", "mfu_spec", "hfu_spec", "mfu_ceiling", "hfu_ceiling"]
     return fig, pd.DataFrame([{k: getattr(r, k) for k in cols}], index=[r.model])
