@@ -226,3 +226,15 @@ def test_cli_bad_arguments_one_line(args, needle):
     err = r.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert needle in err, err
+
+
+def test_the_memory_panel_measures_what_fits_its_budgets_and_says_why_not_otherwise():
+    from perflab.memory import plots as mplots
+
+    fig, table = mplots.memory_view("tiny-gpt", batch=1, seq=32, device="cpu")
+    assert "prediction only" not in fig.axes[0].get_title() and len(table.columns) >= 2  # predicted and measured
+    # a step predicted to take longer than the slider's budget is not started; the title says so
+    fig, table = mplots.memory_view("tiny-gpt", batch=1, seq=32, device="cpu", measure_budget_s=1e-9)
+    title = fig.axes[0].get_title()
+    assert "too slow to measure in a slider" in title and "perflab memory --measure --preset tiny-gpt" in title
+    assert len(table.columns) == 1, table.columns  # the prediction alone

@@ -133,13 +133,14 @@ def test_the_step_panel_refuses_a_step_it_cannot_measure_in_its_budget(monkeypat
     # predicts it from the exact FLOP count at a matmul's measured rate and says what fits instead.
     from perflab.core.errors import InputError
     from perflab.flops import plots as fplots
+    from perflab.flops.step import predicted_step_s
     from perflab.workload.models import preset
 
     with pytest.raises(InputError, match=r"gpt2-small at batch 64 × seq 1024 is .* TFLOP per step.*choose"
                                          r".*perflab mfu --measure --preset gpt2-small --batch 64 --seq 1024"):
         fplots.step_dashboard("gpt2-small", 1024, 64, device="cpu", budget_s=10.0)
     monkeypatch.setattr(fplots, "_STEP_OVER_MATMUL", {})  # no step measured yet in this process
-    s, rate, flops = fplots.predicted_step_s(preset("tiny-gpt"), 8, 64, False, torch.device("cpu"), "fp32")
+    s, rate, flops = predicted_step_s(preset("tiny-gpt"), 8, 64, False, torch.device("cpu"), "fp32")
     assert flops > 0 and rate > 0 and s == pytest.approx(flops / (rate * 1e12))
     with pytest.raises(InputError, match=r"choose batch ≤ 4\b"):  # half the time of 1 + 3 steps: half the batch
         fplots.step_dashboard("tiny-gpt", 64, 8, device="cpu", steps=3, budget_s=s * 4 * 0.5 * 1.001)

@@ -134,19 +134,6 @@ def phase_bars(reports: Sequence, labels: Sequence[str] | None = None, title: st
 _STEP_OVER_MATMUL: dict[str, float] = {}  # device → measured step / FLOP-at-matmul-rate prediction
 
 
-def predicted_step_s(cfg, batch: int, seq: int, checkpointing: bool, device, dtype: str) -> tuple[float, float, int]:
-    """A lower bound on one training step's seconds: its hardware FLOPs (exact count) at the rate a
-    matmul reaches here (`core.measure.predicted_tflops`). Returns (seconds, TFLOP/s, FLOPs)."""
-    from perflab.core.device import describe
-    from perflab.core.hardware import peaks_for
-    from perflab.core.measure import predicted_tflops
-    from perflab.flops.transformer import exact_flops
-
-    flops = exact_flops(cfg, batch, seq, checkpointing=checkpointing).hardware
-    rate = predicted_tflops(dtype, device, peaks_for(describe(device)).get(dtype))
-    return flops / (rate * 1e12), rate, flops
-
-
 def step_dashboard(model: str = "tiny-gpt", seq: int = 64, batch: int = 4, checkpointing: bool = False, *,
                    device=None, steps: int = 3, ceiling: bool | float = True, ceiling_size: int | None = None,
                    budget_s: float | None = 10.0):
@@ -162,7 +149,7 @@ def step_dashboard(model: str = "tiny-gpt", seq: int = 64, batch: int = 4, check
 
     from perflab.core.device import pick_device
     from perflab.core.errors import InputError
-    from perflab.flops.step import measure_step
+    from perflab.flops.step import measure_step, predicted_step_s
     from perflab.workload.models import preset
     from perflab.workload.train import default_dtype
 

@@ -283,3 +283,17 @@ def gc_straggler_series(cfg, *, steps: int = 40, batch: int = 2, seq: int = 32, 
         (gc.enable if was_enabled else gc.disable)()
         garbage.log.clear()
     return on, off
+
+
+def predicted_step_s(cfg, batch: int, seq: int, checkpointing: bool, device, dtype: str) -> tuple[float, float, int]:
+    """A lower bound on one training step's seconds: its hardware FLOPs (exact count) at the rate a
+    matmul reaches here (`core.measure.predicted_tflops`). Returns (seconds, TFLOP/s, FLOPs).
+    The panels of lessons 02 and 03 use it to refuse a setting a slider cannot measure quickly."""
+    from perflab.core.device import describe
+    from perflab.core.hardware import peaks_for
+    from perflab.core.measure import predicted_tflops
+    from perflab.flops.transformer import exact_flops
+
+    flops = exact_flops(cfg, batch, seq, checkpointing=checkpointing).hardware
+    rate = predicted_tflops(dtype, device, peaks_for(describe(device)).get(dtype))
+    return flops / (rate * 1e12), rate, flops

@@ -5,6 +5,9 @@
 - `gpu`: what no formula predicts on a GPU: kernels, CUDA context, NCCL, fragmentation
 - `plots`: lesson 03's figures and widget view (`data/memory_references.json`: published figures)
 - `lab03`: the lab's checks
+
+Uses `perflab.flops` (its step-time prediction, `flops.step`) to keep the widget's measurement
+within a slider's budget.
 """
 
 from perflab._lazy import lazy_modules

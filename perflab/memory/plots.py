@@ -289,14 +289,16 @@ PANEL_MODELS = ["tiny-gpt", "tiny-llama", "small-gpt", "small-llama", "gpt2-smal
 
 def memory_view(model: str = "small-gpt", batch: int = 4, seq: int = 256, precision: str = "fp32",
                 optimizer: str = "adamw", zero: int = 0, dp: int = 1, recompute: str = "none", *,
-                device=None, measure: bool = True, measure_budget_bytes: float = 1.5 * GiB):
+                device=None, measure: bool = True, measure_budget_bytes: float = 1.5 * GiB,
+                measure_budget_s: float = 10.0):
     """Prediction for a model/batch/precision/optimizer/ZeRO/recompute choice, next to a
     measurement of one training step when this device can run it (returns (Figure, DataFrame)).
 
     Measured when: the precision is fp32 or bf16 (pure), the optimizer is one torch ships
     (adamw, adamw-fused, sgd), ZeRO is 0 (one device), recompute is none or full, and the predicted
-    peak fits `measure_budget_bytes` and the free memory. Otherwise the prediction stands alone and
-    the title says why.
+    peak fits `measure_budget_bytes` and the free memory, and the step is not predicted to take more
+    than `measure_budget_s` (its exact FLOPs at this device's matmul rate: `perflab.flops.step`).
+    Otherwise the prediction stands alone and the title says why.
     """
     from perflab.memory.estimate import MEASURED_OPTIMIZERS, precision_of
     from perflab.workload.models import preset
@@ -328,8 +330,14 @@ def memory_view(model: str = "small-gpt", batch: int = 4, seq: int = 256, precis
         phases = _step_phases(cfg, batch, seq, dtype=precision, optimizer=optimizer, recompute=recompute,
                               device=dev.type)
         need = max(p.peak_bytes for p in phases)
+        from perflab.flops.step import predicted_step_s
+
+        step_s = predicted_step_s(cfg, batch, seq, recompute == "full", dev, precision)[0] * 2  # warm-up + measured
         if need > measure_budget_bytes:
             why = f"too large to measure in a slider ({need / GiB:.2f} GiB > {measure_budget_bytes / GiB:.2f} GiB): prediction only"
+        elif step_s > measure_budget_s:
+            why = (f"too slow to measure in a slider (at least {step_s:.2g} s here): prediction only; "
+                   f"`perflab memory --measure --preset {model} --batch {batch} --seq {seq}` measures it")
         else:
             report = _measured(model, batch, seq, precision, optimizer, recompute == "full", str(dev))
             bars.update(step_bars(report))
