@@ -183,13 +183,30 @@ def test_a_plain_script_and_its_failure(tmp_path, monkeypatch, agent):
     assert_all_gone(res)
 
 
+def test_agents_fork_only_where_the_main_module_is_safe_to_import_again(monkeypatch):
+    import types
+
+    from perflab.dist import agent
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("PERFLAB_LAUNCH", raising=False)
+    as_module = types.ModuleType("__main__")
+    as_module.__spec__ = types.SimpleNamespace(name="pytest")  # python -m pytest, python -m perflab
+    as_module.__file__ = "/x/pytest/__main__.py"
+    plain_script = types.ModuleType("__main__")
+    plain_script.__spec__, plain_script.__file__ = None, "/home/me/train.py"  # python train.py
+    interactive = types.ModuleType("__main__")  # a REPL or a notebook kernel: no file to run again
+    for main, want in ((as_module, True), (plain_script, False), (interactive, True)):
+        monkeypatch.setitem(sys.modules, "__main__", main)
+        assert agent.can_fork_agents() is want, main
+    monkeypatch.setenv("PERFLAB_LAUNCH", "torchrun")
+    assert agent.can_fork_agents() is False
+
+
 @pytest.mark.slow
 def test_launch_from_a_plain_script_without_a_main_guard(tmp_path):
     """A user's script that calls launch at its top level: multiprocessing would run it again in a
-    forked agent, so agents start as plain processes there; from here (python -m pytest) they fork."""
-    from perflab.dist import agent
-
-    assert agent.can_fork_agents()
+    forked agent, so agents start as plain processes there."""
     script = tmp_path / "user.py"
     script.write_text(textwrap.dedent("""
         from perflab.dist import agent, torchrun

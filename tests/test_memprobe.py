@@ -94,7 +94,6 @@ def test_checkpointing_cuts_activations_as_predicted():
 
 def test_checkpointing_costs_time():
     # recomputation does strictly more work; timings on a shared 2-core machine are noisy, so
-    # allow a few tries before calling it wrong
     # allow a few tries before calling it wrong. Sequence 128 keeps one try near 8 s on one thread
     # (at 256 it was 15 s) and recomputation still adds a measured 1.2-1.45x (4/3 predicted).
     ratios = []

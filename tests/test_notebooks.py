@@ -1,11 +1,11 @@
 """Every notebook and lab runs under papermill with smoke=True, twice in the same kernel.
 
-The executed copies are written to $PERFLAB_EXECUTED (default: a temporary folder that the site test\nreads) for reading.
+The executed copies are written to $PERFLAB_EXECUTED (default: a temporary folder that the site
+test reads).
 Each executed notebook's outputs (widgets' included) are then scanned for readouts a person should
 not have to read (tests/readout_scan.py): a raw dataclass repr, a float with more than 6
 significant digits. The scan reads the run that just happened; nothing executes twice.
 """
-
 
 import pytest
 from nbrun import ROOT, all_notebooks, run_notebook

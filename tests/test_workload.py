@@ -8,10 +8,13 @@ import pytest
 import torch
 
 from perflab.core.denormals import (
+    beside_reference,
     count_denormals,
     denormal_matmul_slowdown,
     flush_is_per_thread,
     penalty_verdict,
+    per_thread_line,
+    per_thread_rows,
     reference,
 )
 from perflab.core.errors import InputError
@@ -145,3 +148,17 @@ def test_memory_measure_needs_a_preset_and_says_so():
     r = subprocess.run([sys.executable, "-m", "perflab", "memory", "--measure", "--params", "1e6"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--measure needs --preset" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_this_machine_beside_the_recorded_cpu_and_the_per_thread_readout():
+    rows = [{"threads": 1, "flush_denormal": False, "slowdown": 1.04}, {"threads": 1, "flush_denormal": True, "slowdown": 0.98}]
+    table = beside_reference(rows)
+    assert [(r["threads"], r["flush_denormal"]) for r in table] == [(1, False), (1, True), (2, False), (2, True)]
+    assert table[0]["recorded slowdown"] == pytest.approx(72.1) and table[0]["slowdown here"] == "1.0"
+    assert table[2]["slowdown here"].startswith("not measured")  # no 2-thread row measured here
+    per = {"caller_normal_ms": 0.4, "caller_ms": 0.4, "other_normal_ms": 0.4, "other_thread_ms": 16.0,
+           "caller_slowdown": 1.0, "other_slowdown": 40.0, "ratio": 40.0}
+    assert [r["slowdown"] for r in per_thread_rows(per)] == [1.0, 40.0]
+    assert "40.0x as slowed down" in per_thread_line(per, penalty_verdict([{**r, "slowdown": 40.0} if not r["flush_denormal"]
+                                                                            else r for r in rows]))
+    assert "nothing to show here" in per_thread_line(per, penalty_verdict(rows))

@@ -203,3 +203,37 @@ def reference() -> dict[str, Any]:
     for r in ref["rows"]:
         r["slowdown"] = r["denormal_ms"] / r["normal_ms"]
     return ref
+
+
+def beside_reference(rows: Iterable[dict[str, Any]], ref: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The recorded CPU's rows (`reference()`) with this machine's slowdown for the same setting
+    beside each: one dict per recorded row. A setting not measured here (torch has fewer threads
+    than the recorded row) says so instead of a number."""
+    import torch
+
+    ref = ref if ref is not None else reference()
+    here = {(int(r["threads"]), bool(r["flush_denormal"])): float(r["slowdown"]) for r in rows}
+    out = []
+    for r in ref["rows"]:
+        key = (int(r["threads"]), bool(r["flush_denormal"]))
+        out.append({"threads": key[0], "flush_denormal": key[1], "recorded normal (ms)": round(r["normal_ms"], 2),
+                    "recorded denormal (ms)": round(r["denormal_ms"], 2), "recorded slowdown": round(r["slowdown"], 1),
+                    "slowdown here": f"{here[key]:.1f}" if key in here
+                    else f"not measured (torch uses {torch.get_num_threads()} thread(s) here)"})
+    return out
+
+
+def per_thread_rows(per: dict[str, Any]) -> list[dict[str, Any]]:
+    """`flush_is_per_thread`'s result as one row per thread (milliseconds and slowdown)."""
+    return [{"thread": "the one that called set_flush_denormal(True)", "normal (ms)": per["caller_normal_ms"],
+             "denormal (ms)": per["caller_ms"], "slowdown": per["caller_slowdown"]},
+            {"thread": "a thread that started before the call", "normal (ms)": per["other_normal_ms"],
+             "denormal (ms)": per["other_thread_ms"], "slowdown": per["other_slowdown"]}]
+
+
+def per_thread_line(per: dict[str, Any], verdict: dict[str, Any]) -> str:
+    """What the per-thread measurement shows, given `penalty_verdict` of the same CPU."""
+    if verdict["pays"]:
+        return f"the thread that did not set the flag is {per['ratio']:.1f}x as slowed down as the one that did"
+    return ("this CPU does not pay for denormals, so both threads run them at full speed: the per-thread flag has "
+            "nothing to show here (the recorded 2-thread rows above show it)")

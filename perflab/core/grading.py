@@ -35,7 +35,6 @@ def _close(got: Any, want: Any, rtol: float, atol: float) -> bool:
         return got == want
 
 
-
 NOT_DONE = object()  # what `attempt` returns for a stub
 
 

@@ -283,6 +283,14 @@ def _measured(model: str, batch: int, seq: int, precision: str, optimizer: str, 
     return measure_step_phases(preset(model), batch=batch, seq=seq, dtype=precision, optimizer=optimizer,
                                checkpointing=checkpointing, device=device)
 
+def _predicted_measure_s(cfg, batch: int, seq: int, checkpointing: bool, device, dtype: str) -> float:
+    """At least how long `_measured` takes: the two training steps `measure_step_phases` runs, each
+    its exact FLOPs at this device's matmul rate (`perflab.flops.step.predicted_step_s`)."""
+    from perflab.flops.step import predicted_step_s
+
+    return 2 * predicted_step_s(cfg, batch, seq, checkpointing, device, dtype)[0]
+
+
 PANEL_MODELS = ["tiny-gpt", "tiny-llama", "small-gpt", "small-llama", "gpt2-small", "gpt2-medium", "gpt2-xl",
                 "llama2-7b", "llama2-13b", "llama2-70b", "gpt3-175b"]
 
@@ -330,12 +338,9 @@ def memory_view(model: str = "small-gpt", batch: int = 4, seq: int = 256, precis
         phases = _step_phases(cfg, batch, seq, dtype=precision, optimizer=optimizer, recompute=recompute,
                               device=dev.type)
         need = max(p.peak_bytes for p in phases)
-        from perflab.flops.step import predicted_step_s
-
-        step_s = predicted_step_s(cfg, batch, seq, recompute == "full", dev, precision)[0] * 2  # warm-up + measured
         if need > measure_budget_bytes:
             why = f"too large to measure in a slider ({need / GiB:.2f} GiB > {measure_budget_bytes / GiB:.2f} GiB): prediction only"
-        elif step_s > measure_budget_s:
+        elif (step_s := _predicted_measure_s(cfg, batch, seq, recompute == "full", dev, precision)) > measure_budget_s:
             why = (f"too slow to measure in a slider (at least {step_s:.2g} s here): prediction only; "
                    f"`perflab memory --measure --preset {model} --batch {batch} --seq {seq}` measures it")
         else:
