@@ -5,18 +5,19 @@ Chromium (Debian's package, which tools/setup_env.py installs where it can) is d
 one line, except under CI (CI=true), where a skipped browser test would hide a broken course: there
 it fails.
 
-Lessons 01 and 04 are opened from copies whose parameters are set to smoke mode the way papermill
-sets them (an injected cell after the `parameters` cell): the shipped notebooks stay untouched and
-the browser sees what `make test`'s papermill runs see, only through the front end. Each lesson is
-run in full (Run → Run All Cells; the second starts while the first still runs); once both have
-finished, a slider of each is moved with the keyboard (the arrow key on the focused handle,
-released) and the test waits for the slider's readout, the panel's table and its figure to change.
-No cell may show an error and the browser console may log no error. A request without the token,
-or with a wrong one, is refused.
+Every lesson (or those named in $PERFLAB_BROWSER_LESSONS, e.g. `01,04`) is opened from a copy whose
+parameters are set to smoke mode the way papermill sets them (an injected cell after the
+`parameters` cell): the shipped notebooks stay untouched and the browser sees what `make test`'s
+papermill runs see, only through the front end. Lessons run two at a time (Run → Run All Cells).
+Once both have finished, each must show no error, nothing on stderr and no cut table cell; then the
+first control of its first panel (`perflab.course.widgets.Panel`, CSS class `perflab-panel`) is
+moved as a learner moves it (a slider with the keyboard, a drop-down to its next option) and the
+test waits for the panel to redraw. The browser console may log no error. A request without the
+token, or with a wrong one, is refused.
 
 Screenshots of every step go to the test's temporary folder; their paths are printed on failure.
-The time from releasing the slider to the redrawn figure is printed (about 0.3-1 s here in smoke
-mode; a figure that is not redrawn within 15 s fails the test).
+The time from each change to the redrawn panel is printed (a panel that does not redraw within
+15 s fails the test).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def _smoke_copy(src: Path, dst: Path) -> None:
 def lab(browser_ready, tmp_path_factory):
     """JupyterLab as `make lab` starts it (127.0.0.1, a free port, Jupyter's own random token)."""
     root = tmp_path_factory.mktemp("course")
-    for name in ("01_flops.ipynb", "04_tiles_and_waves.ipynb"):
+    for name in LESSONS:
         _smoke_copy(ROOT / "notebooks" / name, root / "notebooks" / name)
     home = tmp_path_factory.mktemp("home")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -170,17 +171,19 @@ _ERRORS = """(root) => Array.from(document.querySelectorAll(
         || t.startsWith('⚠')))"""
 _WIDGET_FAILED = """(root) => Array.from(document.querySelectorAll(root + ' .jp-OutputArea-output'))
     .map(e => e.textContent).filter(t => t.includes('Error displaying widget') || t.includes('Loading widget...'))"""
-_PANEL_IMG = """([root, title]) => { const v = Array.from(document.querySelectorAll(root + ' .widget-vbox'))
-    .find(e => e.textContent.includes(title));
-    const img = v && v.querySelector('.widget-output img'); return img ? img.getAttribute('src') : null; }"""
-
-
-def _panel_state(panel) -> dict:
-    img = panel.locator(".widget-output img")
-    table = panel.locator(".widget-output table")
-    return {"slider": panel.locator(".widget-readout").first.text_content().strip(),
-            "img": img.first.get_attribute("src") if img.count() else None,
-            "table": table.first.text_content() if table.count() else ""}
+_STDERR = """(root) => Array.from(document.querySelectorAll(
+    root + ' [data-mime-type="application/vnd.jupyter.stderr"]'))
+    .map(e => e.textContent.trim()).filter(t => t.length)"""
+# a table cell whose text was cut ("…" or pandas' "..."), outside the code itself
+_CUT = """(root) => Array.from(document.querySelectorAll(root + ' .jp-OutputArea td, ' + root + ' .jp-OutputArea th'))
+    .map(e => e.textContent.trim()).filter(t => t.endsWith('…') || t.endsWith('...'))"""
+# what a panel shows: its output area (figure, table, text), and its controls' values
+_PANEL = """([root, i]) => { const p = document.querySelectorAll(root + ' .perflab-panel')[i];
+    if (!p) return null; const out = p.querySelector('.widget-output');
+    const vals = Array.from(p.querySelectorAll('.widget-readout, select, input')).map(e => e.value !== undefined
+        && e.tagName !== 'DIV' ? String(e.value) + (e.checked ? '+' : '') : e.textContent.trim());
+    return {out: out ? out.innerHTML : '', text: out ? out.textContent : '', controls: vals.join('|'),
+            busy: out ? /measuring|computing/i.test(out.textContent) && !out.querySelector('img, table') : false}; }"""
 
 
 def _open(page, lab, name: str, first: bool) -> str:
@@ -206,9 +209,14 @@ def _run_all(page, root: str) -> None:
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
-def _check_ran(page, name: str, root: str, steps: Steps) -> None:
-    """Wait until every code cell of the lesson has run; no cell may show an error."""
+def _front(page, name: str) -> None:
     page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=name).click()  # its tab in front
+
+
+def _check_ran(page, name: str, root: str, steps: Steps) -> None:
+    """Wait until every code cell of the lesson has run; no cell may show an error, print to stderr,
+    or cut a table cell."""
+    _front(page, name)
     try:  # every code cell has run when every prompt shows a number and none shows [*]
         page.wait_for_function(f"""(root) => {{ const p = ({_PROMPTS})(root);
             return p.length > 0 && p.every(t => /\\[\\d+\\]/.test(t)); }}""", arg=root, timeout=RUN_TIMEOUT_MS)
@@ -220,59 +228,113 @@ def _check_ran(page, name: str, root: str, steps: Steps) -> None:
     steps.shot(f"{name}_ran")
     errors = page.evaluate(_ERRORS, root)
     assert not errors, f"{name}: a cell shows an error: {errors[0][:500]}\n{steps.where()}"
+    stderr = page.evaluate(_STDERR, root)
+    assert not stderr, f"{name}: a cell printed to stderr (the learner sees it on red): {stderr[0][:500]}\n{steps.where()}"
+    cut = page.evaluate(_CUT, root)
+    assert not cut, f"{name}: a table cell is cut: {cut[0][:200]!r}\n{steps.where()}"
     # the injected smoke=True cell ran after the parameters cell: start() says which mode it sized for
     assert "smoke mode (tiny sizes" in page.locator(root).text_content(), \
         f"{name}: the lesson did not run in smoke mode (the injected parameters did not take effect)\n{steps.where()}"
 
 
-def _move_slider(page, name: str, root: str, panel_title: str, steps: Steps) -> float:
-    """Move the panel's first slider one step with the keyboard; return release → redrawn figure (s)."""
-    page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=name).click()
-    panel = page.locator(f"{root} .widget-vbox", has=page.get_by_text(panel_title, exact=True)).first
-    panel.scroll_into_view_if_needed()
-    page.wait_for_function(_PANEL_IMG, arg=[root, panel_title], timeout=STEP_TIMEOUT_MS)
+def _move(panel, page) -> str:
+    """Change the panel's first control as a learner would: a slider one step with the keyboard, a
+    drop-down to its next option, a checkbox or radio button clicked. Returns what was done."""
+    handle = panel.locator(".noUi-handle")
+    if handle.count():
+        h = handle.first
+        readout = panel.locator(".widget-readout").first
+        before = readout.text_content()
+        h.focus()
+        for key in ("ArrowRight", "ArrowLeft", "ArrowLeft"):  # at its maximum, a slider moves left
+            page.keyboard.down(key)
+            page.keyboard.up(key)
+            page.wait_for_timeout(100)
+            if readout.text_content() != before:
+                return f"slider {before.strip()} → {readout.text_content().strip()}"
+        return "slider did not move"
+    select = panel.locator("select")
+    if select.count():
+        s = select.first
+        options = s.locator("option").all_text_contents()
+        current = s.input_value()
+        labels = [o for o in options if o != current] or options
+        s.select_option(label=labels[0])
+        return f"drop-down {current} → {labels[0]}"
+    box = panel.locator("input[type=checkbox], input[type=radio]:not(:checked), .widget-toggle-button:not(.mod-active)")
+    if box.count():
+        box.first.click()
+        return "clicked a toggle"
+    raise AssertionError("the panel has no slider, drop-down or toggle to move")
+
+
+def _move_widget(page, name: str, root: str, steps: Steps) -> float:
+    """Move the lesson's first panel's first control; return the seconds from the change to the redraw."""
+    _front(page, name)
+    page.wait_for_function(f"(r) => ({_PANEL})([r, 0]) !== null", arg=root, timeout=STEP_TIMEOUT_MS)
     failed = page.evaluate(_WIDGET_FAILED, root)
     assert not failed, f"{name}: a widget did not render: {failed[0][:200]}\n{steps.where()}"
-    before = _panel_state(panel)
+    panel = page.locator(f"{root} .perflab-panel").first
+    panel.scroll_into_view_if_needed()
+    page.wait_for_function(f"(r) => {{ const s = ({_PANEL})([r, 0]); return s && s.out.length > 0 && !s.busy; }}",
+                           arg=root, timeout=STEP_TIMEOUT_MS)
+    before = page.evaluate(_PANEL, [root, 0])
     steps.shot(f"{name}_panel_before", panel)
-    handle = panel.locator(".noUi-handle").first
-    handle.focus()
-    page.keyboard.down("ArrowRight")
-    page.keyboard.up("ArrowRight")
-    released = time.perf_counter()
+    did = _move(panel, page)
+    moved = time.perf_counter()
     try:
-        page.wait_for_function(f"""([root, title, src]) => {{ const now = ({_PANEL_IMG})([root, title]);
-            return now && now !== src; }}""", arg=[root, panel_title, before["img"]], timeout=REDRAW_TIMEOUT_MS)
+        page.wait_for_function(f"""([r, old]) => {{ const s = ({_PANEL})([r, 0]);
+            return s && !s.busy && s.out !== old; }}""", arg=[root, before["out"]], timeout=REDRAW_TIMEOUT_MS)
     except Exception as e:
         steps.shot(f"{name}_no_redraw", panel)
-        raise AssertionError(
-            f"{name}: the figure of '{panel_title}' did not redraw within {REDRAW_TIMEOUT_MS / 1000:.0f} s after "
-            f"the slider moved from {before['slider']} to {_panel_state(panel)['slider']} "
-            f"({e.__class__.__name__})\n{steps.where()}") from None
-    redraw = time.perf_counter() - released
-    page.wait_for_timeout(200)  # the table is drawn in the same output update; let layout settle
-    after = _panel_state(panel)
+        raise AssertionError(f"{name}: the panel did not redraw within {REDRAW_TIMEOUT_MS / 1000:.0f} s after "
+                             f"{did} ({e.__class__.__name__})\n{steps.where()}") from None
+    redraw = time.perf_counter() - moved
+    page.wait_for_timeout(200)
+    after = page.evaluate(_PANEL, [root, 0])
     steps.shot(f"{name}_panel_after", panel)
-    assert after["slider"] != before["slider"], f"{name}: the slider's readout did not change\n{steps.where()}"
-    assert after["img"] != before["img"], f"{name}: the figure did not change\n{steps.where()}"
-    if before["table"]:
-        assert after["table"] != before["table"], f"{name}: the panel's table did not change\n{steps.where()}"
+    assert after["controls"] != before["controls"], f"{name}: the control did not change ({did})\n{steps.where()}"
     errors = page.evaluate(_ERRORS, root)
-    assert not errors, f"{name}: after the slider moved, the panel shows an error: {errors[0][:500]}\n{steps.where()}"
-    print(f"{name}: slider {before['slider']} → {after['slider']}: figure redrawn {redraw:.2f} s after release")
+    assert not errors, f"{name}: after {did}, the panel shows an error: {errors[0][:500]}\n{steps.where()}"
+    print(f"{name}: {did}: redrawn {redraw:.2f} s later")
     return redraw
 
 
-LESSONS = {"01_flops.ipynb": "matmul on the roofline", "04_tiles_and_waves.ipynb": "Tiles and waves (model)"}
+def _shut_down(lab, name: str) -> None:
+    """Stop the lesson's kernel (two at a time on two cores), as File → Shut Down would."""
+    import json
+
+    base, token = lab["base"], lab["token"]
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+        sessions = json.load(r)
+    for s in sessions:
+        if s.get("path", "").endswith(name):
+            req = urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=10).close()
 
 
-@pytest.mark.timeout(180)
-def test_lessons_01_and_04_in_a_real_browser(lab, tmp_path):
+def _lessons() -> list[str]:
+    """Every lesson, or those named in $PERFLAB_BROWSER_LESSONS (comma-separated prefixes such as 01,04)."""
+    every = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    want = os.environ.get("PERFLAB_BROWSER_LESSONS", "").strip()
+    if want and want != "all":
+        keep = {w.strip() for w in want.split(",") if w.strip()}
+        every = [n for n in every if n.split("_", 1)[0] in keep]
+    return every
+
+
+LESSONS = _lessons()
+
+
+@pytest.mark.timeout(900)
+def test_every_lesson_in_a_real_browser(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
     _check_token_is_required(lab)
     t0 = time.perf_counter()
     console_errors: list[str] = []
+    redraw: dict[str, float] = {}
+    marks: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
@@ -281,20 +343,22 @@ def test_lessons_01_and_04_in_a_real_browser(lab, tmp_path):
             page.on("pageerror", lambda e: console_errors.append(f"page error: {e}"))
             steps = Steps(page, tmp_path)
             try:
-                # Both lessons start at once (the second opens and runs while the first still runs:
-                # two kernels on two cores); the sliders move only once both have finished, so the
-                # redraw times are not shared with a running lesson.
-                roots, marks = {}, []
-                for i, name in enumerate(LESSONS):
-                    roots[name] = _open(page, lab, name, first=i == 0)
-                    steps.shot(f"{name}_opened")
-                    _run_all(page, roots[name])
-                    marks.append(f"{name} running at {time.perf_counter() - t0:.1f} s")
-                for name in reversed(LESSONS):
-                    _check_ran(page, name, roots[name], steps)
-                    marks.append(f"{name} ran at {time.perf_counter() - t0:.1f} s")
-                redraw = {name: _move_slider(page, name, roots[name], title, steps) for name, title in LESSONS.items()}
-                marks.append(f"sliders done at {time.perf_counter() - t0:.1f} s")
+                # Two lessons at a time (two kernels on two cores): both start, then each is checked
+                # and its widget moved once both have finished, so a redraw never shares the CPU with
+                # a running lesson; then both kernels stop.
+                for i in range(0, len(LESSONS), 2):
+                    pair = LESSONS[i:i + 2]
+                    roots = {}
+                    for name in pair:
+                        roots[name] = _open(page, lab, name, first=i == 0 and name == pair[0])
+                        _run_all(page, roots[name])
+                    for name in pair:
+                        _check_ran(page, name, roots[name], steps)
+                    for name in pair:
+                        redraw[name] = _move_widget(page, name, roots[name], steps)
+                        marks.append(f"{name[:2]} done at {time.perf_counter() - t0:.0f} s")
+                    for name in pair:
+                        _shut_down(lab, name)
             except Exception:
                 steps.shot("failure")
                 print(steps.where())
@@ -302,7 +366,6 @@ def test_lessons_01_and_04_in_a_real_browser(lab, tmp_path):
         finally:
             browser.close()
     assert not console_errors, "the browser console reported errors:\n" + "\n".join(console_errors[:10]) + "\n" + steps.where()
-    r01, r04 = redraw.values()
-    print(f"slider release → redrawn figure: lesson 01 (measures a matmul live) {r01:.2f} s, "
-          f"lesson 04 (model only) {r04:.2f} s; whole browser run {time.perf_counter() - t0:.1f} s ({'; '.join(marks)})")
-    print(steps.where())
+    assert set(redraw) == set(LESSONS)
+    print("change → redrawn panel: " + ", ".join(f"{n[:2]} {s:.2f} s" for n, s in redraw.items())
+          + f"; whole browser run {time.perf_counter() - t0:.1f} s ({'; '.join(marks)})")

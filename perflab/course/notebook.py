@@ -36,12 +36,14 @@ class Context:
 
 
 def set_readable_display(significant: int = 4) -> None:
-    """Make pandas show every float to `significant` digits (tables in this kernel, from now on)."""
+    """Make pandas show every float to `significant` digits and every cell's whole text (tables in
+    this kernel, from now on)."""
     import pandas as pd
 
     from perflab.core.readout import num
 
     pd.set_option("display.float_format", lambda x: num(x, significant))
+    pd.set_option("display.max_colwidth", None)  # a table never cuts a cell's text ("…"); the page wraps it
 
 
 def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -> Context:

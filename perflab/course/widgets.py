@@ -67,6 +67,7 @@ class Panel:
             c.observe(self._changed, names="value")
         header = [w.HTML(f"<b>{title}</b>")] if title else []
         self.widget = w.VBox(header + [w.HBox(list(controls.values()), layout=w.Layout(flex_flow="row wrap")), self.out])
+        self.widget.add_class("perflab-panel")  # how the browser test finds a lesson's panels
 
     @property
     def values(self) -> dict[str, Any]:
