@@ -174,8 +174,10 @@ def find_submissions(root: Path | str, labs: dict[str, Lab], course: dict[str, L
                 continue  # .ipynb_checkpoints and other hidden copies
             lab = match_lab(nb.name, course)
             if lab is None:
-                notes.append(f"{item.name}/{nb.relative_to(item)}: no lab number or lab name in the file name "
-                             f"(name it like {next(iter(course.values())).name}.ipynb)")
+                num = re.search(r"(?<![0-9])([0-9]{1,2})(?![0-9])", nb.stem)
+                why = (f"no lab {int(num.group(1)):02d} in this course (its labs: {', '.join(course)})" if num else
+                       f"no lab number or lab name in the file name (name it like {next(iter(course.values())).name}.ipynb)")
+                notes.append(f"{item.name}/{nb.relative_to(item)}: {why}")
             elif lab.number in labs:
                 found.setdefault(lab.number, []).append(nb)
         for number, paths in found.items():
