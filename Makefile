@@ -10,8 +10,13 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean wheelhouse site release
 
+# perflab's extras (pyproject.toml) each target needs: the lessons need only `course`
+EXTRAS ?= course,test,site,hta
+lab: EXTRAS = course
+release: EXTRAS = course
+
 setup:
-	@$(PYTHON) tools/setup_env.py --venv $(VENV)
+	@$(PYTHON) tools/setup_env.py --venv $(VENV) --extras $(EXTRAS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \

@@ -31,10 +31,14 @@ def _name(req: str) -> str:
 def test_the_list_is_pyprojects_without_torch_plus_the_build_backend():
     text = (ROOT / "pyproject.toml").read_text()
     deps = {_name(d) for d in wheelhouse._array(text, "dependencies")}
-    assert "torch" in deps and "jupyterlab" in deps  # the parser read the real list
+    assert "torch" in deps and "numpy" in deps  # the parser read the real list
+    extras = wheelhouse.extra_names(text)
+    assert {"course", "test", "site", "hta", "dev"} <= set(extras)
+    deps |= {_name(d) for e in extras for d in wheelhouse._array(text, e)}
+    assert {"jupyterlab", "pytest", "mkdocs", "holistictraceanalysis", "ruff"} <= deps  # every extra's list read
     reqs = wheelhouse.requirements()
     names = {_name(r) for r in reqs}
-    assert names == (deps - {"torch"}) | {"ruff", "setuptools"} | {_name(r) for r in wheelhouse.TORCH_RUNTIME}
+    assert names == (deps - {"torch"}) | {"setuptools"} | {_name(r) for r in wheelhouse.TORCH_RUNTIME}
     assert "filelock" in names and "sympy" in names
     assert "setuptools>=64" in reqs  # pyproject's build-system, for `pip install -e .` offline
     tags = wheelhouse.target_args("3.12", "x86_64")

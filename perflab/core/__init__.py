@@ -2,6 +2,7 @@
 nothing else from perflab.
 
 - `errors`: exceptions that carry a one-line message meant for a person
+- `extras`: import a package of an extra, or say in one line which extra to install
 - `validate`: checks on sizes typed at the CLI or dragged on a slider
 - `dtypes`: data types by the names people use (parsed once, passed on as `DType`)
 - `device`: pick the device, wait for it, describe it
@@ -18,6 +19,6 @@ nothing else from perflab.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("errors", "validate", "dtypes", "device", "hardware", "lock", "timing", "results", "measure",
+MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "timing", "results", "measure",
            "roofline", "grading", "denormals", "readout")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -66,13 +66,10 @@ PREDICTION_FIELDS = ("lesson", "key", "question", "unit", "predicted", "measured
 
 
 def need_papermill():
-    try:
-        import nbformat
-        import papermill
-    except ImportError:
-        raise InputError("grading runs notebooks with papermill, which is not installed: "
-                         "pip install 'perflab[course]'") from None
-    return papermill, nbformat
+    from perflab.core.extras import need
+
+    what = "grading runs the notebooks with papermill"
+    return need("papermill", "course", what), need("nbformat", "course", what)
 
 
 # ----------------------------------------------------------------------------- the course's labs
