@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def setup_env(monkeypatch):
     spec = importlib.util.spec_from_file_location("setup_env", ROOT / "tools" / "setup_env.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     calls = []

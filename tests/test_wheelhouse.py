@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "tools" / "wheelhouse.py")
+assert spec is not None and spec.loader is not None
 wheelhouse = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(wheelhouse)
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -71,6 +72,7 @@ def _made_for(dest: Path) -> str:
 @pytest.mark.skipif(_cached() is None, reason="no wheelhouse here (make wheelhouse downloads one; a test never does)")
 def test_the_wheelhouse_resolves_offline():
     dest = _cached()
+    assert dest is not None
     r = wheelhouse.check(dest, _made_for(dest), platform.machine(), wheelhouse.requirements())
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
     assert "Would install" in r.stdout

@@ -198,7 +198,7 @@ def spawn(cmd: list[str]) -> subprocess.Popen:
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-    proc.log = log
+    setattr(proc, "log", log)  # read back by finish_chromium_install
     return proc
 
 
@@ -231,7 +231,7 @@ def finish_chromium_install(proc: subprocess.Popen | None, started: float) -> No
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
     ap.add_argument("--force", action="store_true", help="reinstall even if up to date")
     ap.add_argument("--extras", default="course,test,site,hta",
