@@ -67,9 +67,7 @@ def write(path: Path, nb: dict | str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("class")
+def grade_a_class(tmp: Path):
     course = tmp / "labs"
     write(course / "99_double.ipynb", notebook([SETUP, STUB, "grading.summary()"]))
     subs = tmp / "submissions"
@@ -87,8 +85,9 @@ def graded(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_every_kind_of_submission_is_graded_as_it_should_be(graded):
-    book, subs = graded
+def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
+    """One class, graded once (in the test's own time): the outcomes, then the gradebook's forms."""
+    book, subs = grade_a_class(tmp_path)
     got = {r.learner: (r.outcome, r.message) for r in book.records}
     assert got["right"] == ("done", "1 check passed")
     assert got["stan"][0] == "not done" and "double" in got["stan"][1]
@@ -105,10 +104,7 @@ def test_every_kind_of_submission_is_graded_as_it_should_be(graded):
     assert (subs / "deleter" / "keep.txt").read_text() == "the learner's own file"
     assert (subs / "right" / "right_lab99_attempt.ipynb").is_file()
 
-
-@pytest.mark.slow
-def test_the_gradebook_csv_json_and_summary(graded):
-    book, _ = graded
+    # the CSV, the JSON and the one-screen summary
     rows = list(csv.DictReader(io.StringIO(book.csv_text())))
     right = next(r for r in rows if r["learner"] == "right")
     assert right["outcome"] == "done" and right["predictions"] == "1" and right["median_prediction_error_pct"] == "20.0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -96,12 +97,12 @@ def test_a_killed_holders_lock_is_recovered_and_predictions_never_wait(tmp_path,
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         said: list[str] = []
         t0 = time.monotonic()
-        with pytest.raises(lock.LockTimeout, match="cpu stayed busy for 1 s .another measurement is running"):
+        with pytest.raises(lock.LockTimeout, match=r"cpu stayed busy for \d+ s \(another measurement is running"):
             with lock.device_lock("cpu", timeout=1.3, say=lambda text, final: said.append(text)):
                 pass
         assert time.monotonic() - t0 >= 1.3
         assert said and said[0].startswith("waiting for cpu: another measurement is running (")
-        assert f"pid {holder.pid}: a long measurement" in said[0] and said[0].endswith(", 1 s")
+        assert f"pid {holder.pid}: a long measurement" in said[0] and re.search(r", \d+ s$", said[0])
 
         # predictions only compute: they go ahead while the device is busy
         from perflab.core.roofline import attainable_flops, matmul_intensity

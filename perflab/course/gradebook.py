@@ -420,7 +420,7 @@ class Gradebook:
 
     def as_dict(self) -> dict[str, Any]:
         return {"labs": self.labs, "jobs": self.jobs, "timeout_s": self.timeout, "seconds": round(self.seconds, 1),
-                "unmatched": self.notes, "records": [asdict(r) for r in self.records],
+                "unmatched": self.notes, "records": [dict(asdict(r), seconds=round(r.seconds, 1)) for r in self.records],
                 "passed": self.passed()}
 
     def passed(self) -> dict[str, int]:
