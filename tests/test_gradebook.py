@@ -40,7 +40,8 @@ BODIES = {
     "right": "return 2 * x",
     "wrong": "return x + 2",
     "raising": "return {}[x]",
-    "looping": "while True:\n        pass",
+    # never returns (sleeping, so that it leaves the cores to the other submissions meanwhile)
+    "looping": "import time\n    while True:\n        time.sleep(0.1)",
     # b"x" * n writes every byte: real memory, not an untouched reservation
     "hog": "hog = []\n    while True:\n        hog.append(b'x' * 2**27)",
     # removes everything it can reach by a relative path: its folder and the one above, then answers right
@@ -67,6 +68,11 @@ def write(path: Path, nb: dict | str) -> Path:
     return path
 
 
+# long enough for a kernel to start and run the little lab on a busy 2-core machine, short enough
+# that the looping notebook costs little
+TIMEOUT = 20
+
+
 def grade_a_class(tmp: Path):
     course = tmp / "labs"
     write(course / "99_double.ipynb", notebook([SETUP, STUB, "grading.summary()"]))
@@ -80,7 +86,7 @@ def grade_a_class(tmp: Path):
     write(subs / "mal" / "99_double.ipynb", "{ this is not a notebook")
     write(subs / "bob" / "notes.ipynb", notebook(["1 + 1"]))
     (subs / "deleter" / "keep.txt").write_text("the learner's own file")
-    book = gb.grade_folder(subs, course=course, timeout=12, jobs=2, limits=gb.Limits(memory_bytes=2**30))
+    book = gb.grade_folder(subs, course=course, timeout=TIMEOUT, jobs=2, limits=gb.Limits(memory_bytes=2**30))
     return book, subs
 
 
@@ -93,13 +99,13 @@ def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
     assert got["stan"][0] == "not done" and "double" in got["stan"][1]
     assert got["wrong"] == ("wrong", "double: for {'x': 5} you returned 7, expected 10. Hint: twice x")
     assert got["raising"] == ("error", "KeyError: 2")
-    assert got["looping"][0] == "timeout" and got["looping"][1].startswith("still running after 12 s")
+    assert got["looping"][0] == "timeout" and got["looping"][1].startswith(f"still running after {TIMEOUT} s")
     assert got["hog"] == ("error", "MemoryError")
     assert got["deleter"] == ("done", "1 check passed")
     assert got["mal"][0] == "error" and got["mal"][1].startswith("malformed notebook (")
     assert "bob" not in got and any(n.startswith("bob/notes.ipynb: no lab number or lab name") for n in book.notes)
     # every run within its timeout (plus the time to stop a kernel), the loop included
-    assert all(r.seconds < 12 + 5 for r in book.records), [(r.learner, r.seconds) for r in book.records]
+    assert all(r.seconds < TIMEOUT + 5 for r in book.records), [(r.learner, r.seconds) for r in book.records]
     # the copies protected the originals: the deleter's folder and everyone else's are untouched
     assert (subs / "deleter" / "keep.txt").read_text() == "the learner's own file"
     assert (subs / "right" / "right_lab99_attempt.ipynb").is_file()

@@ -198,7 +198,7 @@ def spawn(cmd: list[str]) -> subprocess.Popen:
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-    setattr(proc, "log", log)  # read back by finish_chromium_install
+    proc.log = log  # pyright: ignore[reportAttributeAccessIssue]  (a note for finish_chromium_install)
     return proc
 
 
