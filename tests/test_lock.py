@@ -155,3 +155,16 @@ def test_device_keys():
     assert lock.device_key("cpu") == lock.device_key("cpu:0") == "cpu"
     assert lock.device_key("mps") == "mps"
     assert lock.device_key("cuda:1").startswith("cuda-")
+
+
+def test_a_lock_folder_nobody_can_use_is_said_once_and_the_measurement_goes_on(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(blocker / "locks"))  # under a file: cannot be created
+    monkeypatch.delenv(lock.HELD_ENV, raising=False)
+    for _ in range(2):
+        with lock.device_lock("cpu") as waited:
+            assert waited == 0.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("perflab: measuring without taking turns: cannot create the lock folder")
+    assert "set PERFLAB_LOCK_DIR to a folder every user can write" in err[0]

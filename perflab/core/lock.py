@@ -167,10 +167,15 @@ def device_lock(device: object = "cpu", *, label: str = "", timeout: float | Non
                 _held[key] -= 1
         return
 
-    import fcntl
+    try:
+        import fcntl
 
-    path = lock_dir() / f"perflab-{key}.lock"
-    fd = _open(path)
+        path = lock_dir() / f"perflab-{key}.lock"
+        fd = _open(path)
+    except (ImportError, PerflabError) as e:  # no flock (Windows), or no folder to share: measure, and say so once
+        _warn_once(f"measuring without taking turns: {e}")
+        yield 0.0
+        return
     t0 = time.monotonic()
     waited = 0.0
     noted = False
@@ -228,6 +233,15 @@ def devices_lock(devices: list[str], *, label: str = "", timeout: float | None =
         for dev in sorted(set(devices), key=device_key):
             stack.enter_context(device_lock(dev, label=label, timeout=timeout))
         yield
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        sys.stderr.write(f"perflab: {text}\n")
 
 
 def _user() -> str:
