@@ -80,6 +80,8 @@ def test_the_release_notebooks_have_no_outputs(release):
     dirty = [str(p) for p in nbs if not is_clean(json.loads(p.read_text()))]
     assert not dirty, dirty
     assert (folder / "perflab" / "__init__.py").is_file() and (folder / "tools" / "setup_env.py").is_file()
+    readme = (folder / "README.md").read_text()
+    assert "Solutions are in `labs/solutions/`" not in readme and "Your teacher has the solutions." in readme
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@
 
 What goes in: the package (`perflab/`), the lessons (`notebooks/`), the labs (`labs/`, without
 `solutions/`), `data/`, the README, the install files (pyproject.toml, environment.yml, Makefile)
-and the setup script `make lab` runs (tools/setup_env.py). The tests stay out: they run the
+the setup script `make lab` runs (tools/setup_env.py) and the offline wheel folder's
+(tools/wheelhouse.py); the README says that the teacher has the solutions. The tests stay out: they run the
 solutions. `solution_fingerprints` and `solution_code_in` let a test prove that no statement of a
 solution's functions is in the release.
 """
@@ -21,7 +22,10 @@ from perflab.core.errors import InputError
 from perflab.course.nbclean import clean
 
 NAME = "perflab-course"
-TOP_FILES = ("README.md", "LICENSE", "pyproject.toml", "environment.yml", "Makefile", ".gitignore", "tools/setup_env.py")
+TOP_FILES = ("README.md", "LICENSE", "pyproject.toml", "environment.yml", "Makefile", ".gitignore", "tools/setup_env.py",
+             "tools/wheelhouse.py")
+# the README's sentences that are not true of the release, and what the release says instead
+README_EDITS = {"Solutions are in `labs/solutions/`.": "Your teacher has the solutions."}
 TOP_DIRS = ("perflab", "notebooks", "labs", "data")
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", "solutions", "results", ".pytest_cache"}
 
@@ -53,6 +57,12 @@ def build_release(out: Path | str, root: Path | str | None = None) -> tuple[Path
         if (src / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src / rel, dest / rel)
+    readme = dest / "README.md"
+    if readme.is_file():
+        text = readme.read_text()
+        for old, new in README_EDITS.items():
+            text = text.replace(old, new)
+        readme.write_text(text)
     for top in TOP_DIRS:
         for path in sorted((src / top).rglob("*")) if (src / top).is_dir() else []:
             rel = path.relative_to(src)
