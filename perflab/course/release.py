@@ -3,10 +3,10 @@
     perflab release OUT        # OUT/perflab-course/ and OUT/perflab-course.zip
 
 What goes in: the package (`perflab/`), the lessons (`notebooks/`), the labs (`labs/`, without
-`solutions/`), `data/`, the README, the install files (pyproject.toml, environment.yml, Makefile)
-the setup script `make lab` runs (tools/setup_env.py) and the offline wheel folder's
-(tools/wheelhouse.py); the README says that the teacher has the solutions. The tests stay out: they run the
-solutions. `solution_fingerprints` and `solution_code_in` let a test prove that no statement of a
+`solutions/`), `data/`, the README (saying that the teacher has the solutions), the install files
+(pyproject.toml, environment.yml, Makefile), the setup script `make lab` runs (tools/setup_env.py)
+and the one that fills an offline wheel folder (tools/wheelhouse.py). The tests stay out: they run
+the solutions. `solution_fingerprints` and `solution_code_in` let a test prove that no statement of a
 solution's functions is in the release.
 """
 
