@@ -8,10 +8,15 @@ LAB_PORT ?= 8888
 # Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean wheelhouse site
+.PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean wheelhouse site release
+
+# perflab's extras (pyproject.toml) each target needs: the lessons need only `course`
+EXTRAS ?= course,test,site,hta
+lab: EXTRAS = course
+release: EXTRAS = course
 
 setup:
-	@$(PYTHON) tools/setup_env.py --venv $(VENV)
+	@$(PYTHON) tools/setup_env.py --venv $(VENV) --extras $(EXTRAS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
@@ -54,6 +59,12 @@ ARCH ?= $(shell uname -m)
 wheelhouse:
 	$(PYTHON) tools/wheelhouse.py --arch $(ARCH) --dest wheelhouse \
 		$(if $(filter 3.%,$(PY)),--python $(PY))
+
+# The learners' copy of the course: no labs/solutions/, outputs cleared; a folder and a zip in
+# $(RELEASE_DIR) (perflab/course/release.py; tests/test_release.py proves no solution code is in it).
+RELEASE_DIR ?= dist/release
+release: setup
+	$(PY) -m perflab release $(RELEASE_DIR)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -113,6 +113,34 @@ def check_layers(root: Path) -> list[str]:
     for m in sorted(graph):
         if m not in done:
             visit(m, [m], {m})
+    problems += package_circles(graph)
+    return problems
+
+
+def package_circles(graph: dict[str, set[str]]) -> list[str]:
+    """Circles between packages (cli, commands, course, topics, workload, core): `commands.flops`
+    importing a helper from `cli` while `cli` imports the commands is a circle even when no single
+    module reaches itself (the commands are imported lazily by name)."""
+    edges: dict[str, set[str]] = {}
+    for src, targets in graph.items():
+        a = layer_of(src)
+        for dst in targets:
+            b = layer_of(dst)
+            if a and b and a != b and "_lazy" not in (a, b):
+                edges.setdefault(a, set()).add(b)
+    problems, seen = [], set()
+    for start in sorted(edges):
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(edges.get(node, ())):
+                if nxt == start:
+                    key = frozenset(path)
+                    if key not in seen:
+                        seen.add(key)
+                        problems.append("package circle: " + " → ".join(path + [start]))
+                elif nxt not in path:
+                    stack.append((nxt, path + [nxt]))
     return problems
 
 
@@ -180,3 +208,17 @@ def test_every_package_lists_its_modules_lazily_and_in_its_docstring(pkg):
     assert not missing, f"perflab/{pkg}/__init__.py's docstring does not list {missing}"
     for m in p.MODULES:
         assert getattr(p, m).__name__ == f"perflab.{pkg}.{m}"
+
+
+def test_the_checker_catches_a_package_circle(tmp_path):
+    # cli imports the commands by name at run time; a command importing a helper back from cli
+    # closes a circle between the two packages although no module imports itself
+    root = _fake_tree(tmp_path, {
+        "cli.py": "def main():\n    from perflab.commands import flops\n\ndef emit():\n    pass\n",
+        "commands/flops.py": "from perflab.cli import emit\n",
+    })
+    problems = check_layers(root)
+    assert any(p.startswith("package circle:") and "cli" in p and "commands" in p for p in problems), problems
+    (root / "commands" / "_args.py").write_text("def emit():\n    pass\n")
+    (root / "commands" / "flops.py").write_text("from perflab.commands._args import emit\n")
+    assert check_layers(root) == []

@@ -15,13 +15,22 @@ def _name(req: str) -> str:
     return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower()
 
 
-def pyproject_deps() -> set[str]:
+def pyproject() -> dict:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
         pytest.skip("tomllib needs Python 3.11")
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return {_name(d) for d in data["project"]["dependencies"]}
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def pyproject_deps() -> set[str]:
+    """perflab's dependencies and every extra but dev: the whole course's environment."""
+    project = pyproject()
+    deps = {_name(d) for d in project["dependencies"]}
+    for extra, reqs in project.get("optional-dependencies", {}).items():
+        if extra != "dev":
+            deps |= {_name(d) for d in reqs}
+    return deps
 
 
 def environment_deps() -> set[str]:
@@ -66,3 +75,35 @@ def test_lab_listens_on_localhost_with_token():
     assert "--ServerApp.ip=127.0.0.1" in cmd
     assert "token=''" not in cmd and 'token=""' not in cmd and "--ServerApp.token" not in cmd
     assert "password" not in cmd.lower() and "--ServerApp.ip=0.0.0.0" not in cmd
+
+
+def test_a_learner_installs_only_what_import_perflab_and_the_cli_need():
+    """The test runner, the site builder, the notebooks' stack and the trace tool are extras; the
+    pytest pin lives in the test extra, so it never constrains a learner's own pytest."""
+    project = pyproject()
+    runtime = {_name(d) for d in project["dependencies"]}
+    assert runtime == {"torch", "numpy", "pandas", "matplotlib", "tqdm", "psutil", "nvidia-ml-py"}
+    extras = {k: {_name(d) for d in v} for k, v in project["optional-dependencies"].items()}
+    assert {"jupyterlab", "ipykernel", "ipywidgets", "ipyexperiments", "papermill"} <= extras["course"]
+    assert {"pytest", "pytest-timeout", "pytest-xdist"} <= extras["test"]
+    assert {"mkdocs", "mkdocs-material", "mkdocs-jupyter", "latex2mathml"} <= extras["site"]
+    assert extras["hta"] == {"holistictraceanalysis"}
+    assert "pytest<9.2" in project["optional-dependencies"]["test"]
+
+
+@pytest.mark.parametrize("target, extras", [("lab", "course"), ("release", "course"), ("test", "course,test,site,hta"),
+                                            ("test-fast", "course,test,site,hta")])
+def test_make_targets_install_the_extras_they_need(target, extras):
+    out = subprocess.run(["make", "-n", target, "LAB_PORT=0"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    setup = next(ln for ln in out.splitlines() if "tools/setup_env.py" in ln)
+    assert setup.endswith(f"--extras {extras}")
+
+
+def test_what_needs_an_extra_says_which_in_one_line():
+    from perflab.core.errors import PerflabError
+    from perflab.core.extras import need
+
+    assert need("json", "course", "x").dumps({}) == "{}"
+    with pytest.raises(PerflabError) as e:
+        need("perflab_no_such_package.sub", "course", "the lessons' widgets")
+    assert str(e.value) == "the lessons' widgets: perflab_no_such_package is not installed; pip install 'perflab[course]'"

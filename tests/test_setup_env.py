@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def setup_env(monkeypatch):
     spec = importlib.util.spec_from_file_location("setup_env", ROOT / "tools" / "setup_env.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     calls = []
@@ -129,3 +130,12 @@ def test_chromium_install_is_left_alone_when_present_or_impossible(chromium_env,
     assert spawned == []
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "chromium" in ln]
     assert len(lines) == 2 and all("browser test will be skipped" in ln for ln in lines)
+
+
+def test_extras_are_installed_with_dev_and_unknown_ones_stop_the_setup(setup_env):
+    mod, calls, state = setup_env
+    assert mod.install_spec(["course"]).endswith("[dev,course]")
+    assert mod.install_spec([]).endswith("[dev]")
+    assert mod.parse_extras("course, test") == ["course", "test"]
+    with pytest.raises(SystemExit, match="no extra gpu in pyproject.toml: choose from .*course"):
+        mod.parse_extras("course,gpu")

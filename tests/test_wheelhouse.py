@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "tools" / "wheelhouse.py")
+assert spec is not None and spec.loader is not None
 wheelhouse = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(wheelhouse)
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -31,10 +32,14 @@ def _name(req: str) -> str:
 def test_the_list_is_pyprojects_without_torch_plus_the_build_backend():
     text = (ROOT / "pyproject.toml").read_text()
     deps = {_name(d) for d in wheelhouse._array(text, "dependencies")}
-    assert "torch" in deps and "jupyterlab" in deps  # the parser read the real list
+    assert "torch" in deps and "numpy" in deps  # the parser read the real list
+    extras = wheelhouse.extra_names(text)
+    assert {"course", "test", "site", "hta", "dev"} <= set(extras)
+    deps |= {_name(d) for e in extras for d in wheelhouse._array(text, e)}
+    assert {"jupyterlab", "pytest", "mkdocs", "holistictraceanalysis", "ruff"} <= deps  # every extra's list read
     reqs = wheelhouse.requirements()
     names = {_name(r) for r in reqs}
-    assert names == (deps - {"torch"}) | {"ruff", "setuptools"} | {_name(r) for r in wheelhouse.TORCH_RUNTIME}
+    assert names == (deps - {"torch"}) | {"setuptools"} | {_name(r) for r in wheelhouse.TORCH_RUNTIME}
     assert "filelock" in names and "sympy" in names
     assert "setuptools>=64" in reqs  # pyproject's build-system, for `pip install -e .` offline
     tags = wheelhouse.target_args("3.12", "x86_64")
@@ -67,6 +72,7 @@ def _made_for(dest: Path) -> str:
 @pytest.mark.skipif(_cached() is None, reason="no wheelhouse here (make wheelhouse downloads one; a test never does)")
 def test_the_wheelhouse_resolves_offline():
     dest = _cached()
+    assert dest is not None
     r = wheelhouse.check(dest, _made_for(dest), platform.machine(), wheelhouse.requirements())
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
     assert "Would install" in r.stdout

@@ -18,8 +18,9 @@ PERFLAB_TORCH_INDEX=<url>):
   several GB of CUDA libraries that a CPU-only machine cannot use; this never asks for it.
 * macOS: `torch==2.13.0` from PyPI (its macOS wheels are CPU/MPS builds).
 
-Then perflab and its dependencies are installed (`-e .[dev]`); torch is already satisfied, so it
-is left alone. This uses uv (`pip install uv`, then `uv pip install`: about 15 s instead of a
+Then perflab, its dependencies and the extras asked for are installed (`-e .[dev,<extras>]`:
+`make lab` asks for course, `make test` for course,test,site,hta); torch is already satisfied, so it
+is left alone. An environment that has the extras asked for already is up to date. This uses uv (`pip install uv`, then `uv pip install`: about 15 s instead of a
 minute with pip on 2 cores) when the venv has its own packages and pip is not told to work offline;
 pip otherwise, or if uv fails, or with PERFLAB_INSTALLER=pip. Finally the `pynvml` compatibility shim that ipyexperiments pulls in is
 removed (nvidia-ml-py provides the real `pynvml` module; the shim only makes every
@@ -39,6 +40,7 @@ import tempfile
 import time
 import venv
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_TORCH = "2.13.0"
@@ -51,7 +53,7 @@ def say(msg: str) -> None:
 
 def run(cmd: list[str], check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
     say("$ " + " ".join(cmd))
-    kw = {"stdout": subprocess.DEVNULL} if quiet else {}
+    kw: dict[str, Any] = {"stdout": subprocess.DEVNULL} if quiet else {}
     return subprocess.run(cmd, check=check, **kw)
 
 
@@ -140,7 +142,26 @@ def shares_system_packages(venv_dir: Path) -> bool:
     return "include-system-site-packages = true" in text
 
 
-def install_project(py: str, venv_dir: Path) -> None:
+def install_spec(extras: list[str]) -> str:
+    """What pip installs: this checkout, editable, with dev and the extras asked for."""
+    return f"{ROOT}[{','.join(['dev', *[e for e in extras if e != 'dev']])}]"
+
+
+def parse_extras(text: str) -> list[str]:
+    """'course,test' -> ['course', 'test']; an extra pyproject.toml does not define stops the setup."""
+    import re
+
+    names = [e.strip() for e in text.split(",") if e.strip()]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[project.optional-dependencies]", 1)[-1].split("\n[", 1)[0]
+    known = set(re.findall(r"^([A-Za-z0-9_-]+)\s*=\s*\[", section, re.M))
+    unknown = [e for e in names if e not in known]
+    if unknown:
+        sys.exit(f"[setup] no extra {', '.join(unknown)} in pyproject.toml: choose from {', '.join(sorted(known))}")
+    return names
+
+
+def install_project(py: str, venv_dir: Path, extras: list[str] | None = None) -> None:
     """perflab and its dependencies: with uv when it can be used, else (or if it fails) with pip."""
     choice = os.environ.get("PERFLAB_INSTALLER", "auto").lower()
     if choice not in {"auto", "uv", "pip"}:
@@ -151,10 +172,10 @@ def install_project(py: str, venv_dir: Path) -> None:
     if choice == "uv" or (choice == "auto" and not offline and not shares_system_packages(venv_dir)):
         got_uv = run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "uv"], check=False).returncode == 0
         if got_uv and run([py, "-m", "uv", "pip", "install", "--python", py, "--compile-bytecode",
-                           "-e", f"{ROOT}[dev]"], check=False).returncode == 0:
+                           "-e", install_spec(extras or [])], check=False).returncode == 0:
             return
         say("uv could not install the dependencies; pip installs them instead")
-    run([py, "-m", "pip", "install", "--disable-pip-version-check", "-e", f"{ROOT}[dev]"])
+    run([py, "-m", "pip", "install", "--disable-pip-version-check", "-e", install_spec(extras or [])])
 
 
 def quiet_jupyterlab(venv_dir: Path) -> None:
@@ -177,7 +198,7 @@ def spawn(cmd: list[str]) -> subprocess.Popen:
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-    proc.log = log
+    proc.log = log  # pyright: ignore[reportAttributeAccessIssue]  (a note for finish_chromium_install)
     return proc
 
 
@@ -210,19 +231,26 @@ def finish_chromium_install(proc: subprocess.Popen | None, started: float) -> No
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
     ap.add_argument("--force", action="store_true", help="reinstall even if up to date")
+    ap.add_argument("--extras", default="course,test,site,hta",
+                    help="perflab's extras to install besides its dependencies (default: course,test,site,hta)")
     args = ap.parse_args()
+    extras = parse_extras(args.extras)
 
     if sys.version_info < (3, 10):
         sys.exit(f"[setup] perflab needs Python 3.10 or newer; this is {platform.python_version()}")
     venv_dir = Path(args.venv).resolve()
     py = venv_python(venv_dir)
     stamp_file = venv_dir / ".perflab-setup"
-    if not args.force and stamp_file.exists() and stamp_file.read_text().strip() == stamp_of():
+    stamp = stamp_file.read_text().split() if stamp_file.exists() else []
+    have = set(stamp[1].split(",")) if len(stamp) > 1 else set()
+    if not args.force and stamp and stamp[0] == stamp_of() and set(extras) <= have:
         say(f"environment {venv_dir} is up to date")
         return
+    if stamp and stamp[0] == stamp_of():
+        extras = sorted(set(extras) | have)  # keep what an earlier setup installed
 
     chromium_started, chromium = time.monotonic(), start_chromium_install()
     gpu = has_nvidia_gpu()
@@ -234,14 +262,14 @@ def main() -> None:
         venv.EnvBuilder(with_pip=True, system_site_packages=reuse).create(venv_dir)
 
     install_torch(py, gpu)
-    install_project(py, venv_dir)
+    install_project(py, venv_dir, extras)
     # The pynvml shim (pulled in by ipyexperiments) only re-exports nvidia-ml-py's module and
     # makes every `import torch` warn; remove it so the real module is what gets imported.
     run([py, "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", "pynvml"], check=False)
     run([py, "-c", "import torch, perflab; print('torch', torch.__version__, '| perflab', perflab.__version__)"])
     quiet_jupyterlab(venv_dir)
     finish_chromium_install(chromium, chromium_started)
-    stamp_file.write_text(stamp_of() + "\n")
+    stamp_file.write_text(f"{stamp_of()} {','.join(sorted(extras)) or '-'}\n")
     say("done")
 
 

@@ -5,8 +5,8 @@
     python tools/wheelhouse.py --python 3.11 --arch aarch64 --dest /media/usb/wheelhouse
     python tools/wheelhouse.py --check --python 3.12          # does ./wheelhouse resolve offline?
 
-(`make wheelhouse PY=3.12` runs the first.) The list is pyproject.toml's dependencies and its
-`dev` extra, without torch (a GPU box keeps its own CUDA build), plus setuptools, which
+(`make wheelhouse PY=3.12` runs the first.) The list is pyproject.toml's dependencies and all its
+extras (course, test, site, hta, dev: what `make test` installs), without torch (a GPU box keeps its own CUDA build), plus setuptools, which
 `pip install -e .` needs to build perflab, and torch's own pure-Python requirements (so a box can
 also install a torch wheel it already has). Wheels only (`--only-binary=:all:`), for the target
 Python and platform, whatever Python and platform run this script. Then, on the offline box:
@@ -43,12 +43,18 @@ def _array(text: str, name: str) -> list[str]:
     return re.findall(r'"([^"]+)"', m.group(1)) if m else []
 
 
-def requirements(root: Path = ROOT, extras: tuple[str, ...] = ("dev",)) -> list[str]:
-    """pyproject.toml's dependencies and `extras`, torch left out, plus the build backend and torch's
-    pure-Python requirements."""
+def extra_names(text: str) -> list[str]:
+    """The extras pyproject.toml defines ([project.optional-dependencies])."""
+    section = text.split("[project.optional-dependencies]", 1)[-1].split("\n[", 1)[0]
+    return re.findall(r"^([A-Za-z0-9_-]+)\s*=\s*\[", section, re.M)
+
+
+def requirements(root: Path = ROOT, extras: tuple[str, ...] | None = None) -> list[str]:
+    """pyproject.toml's dependencies and `extras` (default: all of them), torch left out, plus the
+    build backend and torch's pure-Python requirements."""
     text = (root / "pyproject.toml").read_text()
     deps = _array(text, "dependencies")
-    for extra in extras:
+    for extra in extra_names(text) if extras is None else extras:
         deps += _array(text, extra)
     if not deps:
         raise SystemExit("no dependencies found in pyproject.toml")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import emit
+from perflab.commands._args import emit
 
 
 def register(sub) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from perflab.cli import dtype, emit, positive_float, positive_int
+from perflab.commands._args import dtype, emit, positive_float, positive_int
 
 
 def _whole(text: str) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import dtype, emit, positive_float, positive_int
+from perflab.commands._args import dtype, emit, positive_float, positive_int
 
 
 def register(sub) -> None:

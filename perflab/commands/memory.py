@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from perflab.cli import emit, positive_float, positive_int
+from perflab.commands._args import emit, positive_float, positive_int
 from perflab.commands.flops import add_shape_arguments, shape_changes
 from perflab.core.errors import InputError
 

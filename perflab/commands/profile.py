@@ -3,7 +3,7 @@ or diagnose a trace someone else exported (`--trace FILE`)."""
 
 from __future__ import annotations
 
-from perflab.cli import emit, positive_int
+from perflab.commands._args import emit, positive_int
 
 
 def register(sub) -> None:

@@ -2,10 +2,12 @@
 nothing else from perflab.
 
 - `errors`: exceptions that carry a one-line message meant for a person
+- `extras`: import a package of an extra, or say in one line which extra to install
 - `validate`: checks on sizes typed at the CLI or dragged on a slider
 - `dtypes`: data types by the names people use (parsed once, passed on as `DType`)
 - `device`: pick the device, wait for it, describe it
 - `hardware`: spec-sheet facts per accelerator (`data/accelerators.json`, sourced) and a CPU's peak
+- `lock`: one measurement per device at a time, across processes and users (a file lock)
 - `timing`: do_bench-style timing (time budgets, device events, L2 flush, median and spread)
 - `results`: sweeps that survive (per-point append, resume, OOM/invalid rows)
 - `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
@@ -17,6 +19,6 @@ nothing else from perflab.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("errors", "validate", "dtypes", "device", "hardware", "timing", "results", "measure",
+MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "timing", "results", "measure",
            "roofline", "grading", "denormals", "readout")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -12,6 +12,7 @@ How it works (the same recipe as triton's do_bench, see triton/testing.py):
    flush the L2 cache, so every call reads its inputs from device memory.
 5. On CPU (and MPS) calls are timed with `time.perf_counter`; calls shorter than `min_sample_s`
    are batched several to a sample so the clock's resolution does not dominate.
+6. The device's lock (perflab.core.lock) is held throughout, so two learners on one box take turns.
 Report the median (robust to the odd preempted call); `iqr_s` and `min_s` tell how noisy it was.
 
 `check_close` compares a kernel's answer with a reference before timing it: a fast wrong answer
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from perflab.core.errors import CorrectnessError
+from perflab.core.lock import device_lock
 from perflab.core.readout import Readout, ReadoutMixin, num, percent, spread_note
 from perflab.core.readout import seconds as fmt_seconds
 
@@ -160,9 +162,11 @@ def bench(
         raise ValueError("warmup_ms must be ≥ 0 and rep_ms > 0")
     if flush_l2 is None:
         flush_l2 = dev.type == "cuda"
-    if dev.type == "cuda":
-        return _bench_cuda(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, label)
-    return _bench_host(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, min_sample_s, label)
+    # one measurement on a device at a time, across processes and users (perflab.core.lock)
+    with device_lock(dev, label=label):
+        if dev.type == "cuda":
+            return _bench_cuda(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, label)
+        return _bench_host(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, min_sample_s, label)
 
 
 def _reset_grads(grad_to_none):

@@ -8,9 +8,11 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `nbclean`: strip outputs and execution counts (what git holds)
 - `report`: `perflab report`, this machine measured the way the lessons measure it, and two reports compared
 - `report_html`: a report as one standalone HTML page, its figures embedded
+- `gradebook`: `perflab grade`, a class's lab notebooks run in fresh kernels, one gradebook
+- `release`: `perflab release`, the course for learners: no solutions, no outputs
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html")
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "gradebook", "release")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -18,8 +18,14 @@ from typing import Any
 from perflab.core.errors import PerflabError, one_line
 
 
+def _ipywidgets():
+    from perflab.core.extras import need
+
+    return need("ipywidgets", "course", "the lessons' widgets")
+
+
 def int_slider(description: str, value: int, min: int, max: int, step: int = 1, **kw):
-    import ipywidgets as w
+    w = _ipywidgets()
 
     return w.IntSlider(value=value, min=min, max=max, step=step, description=description,
                        continuous_update=False, style={"description_width": "initial"}, **kw)
@@ -27,7 +33,7 @@ def int_slider(description: str, value: int, min: int, max: int, step: int = 1, 
 
 def log2_slider(description: str, value: int, min: int, max: int, **kw):
     """A slider over powers of two (value, min, max are the numbers themselves)."""
-    import ipywidgets as w
+    w = _ipywidgets()
 
     opts = []
     v = min
@@ -39,13 +45,13 @@ def log2_slider(description: str, value: int, min: int, max: int, **kw):
 
 
 def choice(description: str, options: list, value=None, **kw):
-    import ipywidgets as w
+    w = _ipywidgets()
 
     return w.Dropdown(options=options, value=value if value is not None else options[0], description=description, **kw)
 
 
 def toggle(description: str, value: bool = False, **kw):
-    import ipywidgets as w
+    w = _ipywidgets()
 
     return w.Checkbox(value=value, description=description, **kw)
 
@@ -54,7 +60,7 @@ class Panel:
     """Controls + one output area, wired to `fn(**values)`."""
 
     def __init__(self, fn: Callable[..., Any], title: str | None = None, **controls):
-        import ipywidgets as w
+        w = _ipywidgets()
 
         self.fn = fn
         self.controls = controls

@@ -398,6 +398,20 @@ def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), 
     if bind:  # the rank runs `python -m perflab.numa.bound TARGET ARGS`: the module is named, not imported
         args, target = [target, *args], "perflab.numa.bound"
 
+    # the job's devices take turns with other measurements (perflab.core.lock); its ranks inherit
+    # the hold and do not wait for their own launcher. Waiting does not count against `timeout`.
+    import torch
+
+    from perflab.core.lock import devices_lock
+
+    devices = ([f"cuda:{i}" for i in range(min(torch.cuda.device_count(), nproc * nnodes))]
+               if choice.device == "cuda" else ["cpu"])
+    with devices_lock(devices, label=f"torchrun {target} ×{nproc * nnodes}"):
+        return _launch(target, nproc, nnodes, args, timeout, choice, env, keep_dir)
+
+
+def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, ...], timeout: float,
+            choice: BackendChoice, env: dict[str, str] | None, keep_dir: bool) -> LaunchResult:
     from perflab.dist import agent as agent_mod
 
     run_dir = Path(tempfile.mkdtemp(prefix="perflab-run-"))

@@ -634,7 +634,9 @@ def cell_memory_experiment(*, cell_logger: bool = True, compact: bool = True, ke
 
     before = os.environ.get("CUDA_MODULE_LOADING")
     try:
-        import ipyexperiments
+        from perflab.core.extras import need
+
+        ipyexperiments = need("ipyexperiments", "course", "the per-cell memory report")
     finally:
         if before is None:
             os.environ.pop("CUDA_MODULE_LOADING", None)

@@ -48,7 +48,9 @@ def cross_check(trace_path: str | Path) -> dict[str, Any]:
     import logging
     import warnings
 
-    from hta.trace_analysis import TraceAnalysis
+    from perflab.core.extras import need
+
+    TraceAnalysis = need("hta.trace_analysis", "hta", "the HTA cross-check").TraceAnalysis
 
     t = load(trace_path)
     raw = dict(t.raw)

@@ -173,15 +173,18 @@ class StepRunner:
     def run(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], steps: int, warmup: int = 1) -> list[StepTimes]:
         """`warmup` untimed steps then `steps` timed ones, cycling through `batches`
         (grad_accum micro-batches per step)."""
+        from perflab.core.lock import device_lock
+
         steps = positive_int("steps", steps)
         out = []
         k = 0
-        for i in range(warmup + steps):
-            mb = [batches[(k + j) % len(batches)] for j in range(self.grad_accum)]
-            k += self.grad_accum
-            t = self.step(mb)
-            if i >= warmup:
-                out.append(t)
+        with device_lock(self.device, label="training steps"):  # a measurement: its turn on the device
+            for i in range(warmup + steps):
+                mb = [batches[(k + j) % len(batches)] for j in range(self.grad_accum)]
+                k += self.grad_accum
+                t = self.step(mb)
+                if i >= warmup:
+                    out.append(t)
         return out
 
 

@@ -1,0 +1,48 @@
+"""`perflab grade`: run a class's lab notebooks in fresh kernels and write one gradebook.
+
+    perflab grade SUBMISSIONS [--labs 01,07] [--timeout S] [--jobs N] [--csv FILE] [--json]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from perflab.commands._args import emit, positive_float, positive_int
+
+
+def register(sub) -> None:
+    p = sub.add_parser("grade", help="grade a folder of submitted labs (one folder per learner): done, not done, "
+                                     "wrong, error or timeout for each, as a CSV/JSON gradebook and a summary")
+    p.add_argument("folder", metavar="DIR", help="the submissions: one folder per learner, holding NN_lab.ipynb files")
+    p.add_argument("--labs", help="only these labs, by number or name: 01,07,shuffle (default: every lab)")
+    p.add_argument("--timeout", type=positive_float, default=300.0, help="seconds per notebook (default 300)")
+    p.add_argument("--jobs", type=positive_int, help="notebooks at a time, at most one per core (default: half the cores)")
+    p.add_argument("--memory", type=positive_float, metavar="GB",
+                   help="memory each kernel may use, in GiB (default: its share of the RAM, 2 to 8 GiB)")
+    p.add_argument("--csv", metavar="FILE", help="write the gradebook as CSV (one row per learner and lab)")
+    p.add_argument("--course", metavar="LABS", help="the course's labs folder (default: labs/ here or beside perflab)")
+    p.add_argument("--json", action="store_true", help="print the gradebook as JSON (predictions included)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from perflab.course import gradebook as G
+
+    limits = G.Limits(memory_bytes=int(args.memory * 2**30)) if args.memory else None
+    labs = [x for x in (args.labs or "").split(",") if x.strip()] or None
+    jobs_asked = args.jobs
+    if jobs_asked and jobs_asked > G.usable_cores():
+        sys.stderr.write(f"perflab grade: {jobs_asked} jobs asked, {G.usable_cores()} cores here: "
+                         f"running {G.usable_cores()} at a time\n")
+
+    def progress(rec: G.Record) -> None:
+        if not args.json:
+            sys.stderr.write(f"  {rec.learner} · {rec.lab}: {rec.outcome} ({rec.seconds:.0f} s)\n")
+
+    book = G.grade_folder(args.folder, labs=labs, course=args.course, timeout=args.timeout, jobs=jobs_asked,
+                          limits=limits, on_record=progress)
+    if args.csv:
+        book.write_csv(args.csv)
+    text = book.summary() + (f"\n\nGradebook written to {args.csv}" if args.csv else "")
+    emit(book.as_dict(), args.json, text)
+    return 0

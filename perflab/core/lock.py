@@ -1,0 +1,251 @@
+"""One device, many learners: measurements on a device take turns through a file lock.
+
+    with device_lock("cuda:0", label="matmul 4096³"):
+        ...time something...
+
+Thirty learners on one GPU box, each dragging a slider, would otherwise time their kernels at the
+same moment and each see a fraction of the device without knowing it. Every real measurement
+(`perflab.core.timing.bench`, the timed training steps of `perflab.workload.train.StepRunner.run`,
+and jobs started by `perflab.dist.torchrun.launch`) holds the lock of the device it measures;
+predictions never take it. Timings that use their own clock elsewhere (a DataLoader's waits, a
+profiler's trace) do not take it yet.
+
+* The lock is `fcntl.flock` on a file in a shared folder: `PERFLAB_LOCK_DIR`, by default
+  `<system temp folder>/perflab-locks`, created with mode 1777 (like /tmp: every user may create
+  lock files in it, nobody may delete another's). Lock files are created readable and writable by
+  everyone, so learners with their own Unix accounts (JupyterHub) share them.
+* The kernel releases an flock when the process holding it dies, however it dies (a killed
+  notebook kernel, kill -9, a crash): a lock is never left behind. The file itself stays; it is
+  only a name to lock.
+* A GPU's lock is named after its UUID when torch reports one, so two users whose
+  CUDA_VISIBLE_DEVICES number the same GPU differently still share one lock.
+* Re-entrant: a measurement inside a measurement (a bench inside a locked torchrun job, or its
+  ranks, which inherit `PERFLAB_LOCK_HELD`) does not wait for itself.
+* While it waits, a readout says so: "waiting for cuda:0: another measurement is running, 3 s".
+* `PERFLAB_LOCK=off` turns it off (a box with one user, or measurements meant to collide).
+
+What it cannot do: it gives turns, not isolation. Something that does not go through perflab
+(another framework, a training job) is not held back, and a learner's own long measurement makes
+the others wait. Separate GPUs, or MIG slices of one GPU, give isolation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from perflab.core.errors import PerflabError
+
+HELD_ENV = "PERFLAB_LOCK_HELD"  # set while this process holds a lock; its children skip locking
+POLL_S = 0.05
+FIRST_NOTE_S = 1.0  # a wait shorter than this says nothing
+
+
+class LockTimeout(PerflabError):
+    """The device stayed busy for longer than the caller would wait."""
+
+
+_held: dict[str, int] = {}  # lock key -> depth, in this process
+_guard = threading.RLock()
+
+
+def enabled() -> bool:
+    return os.environ.get("PERFLAB_LOCK", "on").strip().lower() not in {"0", "off", "no", "false"}
+
+
+def lock_dir() -> Path:
+    """The shared folder of lock files, created world-writable with the sticky bit (mode 1777)."""
+    path = Path(os.environ.get("PERFLAB_LOCK_DIR") or Path(tempfile.gettempdir()) / "perflab-locks")
+    if not path.is_dir():
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o1777)  # mkdir's mode is cut by the umask; chmod is not
+        except OSError as e:
+            raise PerflabError(f"cannot create the lock folder {path} ({e.strerror}): "
+                               "set PERFLAB_LOCK_DIR to a folder every user can write") from None
+    return path
+
+
+def device_key(device: object) -> str:
+    """The lock's name for a device: 'cpu', 'mps', 'cuda-<uuid>' (or 'cuda-<index>')."""
+    text = str(device)
+    if text.startswith("cuda"):
+        index = int(text.split(":")[1]) if ":" in text else 0
+        with contextlib.suppress(Exception):
+            import torch
+
+            if torch.cuda.is_available():
+                if ":" not in text:
+                    index = torch.cuda.current_device()
+                uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+                if uuid:
+                    return f"cuda-{uuid}"
+        return f"cuda-{index}"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text.split(":")[0])  # one CPU, one MPS device per machine
+
+
+def _open(path: Path) -> int:
+    """Open the lock file, creating it readable and writable by everyone. An existing file is opened
+    without O_CREAT: Linux's protected_regular refuses O_CREAT on another user's file in a sticky folder."""
+    for _ in range(5):
+        try:
+            return os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            return os.open(path, os.O_RDONLY)  # flock works on a read-only descriptor too
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, 0o666)
+            return fd
+        except FileExistsError:
+            continue  # someone created it meanwhile: open theirs
+    raise PerflabError(f"cannot open the lock file {path}: set PERFLAB_LOCK_DIR to a folder every user can write")
+
+
+def holder(path: Path) -> str:
+    """Who holds the lock, as its holder wrote it ('alice, pid 1234: matmul 1024³'), or ''."""
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return ""
+    parts = [str(info[k]) for k in ("user",) if info.get(k)] + ([f"pid {info['pid']}"] if info.get("pid") else [])
+    what = f": {info['label']}" if info.get("label") else ""
+    return ", ".join(parts) + what if parts else ""
+
+
+def _say_default() -> Callable[[str, bool], None]:
+    """Where the waiting readout goes: the notebook's output (stdout, redrawn with \\r) in a kernel,
+    stderr elsewhere (so that `--json` output stays clean)."""
+    in_kernel = "ipykernel" in sys.modules
+    stream = sys.stdout if in_kernel else sys.stderr
+    redraw = in_kernel or stream.isatty()
+    last = [0.0]
+
+    def say(text: str, final: bool) -> None:
+        now = time.monotonic()
+        if redraw:
+            stream.write("\r" + text + ("\n" if final else ""))
+        elif final or now - last[0] >= 10:
+            stream.write(text + "\n")
+            last[0] = now
+        stream.flush()
+
+    return say
+
+
+@contextlib.contextmanager
+def device_lock(device: object = "cpu", *, label: str = "", timeout: float | None = None,
+                say: Callable[[str, bool], None] | None = None) -> Iterator[float]:
+    """Hold `device`'s lock for the body; yields the seconds it waited. Several devices: nest them
+    in a fixed order (see `devices_lock`)."""
+    if not enabled() or os.environ.get(HELD_ENV):
+        yield 0.0
+        return
+    key = device_key(device)
+    with _guard:
+        if _held.get(key):
+            _held[key] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield 0.0
+        finally:
+            with _guard:
+                _held[key] -= 1
+        return
+
+    try:
+        import fcntl
+
+        path = lock_dir() / f"perflab-{key}.lock"
+        fd = _open(path)
+    except (ImportError, PerflabError) as e:  # no flock (Windows), or no folder to share: measure, and say so once
+        _warn_once(f"measuring without taking turns: {e}")
+        yield 0.0
+        return
+    t0 = time.monotonic()
+    waited = 0.0
+    noted = False
+    name = str(device)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            waited = time.monotonic() - t0
+            if timeout is not None and waited >= timeout:
+                who = holder(path)
+                raise LockTimeout(f"{name} stayed busy for {waited:.0f} s (another measurement is running"
+                                  f"{': ' + who if who else ''}): try again when it ends")
+            if waited >= FIRST_NOTE_S and (not noted or int(waited) != int(waited - POLL_S)):
+                say = say or _say_default()
+                who = holder(path)
+                say(f"waiting for {name}: another measurement is running{' (' + who + ')' if who else ''}, "
+                    f"{waited:.0f} s", False)
+                noted = True
+            time.sleep(POLL_S)
+        waited = time.monotonic() - t0
+        if noted and say is not None:
+            say(f"waited {waited:.0f} s for {name}: another measurement was running; measuring now", True)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "user": _user(), "label": label,
+                                      "since": time.time()}).encode(), 0)
+        with _guard:
+            _held[key] = 1
+        before = os.environ.get(HELD_ENV)
+        os.environ[HELD_ENV] = key
+        try:
+            yield waited
+        finally:
+            if before is None:
+                os.environ.pop(HELD_ENV, None)
+            else:
+                os.environ[HELD_ENV] = before
+            with _guard:
+                _held.pop(key, None)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+@contextlib.contextmanager
+def devices_lock(devices: list[str], *, label: str = "", timeout: float | None = None) -> Iterator[None]:
+    """Hold several devices' locks (a multi-GPU job), always taken in the same order so that two
+    jobs cannot each hold one and wait for the other."""
+    with contextlib.ExitStack() as stack:
+        for dev in sorted(set(devices), key=device_key):
+            stack.enter_context(device_lock(dev, label=label, timeout=timeout))
+        yield
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        sys.stderr.write(f"perflab: {text}\n")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no name for this uid (a container): the pid says enough
+        return ""

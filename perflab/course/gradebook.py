@@ -1,0 +1,533 @@
+"""Grade a class's labs: every submitted lab notebook run in a fresh kernel, one gradebook.
+
+    book = grade_folder("submissions/", labs=["01", "07"], timeout=300, jobs=2)
+    book.write_csv("gradebook.csv"); print(book.summary())
+
+Submissions: one folder per learner (`alice/01_flops.ipynb`, as an LMS export gives them, nested
+folders allowed). A notebook is matched to a course lab by its number (`01_…`, `lab1.ipynb`,
+`alice_01_flops_v2.ipynb`) or, without a number, by the lab's name (`flops.ipynb`); what cannot be
+matched is said in one line each.
+
+Each submission runs:
+* in a copy, in a private temporary folder (its working directory), never in the learner's folder;
+* in a fresh kernel under papermill (smoke sizes, as the test suite runs the labs);
+* with a wall-clock timeout for the whole notebook (the kernel and its children are killed);
+* under resource limits that its kernel inherits from the grading process (`resource`): address
+  space (data segment on an NVIDIA box, where CUDA reserves a huge address space), CPU time, size
+  of a written file;
+* with its own `PERFLAB_RESULTS` folder, from which the learner's predictions are read
+  (`predictions.jsonl`: one JSON object per line, fields lesson, key, question, unit, predicted,
+  measured, error_pct, device, time);
+* N at a time, at most one per core, each kernel's threads sharing the cores.
+
+Outcomes, read from the executed notebook: `done` (every check of the lab passed), `not done` (a
+check still meets a stub, or a check cell is gone), `wrong` (a check raised LabCheckError: its
+message), `error` (another exception: its first line; a malformed notebook; a kernel that died),
+`timeout`.
+
+What the copy cannot stop: a notebook runs as the grading user, so code that deletes files by
+absolute path reaches whatever that user can. Grade as an unprivileged user (or in a container)
+that can read the submissions and nothing else of value.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perflab.core.errors import InputError
+
+OUTCOMES = ("done", "not done", "wrong", "error", "timeout")
+MARK = "PERFLAB-GRADE "  # the line the grader's own last cell prints: the checks' states as JSON
+GRADE_CELL = (
+    "# added by perflab grade: the checks' states\n"
+    "import contextlib as _c, io as _io, json as _j\n"
+    "from perflab.core import grading as _g\n"
+    "with _c.redirect_stdout(_io.StringIO()):\n"
+    "    _r = _g.summary()\n"
+    f"print({MARK!r} + _j.dumps(_r))\n"
+)
+CHECK_CALL = re.compile(r"^\s*(?:\w+\s*=\s*)?lab\.(check\w*)\(", re.M)
+PREDICTION_FIELDS = ("lesson", "key", "question", "unit", "predicted", "measured", "error_pct", "device", "time")
+
+
+def need_papermill():
+    from perflab.core.extras import need
+
+    what = "grading runs the notebooks with papermill"
+    return need("papermill", "course", what), need("nbformat", "course", what)
+
+
+# ----------------------------------------------------------------------------- the course's labs
+@dataclass(frozen=True)
+class Lab:
+    number: str  # '01'
+    name: str  # '01_flops'
+    path: Path
+    checks: tuple[str, ...]  # the check calls of the shipped lab, each must still be there
+
+    @property
+    def topic(self) -> str:
+        return self.name.split("_", 1)[1] if "_" in self.name else self.name
+
+
+def default_labs_dir() -> Path | None:
+    """The course's labs/: in the working directory, else beside the perflab package (a checkout)."""
+    import perflab
+
+    for cand in (Path.cwd() / "labs", Path(perflab.__file__).resolve().parents[1] / "labs"):
+        if cand.is_dir() and any(cand.glob("[0-9][0-9]_*.ipynb")):
+            return cand
+    return None
+
+
+def course_labs(labs_dir: Path | str | None = None) -> dict[str, Lab]:
+    """Every lab of the course by number, with the check calls the shipped notebook makes."""
+    folder = Path(labs_dir) if labs_dir is not None else default_labs_dir()
+    if folder is None or not folder.is_dir():
+        raise InputError(f"no course labs at {folder or 'labs/'}: pass --course PATH/TO/labs (the folder with 01_flops.ipynb …)")
+    labs = {}
+    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+        try:
+            nb = json.loads(path.read_text())
+            code = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", []) if c.get("cell_type") == "code")
+        except (OSError, ValueError):
+            code = ""
+        labs[path.stem[:2]] = Lab(path.stem[:2], path.stem, path, tuple(dict.fromkeys(CHECK_CALL.findall(code))))
+    if not labs:
+        raise InputError(f"no lab notebooks (NN_name.ipynb) in {folder}: pass --course PATH/TO/labs")
+    return labs
+
+
+def pick_labs(labs: dict[str, Lab], only: Sequence[str] | None) -> dict[str, Lab]:
+    """`--labs 01,7,flops` → those labs; an unknown one is an error that lists the course's labs."""
+    if not only:
+        return labs
+    chosen: dict[str, Lab] = {}
+    for item in only:
+        item = str(item).strip()
+        if not item:
+            continue
+        lab = match_lab(item, labs)
+        if lab is None:
+            raise InputError(f"no lab {item!r} in this course: choose from {', '.join(labs)}")
+        chosen[lab.number] = lab
+    return chosen
+
+
+def match_lab(name: str, labs: dict[str, Lab]) -> Lab | None:
+    """The lab a file name means: by its first number (01, 1, lab7), else by a lab's name in it."""
+    stem = Path(name).stem.lower()
+    num = re.search(r"(?<![0-9])([0-9]{1,2})(?![0-9])", stem)
+    if num:
+        return labs.get(f"{int(num.group(1)):02d}")
+    words = re.sub(r"[^a-z0-9]+", "_", stem)
+    hits = [lab for lab in labs.values() if lab.topic.lower() in words]
+    return hits[0] if len(hits) == 1 else None
+
+
+# ----------------------------------------------------------------------------- submissions
+@dataclass
+class Submission:
+    learner: str
+    lab: Lab
+    path: Path
+
+
+def find_submissions(root: Path | str, labs: dict[str, Lab], course: dict[str, Lab] | None = None
+                     ) -> tuple[list[Submission], list[str]]:
+    """Submissions under `root` (one folder per learner) for `labs`; and one line per notebook
+    that could not be matched (or that was left out, being an older copy of the same lab)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"{root} is not a folder: give the folder that holds one folder per learner")
+    course = course or labs
+    subs: list[Submission] = []
+    notes: list[str] = []
+    for item in sorted(root.iterdir()):
+        if item.name.startswith("."):
+            continue
+        if item.is_file():
+            if item.suffix == ".ipynb":
+                notes.append(f"{item.name}: not in a learner's folder; put it in a folder named after the learner")
+            continue
+        found: dict[str, list[Path]] = {}
+        for nb in sorted(item.rglob("*.ipynb")):
+            if any(part.startswith(".") for part in nb.relative_to(item).parts):
+                continue  # .ipynb_checkpoints and other hidden copies
+            lab = match_lab(nb.name, course)
+            if lab is None:
+                num = re.search(r"(?<![0-9])([0-9]{1,2})(?![0-9])", nb.stem)
+                why = (f"no lab {int(num.group(1)):02d} in this course (its labs: {', '.join(course)})" if num else
+                       f"no lab number or lab name in the file name (name it like {next(iter(course.values())).name}.ipynb)")
+                notes.append(f"{item.name}/{nb.relative_to(item)}: {why}")
+            elif lab.number in labs:
+                found.setdefault(lab.number, []).append(nb)
+        for number, paths in found.items():
+            paths.sort(key=lambda p: p.stat().st_mtime)
+            if len(paths) > 1:
+                notes.append(f"{item.name}: {len(paths)} notebooks for lab {number}; graded the newest, "
+                             f"{paths[-1].relative_to(item)}")
+            subs.append(Submission(item.name, labs[number], paths[-1]))
+    return subs, notes
+
+
+# ----------------------------------------------------------------------------- one run
+@dataclass
+class Limits:
+    """What one submission's kernel may use; None leaves a limit as it is."""
+
+    memory_bytes: int | None = 4 * 2**30
+    cpu_s: int | None = None  # default: twice the timeout (a kernel may use more than one core)
+    file_bytes: int | None = 2**30
+
+    def apply(self, cpu_s: int) -> None:
+        """Set the limits on this process (the kernel it starts inherits them)."""
+        import resource
+
+        def cap(which: int, value: int | None) -> None:
+            if value is None:
+                return
+            try:
+                soft, hard = resource.getrlimit(which)
+                new_hard = hard if hard != resource.RLIM_INFINITY and hard < value else value
+                resource.setrlimit(which, (min(value, new_hard), new_hard))
+            except (ValueError, OSError) as e:  # a limit this system does not enforce (macOS: RLIMIT_AS)
+                print(f"perflab grade: this system does not take that limit ({e}); running without it", flush=True)
+
+        # CUDA reserves far more address space than it uses, so on an NVIDIA box the data
+        # segment (memory actually allocated) is capped instead of the address space
+        mem = resource.RLIMIT_DATA if _has_nvidia_gpu() else resource.RLIMIT_AS
+        cap(mem, self.memory_bytes)
+        cap(resource.RLIMIT_CPU, self.cpu_s or cpu_s)
+        cap(resource.RLIMIT_FSIZE, self.file_bytes)
+
+
+def _has_nvidia_gpu() -> bool:
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+@dataclass
+class Record:
+    learner: str
+    lab: str
+    outcome: str
+    message: str = ""
+    seconds: float = 0.0
+    notebook: str = ""
+    predictions: list[dict[str, Any]] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        errs = [abs(float(p["error_pct"])) for p in self.predictions
+                if isinstance(p.get("error_pct"), (int, float)) and p["error_pct"] == p["error_pct"]]
+        errs.sort()
+        return {"learner": self.learner, "lab": self.lab, "outcome": self.outcome, "message": self.message,
+                "seconds": round(self.seconds, 1), "predictions": len(self.predictions),
+                "median_prediction_error_pct": round(errs[len(errs) // 2], 1) if errs else "",
+                "notebook": self.notebook}
+
+
+def first_line(text: str) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip()
+    return text.splitlines()[0].strip() if text else ""
+
+
+def load_notebook(path: Path) -> tuple[Any, str]:
+    """(notebook, '') or (None, why it cannot be run)."""
+    import warnings
+
+    _, nbformat = need_papermill()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cells without ids (older Jupyter) are fine to run
+        try:
+            nb = nbformat.read(str(path), as_version=4)
+        except Exception as e:  # JSON errors, a notebook of an unknown format, a file that is not text
+            return None, f"malformed notebook ({first_line(str(e)) or type(e).__name__})"
+        try:
+            nbformat.validate(nb)
+        except Exception as e:
+            return None, f"malformed notebook ({first_line(str(e))[:120]})"
+    if not any(c.get("cell_type") == "code" for c in nb.cells):
+        return None, "malformed notebook (no code cells)"
+    return nb, ""
+
+
+def classify(nb: Any, lab: Lab) -> tuple[str, str]:
+    """(outcome, message) from an executed notebook: its first error output, else the checks'
+    states that the grader's last cell printed."""
+    states = None
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                ename, evalue = str(out.get("ename", "")), str(out.get("evalue", ""))
+                if ename == "LabCheckError":
+                    return "wrong", first_line(evalue)
+                return "error", f"{ename}: {first_line(evalue)}" if evalue.strip() else ename
+            if out.get("output_type") == "stream":
+                for line in "".join(out.get("text", "")).splitlines():
+                    if line.startswith(MARK):
+                        try:
+                            states = json.loads(line[len(MARK):])
+                        except ValueError:
+                            states = None
+    code = "\n".join("".join(c.get("source", "")) for c in nb.cells if c.get("cell_type") == "code")
+    removed = [c for c in lab.checks if not re.search(rf"lab\.{c}\(", code)]
+    if states is None:
+        return "error", "the notebook stopped before its end (the kernel died or the file was changed while it ran)"
+    if removed:
+        return "not done", f"check cell removed: {', '.join(removed)}"
+    if not states:
+        return "not done", "no check ran"
+    todo = [k for k, v in states.items() if v != "passed"]
+    if todo:
+        return "not done", f"{len(todo)} of {len(states)} checks not done: {', '.join(todo)}"
+    return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed"
+
+
+def read_predictions(results: Path) -> list[dict[str, Any]]:
+    path = results / "predictions.jsonl"
+    out: list[dict[str, Any]] = []
+    if not path.is_file():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append({k: item.get(k) for k in PREDICTION_FIELDS})
+    return out
+
+
+def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int = 1,
+              env: dict[str, str] | None = None) -> Record:
+    """Run one submission in a copy, in a fresh kernel, and classify the result."""
+    rec = Record(sub.learner, sub.lab.name, "error", notebook=str(sub.path))
+    nb, why = load_notebook(sub.path)
+    if nb is None:
+        rec.message = why
+        return rec
+    _, nbformat = need_papermill()
+    nb.cells.append(nbformat.v4.new_code_cell(GRADE_CELL))
+    # the submission's own folder (its copy, its working directory, its results) and, apart from it,
+    # the grader's (the executed notebook, the runner's log), out of reach of relative paths
+    box, tmp = Path(tempfile.mkdtemp(prefix="perflab-grade-")), Path(tempfile.mkdtemp(prefix="perflab-grader-"))
+    work, results = box / "work", box / "results"
+    work.mkdir()
+    results.mkdir()
+    src, dst = work / sub.path.name, tmp / "executed.ipynb"
+    nbformat.write(nb, str(src))
+    run_env = dict(os.environ if env is None else env)
+    run_env.update(PERFLAB_RESULTS=str(results), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                   PYTHONUNBUFFERED="1")
+    cpu_s = int(limits.cpu_s or max(60, 2 * timeout * threads))
+    cmd = [sys.executable, "-m", "perflab.course.gradebook", str(src), str(dst), str(work),
+           json.dumps(asdict(limits)), str(cpu_s)]
+    t0 = time.monotonic()
+    log = open(tmp / "runner.log", "wb")
+    proc = subprocess.Popen(cmd, cwd=tmp, env=run_env, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _kill_tree(proc)
+        log.close()
+    rec.seconds = time.monotonic() - t0
+    rec.predictions = read_predictions(results)
+    try:
+        done = nbformat.read(str(dst), as_version=4) if dst.is_file() else None
+    except Exception:  # the runner was killed while writing it
+        done = None
+    if timed_out:
+        rec.outcome, rec.message = "timeout", f"still running after {timeout:g} s" + _running_cell(done)
+    elif done is None:
+        rec.outcome, rec.message = "error", "the kernel could not run the notebook: " + _last_line(tmp / "runner.log")
+    else:
+        rec.outcome, rec.message = classify(done, sub.lab)
+        if rec.outcome == "error" and rec.message.startswith("the notebook stopped"):
+            rec.message = f"{_last_line(tmp / 'runner.log')} (memory or CPU-time limit?)"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(box, ignore_errors=True)
+    return rec
+
+
+def _running_cell(nb: Any) -> str:
+    if nb is None:
+        return ""
+    for i, cell in enumerate(nb.cells):
+        status = cell.get("metadata", {}).get("papermill", {}).get("status")
+        if status == "running":
+            line = next((ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()
+                         and not ln.lstrip().startswith("#")), "")
+            return f" (cell {i}: {line.strip()[:60]})"
+    return ""
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no output"
+    errors = [ln for ln in lines if re.search(r"(Error|Exception|died)\b", ln)]
+    return first_line((errors or lines or ["no output"])[-1])[:200]
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Stop the runner and everything it started (the kernel lives in a session of its own)."""
+    import psutil
+
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        kids = []
+    for p in [*kids]:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    psutil.wait_procs(kids, timeout=5)
+
+
+# ----------------------------------------------------------------------------- the class
+@dataclass
+class Gradebook:
+    records: list[Record]
+    labs: list[str]
+    notes: list[str]
+    seconds: float
+    jobs: int
+    timeout: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"labs": self.labs, "jobs": self.jobs, "timeout_s": self.timeout, "seconds": round(self.seconds, 1),
+                "unmatched": self.notes, "records": [dict(asdict(r), seconds=round(r.seconds, 1)) for r in self.records],
+                "passed": self.passed()}
+
+    def passed(self) -> dict[str, int]:
+        return {lab: sum(1 for r in self.records if r.lab == lab and r.outcome == "done") for lab in self.labs}
+
+    def csv_text(self) -> str:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(Record("", "", "").row()))
+        w.writeheader()
+        for r in self.records:
+            w.writerow(r.row())
+        return buf.getvalue()
+
+    def write_csv(self, path: Path | str) -> None:
+        Path(path).write_text(self.csv_text())
+
+    def summary(self, width: int = 100) -> str:
+        learners = sorted({r.learner for r in self.records})
+        lines = [f"Graded {len(self.records)} notebook(s) of {len(learners)} learner(s) in {self.seconds:.0f} s "
+                 f"({self.jobs} at a time, timeout {self.timeout:g} s each)"]
+        head = f"{'lab':<22}" + "".join(f"{o:>10}" for o in OUTCOMES)
+        lines += ["", head]
+        for lab in self.labs:
+            mine = [r for r in self.records if r.lab == lab]
+            counts = Counter(r.outcome for r in mine)
+            lines.append(f"{lab:<22}" + "".join(f"{counts.get(o, 0):>10}" for o in OUTCOMES)
+                         + f"   {counts.get('done', 0)} of {len(learners)} learners passed")
+        wrong = Counter((r.lab, r.message) for r in self.records if r.outcome == "wrong")
+        if wrong:
+            lines += ["", "Commonest wrong answers:"]
+            for (lab, msg), n in wrong.most_common(5):
+                lines.append(_cut(f"  {n}× {lab}: {msg}", width))
+        errors = Counter((r.lab, r.outcome, r.message) for r in self.records if r.outcome in ("error", "timeout"))
+        if errors:
+            lines += ["", "Errors and timeouts:"]
+            for (lab, outcome, msg), n in errors.most_common(5):
+                lines.append(_cut(f"  {n}× {lab} {outcome}: {msg}", width))
+        if self.notes:
+            lines += ["", "Not graded:"] + [_cut(f"  {n}", width) for n in self.notes[:8]]
+            if len(self.notes) > 8:
+                lines.append(f"  … and {len(self.notes) - 8} more (see --json)")
+        return "\n".join(lines)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course: Path | str | None = None,
+                 timeout: float = 300.0, jobs: int | None = None, limits: Limits | None = None,
+                 on_record: Callable[[Record], None] | None = None) -> Gradebook:
+    """Grade every submission under `root` (see the module's docstring)."""
+    need_papermill()
+    if not timeout > 0:
+        raise InputError(f"timeout must be > 0 seconds (got {timeout})")
+    all_labs = course_labs(course)
+    chosen = pick_labs(all_labs, labs)
+    subs, notes = find_submissions(root, chosen, all_labs)
+    cores = usable_cores()
+    jobs = max(1, min(jobs or max(1, cores // 2), cores))
+    threads = max(1, cores // jobs)
+    if limits is None:
+        import psutil
+
+        # the kernels share the memory: each may use its share, at most 8 GiB, at least 2 GiB
+        share = psutil.virtual_memory().total // (jobs + 1)
+        limits = Limits(memory_bytes=int(min(8 * 2**30, max(2 * 2**30, share))))
+    t0 = time.monotonic()
+    records: list[Record] = []
+
+    def one(sub: Submission) -> Record:
+        rec = grade_one(sub, timeout=timeout, limits=limits, threads=threads)
+        if on_record is not None:
+            on_record(rec)
+        return rec
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        records = list(pool.map(one, subs))
+    records.sort(key=lambda r: (r.learner, r.lab))
+    return Gradebook(records, [lab.name for lab in chosen.values()], notes, time.monotonic() - t0, jobs, timeout)
+
+
+# ----------------------------------------------------------------------------- the runner process
+def _run(src: str, dst: str, cwd: str, limits_json: str, cpu_s: str) -> int:
+    """In the runner process: set the limits (the kernel inherits them), then papermill."""
+    Limits(**json.loads(limits_json)).apply(int(cpu_s))
+    import papermill
+
+    try:
+        # the kernel starts in the submission's folder (nbclient's resources path); papermill
+        # itself stays in the grader's, which the notebook may delete nothing of by a relative path
+        papermill.execute_notebook(src, dst, parameters={"smoke": True}, kernel_name="python3",
+                                   progress_bar=False, log_output=False, resources={"metadata": {"path": cwd}})
+    except papermill.PapermillExecutionError:
+        return 1  # the error is in the executed notebook, where the grader reads it
+    return 0
+
+
+if __name__ == "__main__":  # the runner: python -m perflab.course.gradebook SRC DST CWD LIMITS CPU_S
+    sys.exit(_run(*sys.argv[1:6]))

@@ -1,0 +1,167 @@
+"""`perflab grade` on a class of made-up submissions (perflab/course/gradebook.py): right, wrong,
+the shipped stub, raising, looping forever, filling memory, deleting files, malformed, unmatched;
+each graded as it should be, within its timeout, none touching another."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from perflab.course import gradebook as gb
+
+pytest.importorskip("papermill")
+
+SETUP = '''from types import SimpleNamespace
+from perflab.core import grading
+
+# a lab's checks, as perflab.<topic>.labNN defines them
+lab = SimpleNamespace(check_double=lambda f: grading.grade(
+    "double", f, [({"x": 2}, 4), ({"x": 5}, 10)], hint="twice x"))
+grading.reset()'''
+
+STUB = '''def double(x):
+    """Twice x."""
+    raise NotImplementedError
+
+
+lab.check_double(double)'''
+
+PREDICT = '''import json, os
+with open(os.path.join(os.environ["PERFLAB_RESULTS"], "predictions.jsonl"), "a") as f:
+    f.write(json.dumps({"lesson": "99", "key": "double", "question": "how long?", "unit": "s",
+                        "predicted": 2.0, "measured": 2.5, "error_pct": -20.0, "device": "cpu", "time": 0}) + "\\n")
+'''
+
+BODIES = {
+    "right": "return 2 * x",
+    "wrong": "return x + 2",
+    "raising": "return {}[x]",
+    # never returns (sleeping, so that it leaves the cores to the other submissions meanwhile)
+    "looping": "import time\n    while True:\n        time.sleep(0.1)",
+    # b"x" * n writes every byte: real memory, not an untouched reservation
+    "hog": "hog = []\n    while True:\n        hog.append(b'x' * 2**27)",
+    # removes everything it can reach by a relative path: its folder and the one above, then answers right
+    "deleter": ("import os, shutil\n    for top in ('.', '..'):\n        for name in os.listdir(top):\n"
+                "            p = os.path.join(top, name)\n"
+                "            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.remove(p)\n"
+                "    return 2 * x"),
+}
+
+
+def notebook(code_cells: list[str]) -> dict:
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# Lab 99 · Double it"},
+             {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "smoke = False",
+              "outputs": [], "execution_count": None}]
+    cells += [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+              for c in code_cells]
+    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def write(path: Path, nb: dict | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(nb if isinstance(nb, str) else json.dumps(nb))
+    return path
+
+
+# long enough for a kernel to start and run the little lab on a busy 2-core machine, short enough
+# that the looping notebook costs little
+TIMEOUT = 20
+
+
+def grade_a_class(tmp: Path):
+    course = tmp / "labs"
+    write(course / "99_double.ipynb", notebook([SETUP, STUB, "grading.summary()"]))
+    subs = tmp / "submissions"
+    write(subs / "stan" / "99_double.ipynb", notebook([SETUP, STUB, "grading.summary()"]))  # the shipped lab
+    for who, body in BODIES.items():
+        code = STUB.replace("raise NotImplementedError", body)
+        cells = [SETUP, code] + ([PREDICT] if who == "right" else []) + ["grading.summary()"]
+        # an LMS export's name: learner folder, a lab number somewhere in the file name
+        write(subs / who / f"{who}_lab99_attempt.ipynb", notebook(cells))
+    write(subs / "mal" / "99_double.ipynb", "{ this is not a notebook")
+    write(subs / "bob" / "notes.ipynb", notebook(["1 + 1"]))
+    (subs / "deleter" / "keep.txt").write_text("the learner's own file")
+    book = gb.grade_folder(subs, course=course, timeout=TIMEOUT, jobs=2, limits=gb.Limits(memory_bytes=2**30))
+    return book, subs
+
+
+@pytest.mark.slow
+def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
+    """One class, graded once (in the test's own time): the outcomes, then the gradebook's forms."""
+    book, subs = grade_a_class(tmp_path)
+    got = {r.learner: (r.outcome, r.message) for r in book.records}
+    assert got["right"] == ("done", "1 check passed")
+    assert got["stan"][0] == "not done" and "double" in got["stan"][1]
+    assert got["wrong"] == ("wrong", "double: for {'x': 5} you returned 7, expected 10. Hint: twice x")
+    assert got["raising"] == ("error", "KeyError: 2")
+    assert got["looping"][0] == "timeout" and got["looping"][1].startswith(f"still running after {TIMEOUT} s")
+    assert got["hog"] == ("error", "MemoryError")
+    assert got["deleter"] == ("done", "1 check passed")
+    assert got["mal"][0] == "error" and got["mal"][1].startswith("malformed notebook (")
+    assert "bob" not in got and any(n.startswith("bob/notes.ipynb: no lab number or lab name") for n in book.notes)
+    # every run within its timeout (plus the time to stop a kernel), the loop included
+    assert all(r.seconds < TIMEOUT + 5 for r in book.records), [(r.learner, r.seconds) for r in book.records]
+    # the copies protected the originals: the deleter's folder and everyone else's are untouched
+    assert (subs / "deleter" / "keep.txt").read_text() == "the learner's own file"
+    assert (subs / "right" / "right_lab99_attempt.ipynb").is_file()
+
+    # the CSV, the JSON and the one-screen summary
+    rows = list(csv.DictReader(io.StringIO(book.csv_text())))
+    right = next(r for r in rows if r["learner"] == "right")
+    assert right["outcome"] == "done" and right["predictions"] == "1" and right["median_prediction_error_pct"] == "20.0"
+    data = book.as_dict()
+    rec = next(r for r in data["records"] if r["learner"] == "right")
+    assert rec["predictions"][0]["predicted"] == 2.0 and rec["predictions"][0]["measured"] == 2.5
+    assert data["passed"] == {"99_double": 2}
+    text = book.summary()
+    assert len(text.splitlines()) <= 24
+    assert "2 of 8 learners passed" in text
+    assert "1× 99_double: double: for {'x': 5} you returned 7, expected 10" in text
+    assert "bob/notes.ipynb" in text
+
+
+def test_matching_names_to_labs(tmp_path):
+    labs = {n: gb.Lab(n, f"{n}_{t}", tmp_path, ()) for n, t in (("01", "flops"), ("07", "shuffle"), ("10", "graph_breaks"))}
+
+    def number(name: str) -> str | None:
+        lab = gb.match_lab(name, labs)
+        return lab.number if lab else None
+
+    assert number("01_flops.ipynb") == "01"
+    assert number("Lab 7 - shuffle (1).ipynb") == "07"
+    assert number("alice_10_graph_breaks.ipynb") == "10"
+    assert number("graph_breaks.ipynb") == "10"
+    assert gb.match_lab("notes.ipynb", labs) is None
+    assert gb.match_lab("03_memory.ipynb", labs) is None
+    assert list(gb.pick_labs(labs, ["1", "shuffle"])) == ["01", "07"]
+    with pytest.raises(gb.InputError, match="no lab '42' in this course: choose from 01, 07, 10"):
+        gb.pick_labs(labs, ["42"])
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    from perflab.cli import main
+
+    assert main(["grade", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not a folder" in err
+    assert main(["grade", str(tmp_path), "--labs", "42"]) == 2
+    assert "no lab '42' in this course" in capsys.readouterr().err
+
+
+def test_a_removed_check_cell_is_not_done(tmp_path):
+    """Deleting a check's cell does not make a lab pass: the shipped lab's check calls must be there."""
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def double(x):\n    return 2 * x")])
+    nb.cells.append(nbformat.v4.new_code_cell(gb.GRADE_CELL, outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text=gb.MARK + "{}\n")]))
+    lab = gb.Lab("99", "99_double", tmp_path, ("check_double",))
+    assert gb.classify(nb, lab) == ("not done", "check cell removed: check_double")
+    nb.cells[0].source += "\nlab.check_double(double)"
+    assert gb.classify(nb, lab) == ("not done", "no check ran")
+    nb.cells[1].outputs[0].text = gb.MARK + '{"double": "passed"}\n'
+    assert gb.classify(nb, lab) == ("done", "1 check passed")
