@@ -10,9 +10,10 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `report_html`: a report as one standalone HTML page, its figures embedded
 - `gradebook`: `perflab grade`, a class's lab notebooks run in fresh kernels, one gradebook
 - `release`: `perflab release`, the course for learners: no solutions, no outputs
+- `predict`: the learner's prediction written down before a measurement, compared and summarised
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "gradebook", "release")
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "gradebook", "release", "predict")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)
