@@ -106,7 +106,7 @@ def test_profile_trace_diagnoses_a_plain_torch_profiler_script(tmp_path, capsys)
     assert r.returncode == 0, r.stderr[-2000:]
     assert main(["profile", "--trace", str(trace), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"step_s", "device_busy", "causes", "trace_file"}
+    assert set(out) == {"step_s", "device_busy", "causes", "trace_file", "steps", "step_source", "per_step"}
     assert out["trace_file"] == str(trace)
     assert out["causes"][0]["cause"] == "data_wait" and out["causes"][0]["share"] > 0.5
     assert set(out["causes"][0]) == {"cause", "seconds", "share", "evidence"}

@@ -21,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--launcher", default="torchrun", choices=("torchrun", "fork"),
                    help="how --fault comm starts its 2 gloo ranks (default torchrun)")
     p.add_argument("--json", action="store_true",
-                   help='print JSON: {"step_s", "device_busy", "causes": [{"cause", "seconds", "share", "evidence"}], "trace_file"}')
+                   help='print JSON: {"step_s", "device_busy", "causes": [{"cause", "seconds", "share", "evidence"}], "trace_file", '
+                        '"steps", "step_source", "per_step"} (a list of them for a folder of traces)')
     p.set_defaults(func=run)
 
 

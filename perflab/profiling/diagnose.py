@@ -3,7 +3,7 @@
     >>> d = diagnose("step.json")      # any torch.profiler Chrome trace, or its dict
     >>> d.step_s, d.device_busy        # seconds per step, share of the step the device worked
     >>> d.causes[0].cause              # 'data_wait' | 'host_sync' | 'launch_bound' | 'communication'
-    >>> d.as_json()                    # {"step_s", "device_busy", "causes": [...], "trace_file"}
+    >>> d.as_json()                    # {"step_s", "device_busy", "causes": [...], "trace_file", "steps", ...}
 
 Method (the same on CPU and GPU traces; "the device" is defined in `perflab.profiling.trace`):
 1. The steps are the `ProfilerStep#N` ranges of the main thread; without them, the stretches between

@@ -185,8 +185,8 @@ class Trace:
         end_top = -1.0
         wi = 0
         for e in ops:  # sorted by start, outermost first
-            if e.start < end_top:  # nested inside the previous outermost op
-                continue
+            if e.start < end_top - 1e-9:  # nested inside the previous outermost op (1 ns: an op that starts
+                continue  # where the last ended is next to it, though start and end differ by float rounding
             end_top = e.end
             while wi < len(waits) and waits[wi].end <= e.start:
                 wi += 1
