@@ -15,8 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from clirun import perflab
+
 from perflab.core.errors import InputError
 from perflab.numa.plan import check_plan, plan
 from perflab.numa.smi_topo import SMT_GUESS_NOTE, parse_topo, topology_from_topo
@@ -69,7 +69,7 @@ def test_tensorboard_handler_folders_plain_and_gzip():
     for folder in ("tb_handler", "tb_handler_gz"):
         d = diagnose(next((TRACES / folder).iterdir()))
         assert d.steps == 2 and d.step_source == "ProfilerStep markers"
-        r = perflab("profile", "--trace", TRACES / folder, "--json")
+        r = perflab("profile", "--trace", str(TRACES / folder), "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["steps"] == 2
 
@@ -77,14 +77,14 @@ def test_tensorboard_handler_folders_plain_and_gzip():
 def test_a_folder_of_several_traces_diagnoses_each_and_names_the_unusable(tmp_path):
     shutil.copy(TRACES / "data_wait.json", tmp_path / "a.json")
     shutil.copy(TRACES / "exported_after_schedule.json", tmp_path / "b.json")
-    r = perflab("profile", "--trace", tmp_path, "--json")
+    r = perflab("profile", "--trace", str(tmp_path), "--json")
     assert r.returncode == 0 and len(json.loads(r.stdout)) == 1
     assert "b.json" in r.stderr and "Traceback" not in r.stderr
     with pytest.raises(InputError, match="holds 2 traces"):
         load(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert one_clean_line(perflab("profile", "--trace", empty))
+    assert one_clean_line(perflab("profile", "--trace", str(empty)))
 
 
 def test_the_planted_data_wait_of_a_plain_script_is_named():
@@ -119,9 +119,9 @@ def _variants(tmp: Path) -> dict[str, Path]:
 
 def test_every_malformed_trace_is_one_clean_line(tmp_path):
     for name, path in _variants(tmp_path).items():
-        r = perflab("profile", "--trace", path)
+        r = perflab("profile", "--trace", str(path))
         assert one_clean_line(r), (name, r.returncode, r.stdout[-300:], r.stderr)
-    r = perflab("profile", "--trace", tmp_path / "steps_only.json")
+    r = perflab("profile", "--trace", str(tmp_path / "steps_only.json"))
     assert "no ops" in r.stderr
 
 
@@ -150,9 +150,9 @@ def test_a_blank_cpu_affinity_does_not_shift_the_numa_node_into_it():
 
 
 def test_a_table_from_another_machine_says_its_smt_layout_is_a_guess(tmp_path):
-    r = perflab("numa", "--plan", "--topo", TOPO / "tabs.txt")
+    r = perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"))
     assert r.returncode == 0 and "GUESS" in r.stdout and "--sysfs" in r.stdout
-    r = perflab("numa", "--plan", "--topo", TOPO / "tabs.txt", "--json")
+    r = perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--json")
     assert r.returncode == 0 and "GUESS" in r.stderr and isinstance(json.loads(r.stdout), list)
     topo = topology_from_topo(parse_topo((TOPO / "tabs.txt").read_text()), sysfs=None)
     assert topo.notes == [SMT_GUESS_NOTE]
@@ -186,10 +186,10 @@ def test_a_table_of_this_machine_takes_its_smt_siblings_from_sysfs(tmp_path):
     p = plan(8, topo)
     cores = [{c // 2 for c in x.cpus} for x in p]  # no physical core shared between two ranks
     assert all(not (cores[i] & cores[j]) for i in range(8) for j in range(i + 1, 8))
-    r = perflab("numa", "--plan", "--topo", TOPO / "tabs.txt", "--sysfs", root, "--json")
+    r = perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--sysfs", str(root), "--json")
     assert r.returncode == 0 and r.stderr == ""
     other = _sysfs(tmp_path / "other", {0: [0, 1]}, {0: [0], 1: [1]})
-    assert one_clean_line(perflab("numa", "--plan", "--topo", TOPO / "tabs.txt", "--sysfs", other))
+    assert one_clean_line(perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--sysfs", str(other)))
 
 
 def test_malformed_tables_are_one_clean_line(tmp_path):
@@ -208,7 +208,7 @@ def test_malformed_tables_are_one_clean_line(tmp_path):
     for name, text in variants.items():
         f = tmp_path / name
         f.write_text(text)
-        r = perflab("numa", "--topo", f)
+        r = perflab("numa", "--topo", str(f))
         assert one_clean_line(r), (name, r.stdout[-300:], r.stderr)
 
 
@@ -343,7 +343,7 @@ TINY_HF = '''
 
 @pytest.mark.parametrize("factory", ["gpt2", "llama"])
 def test_hugging_face_models_built_from_configs(tmp_path, factory):
-    pytest.importorskip("transformers", reason="transformers is not installed: pip install perflab[test]")
+    pytest.importorskip("transformers", reason="transformers is not installed: pip install -e '.[test]'")
     f = _model_file(tmp_path, TINY_HF, "hf.py")
     r = perflab("compile", "--explain", f"{f}:{factory}", "--json")
     assert r.returncode == 0, r.stderr

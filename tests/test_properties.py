@@ -7,13 +7,16 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from perflab.numa.smi_topo import parse_topo
-from perflab.numa.topology import format_cpulist
-from perflab.profiling import ettr as E
-from perflab.profiling.diagnose import diagnose
+pytest.importorskip("hypothesis", reason="hypothesis is not installed: pip install -e '.[test]'")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from perflab.numa.smi_topo import parse_topo  # noqa: E402
+from perflab.numa.topology import format_cpulist  # noqa: E402
+from perflab.profiling import ettr as E  # noqa: E402
+from perflab.profiling.diagnose import diagnose  # noqa: E402
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LINKS = ["NV1", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"]

@@ -17,6 +17,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -216,20 +217,22 @@ def load_factory(spec: str):
 def example_input(model: torch.nn.Module, batch: int = 2, seq: int = 16) -> torch.Tensor:
     """Token ids for a model with a `dims['vocab']`, an `embed` embedding, a `cfg.vocab` or a Hugging
     Face `config.vocab_size`."""
-    vocab = getattr(model, "dims", {}).get("vocab") if isinstance(getattr(model, "dims", None), dict) else None
-    if vocab is None and hasattr(model, "cfg"):
-        vocab = getattr(model.cfg, "vocab", None)
-    if vocab is None and isinstance(getattr(model, "embed", None), torch.nn.Embedding):
-        vocab = model.embed.num_embeddings
-    if vocab is None and isinstance(getattr(getattr(model, "config", None), "vocab_size", None), int):
-        vocab = model.config.vocab_size  # a Hugging Face model
+    dims = getattr(model, "dims", None)
+    vocab: Any = dims.get("vocab") if isinstance(dims, dict) else None
     if vocab is None:
+        vocab = getattr(getattr(model, "cfg", None), "vocab", None)
+    embed = getattr(model, "embed", None)
+    if vocab is None and isinstance(embed, torch.nn.Embedding):
+        vocab = embed.num_embeddings
+    if vocab is None:
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None)  # a Hugging Face model
+    if not isinstance(vocab, int):
         raise InputError("cannot tell the model's input: let the factory return (model, example_inputs), where "
                          "example_inputs is a tensor, a tuple/list of positional inputs or a dict of keyword inputs")
     return torch.randint(0, int(vocab), (batch, seq), generator=torch.Generator().manual_seed(0))
 
 
-def split_built(built) -> tuple[torch.nn.Module, tuple, dict]:
+def split_built(built: Any) -> tuple[Any, tuple, dict]:
     """(model, args, kwargs) from what a factory returned: a module; (model, inputs) as a tuple or a
     list; inputs a tensor, a tuple/list of positional inputs, or a dict of keyword inputs; or
     (model, args, kwargs)."""
@@ -328,7 +331,7 @@ def recompiles_over_lengths(model: torch.nn.Module, lengths, *, dynamic: bool | 
     torch._dynamo.reset()
     counter = RecompileCounter()
     compiled = torch.compile(model, backend=counter, dynamic=dynamic)
-    vocab = vocab or example_input(model).max().item() + 1
+    vocab = vocab or int(example_input(model).max().item()) + 1
     out = []
     for s in lengths:
         x = torch.randint(0, vocab, (batch, s), generator=torch.Generator().manual_seed(s))

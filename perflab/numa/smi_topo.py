@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.numa.topology import GPU, Node, Topology, online_cpus, parse_cpulist, read_nodes, smt_siblings
+from perflab.numa.topology import (
+    GPU,
+    Node,
+    Topology,
+    online_cpus,
+    parse_cpulist,
+    read_nodes,
+    smt_siblings,
+)
 
 LINK_MEANING = {
     "X": "self",

@@ -52,7 +52,7 @@ def link(a: str, b: str) -> str:
     return "PXB" if na == nb else "SYS"
 
 
-def table(blank_cpu: set[int] = frozenset(), numa_cols: bool = True, nic_prefix: str = "NIC") -> str:
+def table(blank_cpu: frozenset[int] | set[int] = frozenset(), numa_cols: bool = True, nic_prefix: str = "NIC") -> str:
     nics = [f"{nic_prefix}{i}" if nic_prefix == "NIC" else f"mlx5_{i}" for i in range(len(NICS))]
     devs = [f"GPU{i}" for i in range(GPUS)] + nics
     extra = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"] if numa_cols else ["CPU Affinity"]
@@ -71,7 +71,7 @@ def table(blank_cpu: set[int] = frozenset(), numa_cols: bool = True, nic_prefix:
     return "\n".join(lines) + "\n" + legend
 
 
-def expected(blank_cpu: set[int] = frozenset(), numa_cols: bool = True) -> list[dict]:
+def expected(blank_cpu: frozenset[int] | set[int] = frozenset(), numa_cols: bool = True) -> list[dict]:
     from_list = {0: list(range(0, 56)) + list(range(112, 168)), 1: list(range(56, 112)) + list(range(168, 224))}
     return [{"gpu": g, "cpu_affinity": [] if g in blank_cpu else from_list[g // 4],
              "numa_node": (g // 4) if numa_cols else None} for g in range(GPUS)]
