@@ -149,6 +149,9 @@ def test_the_ettr_optimum_is_the_peak_of_the_curve_shown(ckpt, restart, mtbf, mo
     # and no interval on a dense grid does better
     grid = [mtbf * 10 ** (k / 50) for k in range(-250, 51)]
     assert all(f(t, ckpt, restart, mtbf) <= top + 1e-9 for t in grid)
+    # the first-order model is never above the exact one (it is the pessimistic one the lesson says)
+    assert all(E.ettr_first_order(t, ckpt, restart, mtbf) <= E.ettr_exact(t, ckpt, restart, mtbf) + 1e-12
+               for t in grid[::10])
 
 
 # the job: delta 30 min, R 20 min, M 293 min -> 0.573 (first order: 0.543)

@@ -7,7 +7,7 @@ Symbols: δ, the time to write one (blocking) checkpoint; M, the job's mean time
 (failures arrive at random, Poisson, at rate gpus / MTBF_per_GPU, so M = MTBF_per_GPU / gpus);
 R, the restart time from a failure to training again; τ, the training time between checkpoints.
 
-**The model used (exact under those assumptions; Daly 2006, eq. 13).** Work runs in segments of
+**The model used (exact under those assumptions; Daly 2006, the exponential model).** Work runs in segments of
 τ of training then δ of checkpoint. A failure can strike anywhere, also during a checkpoint or a
 restart, and costs the restart plus the segment's lost progress. The expected wall time of one
 segment is M·e^{R/M}·(e^{(τ+δ)/M} − 1), so
@@ -82,7 +82,7 @@ ettr_fraction = ettr_first_order  # the name older code uses
 
 
 def ettr_exact(interval: float, ckpt_cost: float, restart: float, mtbf: float) -> float:
-    """The expected ETTR under Poisson failures (Daly 2006, eq. 13; module docstring); all four in
+    """The expected ETTR under Poisson failures (Daly 2006, the exponential model; module docstring); all four in
     the same unit. Failures during checkpoints and restarts are counted."""
     tau, d = _pos("interval", interval), _pos("ckpt_cost", ckpt_cost, allow_zero=True)
     r, m = _pos("restart", restart, allow_zero=True), _pos("mtbf", mtbf)
@@ -174,7 +174,7 @@ class Ettr:
     ettr_at_optimum: float
     ettr_first_order: float  # the first-order model at interval_min, for comparison
     lost_hours: float
-    model: str = "exact (Poisson failures, Daly 2006 eq. 13)"
+    model: str = "exact (Poisson failures, Daly 2006)"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
