@@ -292,7 +292,7 @@ def test_a_break_in_a_child_called_three_times_is_one_site_with_its_full_reason(
     out = json.loads(r.stdout)
     assert out["graph_breaks"] == 1 and len(out["breaks"]) == 1
     b = out["breaks"][0]
-    assert "usermodel.py:11" in b["where"] and "`print`" in b["reason"] and b["hits"] >= 1
+    assert "usermodel.py:11" in b["where"] and "`print`" in b["reason"] and b["hits"] == 3
 
 
 def test_list_and_dict_inputs(tmp_path):

@@ -29,7 +29,8 @@ class BreakReport:
     graphs: int
     graph_breaks: int  # unique break sites (a site met on several calls counts once)
     ops: int
-    breaks: list[dict] = field(default_factory=list)  # {"reason", "where", "hits", "hints"}
+    # {"reason", "where", "file", "line", "hits" (times the line runs in one call; None: not counted), "hints"}
+    breaks: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"graphs": self.graphs, "graph_breaks": self.graph_breaks, "ops": self.ops, "breaks": self.breaks}
@@ -37,7 +38,7 @@ class BreakReport:
     def describe(self) -> str:
         lines = [f"{self.graph_breaks} graph break site(s), {self.graphs} graph(s), {self.ops} captured op(s)"]
         for i, b in enumerate(self.breaks, 1):
-            hits = f" (met {b['hits']}× while tracing)" if b.get("hits", 1) > 1 else ""
+            hits = f" (runs {b['hits']}× per call)" if (b.get("hits") or 0) > 1 else ""
             lines.append(f"  {i}. {b['where']}{hits}: {b['reason']}")
         return "\n".join(lines)
 
@@ -78,15 +79,50 @@ class _Collect(logging.Handler):
             pass
 
 
-def _site_of_message(msg: str) -> tuple[str, str] | None:
-    """(file:line, function) of a graph-break log message: its 'at FILE:LINE' and the last frame of
+def _site_of_message(msg: str) -> tuple[str, int, str] | None:
+    """(file, line, function) of a graph-break log message: its 'at FILE:LINE' and the last frame of
     its user traceback."""
     m = re.search(r"Graph break in user code at (.+?):(\d+)", msg)
     if not m:
         return None
     frames = re.findall(r'File "(.+?)", line (\d+), in (\S+)', msg)
     fn = next((f for path, ln, f in reversed(frames) if path == m.group(1) and ln == m.group(2)), "")
-    return f"{Path(m.group(1)).name}:{m.group(2)}", fn
+    return m.group(1), int(m.group(2)), fn
+
+
+def count_executions(fn, args: tuple, kwargs: dict, sites: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """How many times each (file, line) runs in one eager call `fn(*args, **kwargs)`: a break site
+    in a child module called three times runs three times. Traces only the files of the sites."""
+    import os
+
+    want = {(os.path.realpath(p), ln) for p, ln in sites}
+    files = {p for p, _ in want}
+    real: dict[str, str] = {}
+    counts: dict[tuple[str, int], int] = {}
+
+    def where(code) -> str:
+        name = code.co_filename
+        if name not in real:
+            real[name] = os.path.realpath(name)
+        return real[name]
+
+    def local(frame, event, arg):
+        if event == "line":
+            k = (where(frame.f_code), frame.f_lineno)
+            if k in want:
+                counts[k] = counts.get(k, 0) + 1
+        return local
+
+    def calls(frame, event, arg):
+        return local if event == "call" and where(frame.f_code) in files else None
+
+    before = sys.gettrace()  # a coverage tracer, say: put it back afterwards
+    sys.settrace(calls)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.settrace(before)
+    return {(p, ln): counts.get((os.path.realpath(p), ln), 0) for p, ln in sites}
 
 
 def explain(fn, *args, **kwargs) -> BreakReport:
@@ -121,21 +157,22 @@ def explain(fn, *args, **kwargs) -> BreakReport:
         where = _site_of_message(msg)
         if where is None:
             continue
-        reason, hints = reason_text(msg)
-        key = where[0]
+        path, line, func = where
+        key = f"{path}:{line}"
         if key not in sites:
-            sites[key] = {"reason": reason, "where": f"{where[0]} in {where[1]}" if where[1] else where[0],
-                          "hits": 0, "hints": hints}
-        sites[key]["hits"] += 1
+            reason, hints = reason_text(msg)
+            sites[key] = {"reason": reason, "where": f"{Path(path).name}:{line}" + (f" in {func}" if func else ""),
+                          "file": path, "line": line, "hits": None, "hints": hints}
     for r in e.break_reasons:  # what the log did not name
         if not r.user_stack:
             continue
         f = r.user_stack[-1]
-        key = f"{Path(f.filename).name}:{f.lineno}"
-        reason, hints = reason_text(r.reason)
+        key = f"{f.filename}:{f.lineno}"
         if key in sites:
             continue
-        sites[key] = {"reason": reason, "where": f"{key} in {f.name}", "hits": 1, "hints": hints}
+        reason, hints = reason_text(r.reason)
+        sites[key] = {"reason": reason, "where": f"{Path(f.filename).name}:{f.lineno} in {f.name}",
+                      "file": f.filename, "line": f.lineno, "hits": None, "hints": hints}
     breaks = list(sites.values())
     # dynamo's graph_break_count is graph_count - 1: a break with no graph after it (a print before
     # `return`) would go uncounted; a site met on several calls is one break to fix
@@ -305,10 +342,16 @@ def explain_factory(spec: str) -> BreakReport:
             raise user_error(exc, f"the model from {spec}, run on its example input,", user_file) from None
         try:
             with torch.no_grad():
-                return explain(model, *args, **kwargs)
+                rep = explain(model, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - eager ran, so this is the tracer's limit, said in one line
             raise InputError(f"torch._dynamo could not trace the model from {spec} (eager runs): "
                              f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+        if rep.breaks:  # how often each site runs in one forward: a child called 3 times breaks 3 times
+            with torch.no_grad():
+                runs = count_executions(model, args, kwargs, [(b["file"], b["line"]) for b in rep.breaks])
+            for b in rep.breaks:
+                b["hits"] = runs[(b["file"], b["line"])]
+        return rep
 
 
 class RecompileCounter:
