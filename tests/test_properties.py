@@ -18,7 +18,8 @@ from perflab.numa.topology import format_cpulist  # noqa: E402
 from perflab.profiling import ettr as E  # noqa: E402
 from perflab.profiling.diagnose import diagnose  # noqa: E402
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, database=None,  # no .hypothesis folder in the checkout
+                    suppress_health_check=[HealthCheck.too_slow])
 LINKS = ["NV1", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"]
 
 # ------------------------------------------------------------------------------ topology tables
