@@ -175,6 +175,20 @@ def test_cli_ettr_json(capsys):
 # ----------------------------------------------------------------- ETTR and the optimal checkpoint interval
 
 
+def test_ettr_uses_the_exact_model_and_recommends_its_peak(capsys):
+    # delta 30 min, R 20 min, M 293 min: first order 0.543, Daly's exponential model 0.573
+    assert main(["ettr", "--hours", "1000", "--gpus", "1", "--mtbf-hours", str(293 / 60), "--ckpt-minutes", "30",
+                 "--restart-minutes", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert abs(out["ettr"] - 0.5726) < 5e-4 and abs(out["ettr_first_order"] - 0.5433) < 5e-4
+    assert out["ettr"] == out["ettr_at_optimum"]
+    tau = out["optimal_interval_min"]
+    assert all(E.ettr_exact(tau * f, 30, 20, 293) < out["ettr"] for f in (0.9, 0.99, 1.01, 1.1))
+    # the closed-form estimates are near the peak but not on it
+    assert out["daly_interval_min"] != tau and out["young_interval_min"] != tau
+
+
+
 def test_young_and_daly_intervals():
     # Young (1974), CACM 17(9): tau = sqrt(2 delta M). delta = 5 min, M = 24 h = 1440 min -> 120 min exactly
     assert math.isclose(E.young_interval(5, 1440), 120.0)
