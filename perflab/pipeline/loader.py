@@ -186,7 +186,8 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
     Returns a `perflab.core.results.SweepResult` (written to `path`, or a temporary file when None,
     so a live re-measurement never reuses an old point). `overhead_s`, the handover cost of one
     batch from a worker to the loop, is measured here when None (`handover_s`) and given to the model;
-    so is `inline_s`, the loader's own per-batch cost when the loop loads (W = 0, `inline_overhead_s`).
+    so is `inline_s`, the loader's own per-batch cost when the loop loads (W = 0, `inline_overhead_s`),
+    right before each 0-worker point.
     """
     import tempfile
     from pathlib import Path
@@ -198,23 +199,24 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
     cores = available_cores()
     if overhead_s is None:
         overhead_s = handover_s(batch, step.device) if any(int(w) > 0 for w in workers_list) else 0.0
-    if inline_s is None:
-        inline_s = inline_overhead_s(batch, step.device, io_ms / 1e3) if any(int(w) == 0 for w in workers_list) else 0.0
     on_cpu = step.device.type == "cpu"
 
     def one(p):
+        # H0 is measured right before its point, under the same load as the point itself
+        h0 = 0.0 if p["workers"] else (inline_s if inline_s is not None else
+                                        inline_overhead_s(batch, step.device, io_ms / 1e3))
         res = measure_loop(workers=p["workers"], batch=batch, batches=batches, io_ms=io_ms, transform_ms=transform_ms,
                            step=step, pin=pin, prefetch_factor=prefetch_factor, timeout=timeout, rounds=rounds,
                            **faults)[0]
         pred = starvation.predict(batch, io_ms / 1e3, transform_ms / 1e3, statistics.median(res.compute_s),
                                   p["workers"], batches, prefetch_factor=prefetch_factor, cores=cores,
-                                  compute_on_cpu=on_cpu, overhead_s=overhead_s, inline_s=inline_s)
+                                  compute_on_cpu=on_cpu, overhead_s=overhead_s, inline_s=h0)
         # the measured median leaves the first step out; so does the predicted one
         pw = statistics.median(starvation.simulate(pred.load_s, pred.compute_s, p["workers"], batches,
                                                    prefetch_factor=prefetch_factor, overhead_s=overhead_s,
-                                                   inline_s=inline_s)[1:] or [pred.first_wait_s])
+                                                   inline_s=h0)[1:] or [pred.first_wait_s])
         return {**res.as_dict(), "predicted_wait_s": pw, "predicted_steady_wait_s": pred.steady_wait_s,
-                "load_s": pred.load_s, "handover_s": overhead_s, "inline_s": inline_s}
+                "load_s": pred.load_s, "handover_s": overhead_s, "inline_s": h0}
 
     tmp = None
     if path is None:
