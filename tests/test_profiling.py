@@ -175,6 +175,21 @@ def test_cli_ettr_json(capsys):
 # ----------------------------------------------------------------- ETTR and the optimal checkpoint interval
 
 
+def test_what_llama3s_failure_rate_needs_to_reach_90_percent():
+    # lesson 09's claim: at Llama 3's interruption rate only checkpoint stalls under a minute reach
+    # 90%, and the longer the restart, the shorter the stall must be
+    llama = E.llama3_failure_rate()
+    rows = E.needed_for(0.90, llama["job_mtbf_hours"], [0.25, 0.5, 1, 2], [2, 5, 10, 20])
+    assert not any(r["reaches"] for r in rows if r["ckpt_minutes"] >= 1)
+    assert any(r["reaches"] for r in rows if r["ckpt_minutes"] < 1)
+    for d in (0.25, 0.5):
+        line = [r["ettr"] for r in rows if r["ckpt_minutes"] == d]
+        assert line == sorted(line, reverse=True)
+    reach_r = {d: max((r["restart_minutes"] for r in rows if r["ckpt_minutes"] == d and r["reaches"]), default=0)
+               for d in (0.25, 0.5)}
+    assert reach_r[0.25] >= reach_r[0.5] > 0
+
+
 def test_ettr_uses_the_exact_model_and_recommends_its_peak(capsys):
     # delta 30 min, R 20 min, M 293 min: first order 0.543, Daly's exponential model 0.573
     assert main(["ettr", "--hours", "1000", "--gpus", "1", "--mtbf-hours", str(293 / 60), "--ckpt-minutes", "30",
