@@ -19,7 +19,13 @@ from clirun import perflab
 
 from perflab.core.errors import InputError
 from perflab.numa.plan import check_plan, plan
-from perflab.numa.smi_topo import SMT_GUESS_NOTE, parse_topo, topology_from_topo
+from perflab.numa.smi_topo import (
+    GUESS_PAIRS,
+    GUESS_SINGLE,
+    SMT_GUESS_NOTE,
+    parse_topo,
+    topology_from_topo,
+)
 from perflab.profiling.diagnose import diagnose
 from perflab.profiling.trace import load
 
@@ -155,7 +161,9 @@ def test_a_table_from_another_machine_says_its_smt_layout_is_a_guess(tmp_path):
     r = perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--json")
     assert r.returncode == 0 and "GUESS" in r.stderr and isinstance(json.loads(r.stdout), list)
     topo = topology_from_topo(parse_topo((TOPO / "tabs.txt").read_text()), sysfs=None)
-    assert topo.notes == [SMT_GUESS_NOTE]
+    assert topo.notes == [SMT_GUESS_NOTE.format(how=GUESS_PAIRS)]
+    odd = parse_topo((TOPO / "tabs.txt").read_text().replace("0-55,112-167", "0-55,112-160"))
+    assert topology_from_topo(odd, sysfs=None).notes == [SMT_GUESS_NOTE.format(how=GUESS_SINGLE)]
 
 
 def _sysfs(root: Path, nodes: dict[int, list[int]], siblings: dict[int, list[int]]) -> Path:

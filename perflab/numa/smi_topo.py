@@ -217,9 +217,11 @@ def infer_smt(nodes: list[Node]) -> dict[int, list[int]]:
     return {c: [c] for c in cpus}
 
 
-SMT_GUESS_NOTE = ("hyperthread siblings are a GUESS from the CPU numbering (CPU c and c + N/2 share a core): "
-                  "the table does not say which CPUs share a core. Give the real layout with --sysfs ROOT (a copy "
-                  "of that machine's /sys, or /sys itself when run there)")
+SMT_GUESS_NOTE = ("hyperthread siblings are a GUESS from the CPU numbering ({how}): the table does not say which "
+                  "CPUs share a core. Give the real layout with --sysfs ROOT (a copy of that machine's /sys, or /sys "
+                  "itself when run there)")
+GUESS_PAIRS = "CPU c and c + N/2 share a core"
+GUESS_SINGLE = "no usual pattern: each CPU taken as its own core"
 
 
 def table_matches_sysfs(parsed: dict[str, Any], root: str | Path = "/sys") -> bool:
@@ -265,5 +267,7 @@ def topology_from_topo(parsed: dict[str, Any], sysfs: str | Path | None = "/sys"
     if sysfs is not None and table_matches_sysfs(parsed, sysfs):
         return Topology(nodes, dist, gpus, [], smt_siblings(sysfs, cpus),
                         source=f"nvidia-smi topo -m, SMT siblings from sysfs at {sysfs}")
-    notes = [SMT_GUESS_NOTE] if cpus else []
-    return Topology(nodes, dist, gpus, [], infer_smt(nodes), source="nvidia-smi topo -m", notes=notes)
+    siblings = infer_smt(nodes)
+    how = GUESS_PAIRS if any(len(v) > 1 for v in siblings.values()) else GUESS_SINGLE
+    notes = [SMT_GUESS_NOTE.format(how=how)] if cpus else []
+    return Topology(nodes, dist, gpus, [], siblings, source="nvidia-smi topo -m", notes=notes)
