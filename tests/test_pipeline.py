@@ -137,6 +137,36 @@ def test_recommendation_and_cores():
     assert r.workers is None and "cores, not the workers" in r.reason
 
 
+def test_zero_workers_pay_the_loaders_own_per_batch_cost():
+    # H0 is added to every 0-worker wait (and only there); workers pay the handover instead
+    assert starvation.simulate(0.02, 0.01, 0, 3, inline_s=0.003) == [pytest.approx(0.023)] * 3
+    assert starvation.steady_wait_s(0.02, 0.01, 0, inline_s=0.003) == pytest.approx(0.023)
+    assert starvation.simulate(0.02, 0.05, 2, 6, inline_s=0.003) == starvation.simulate(0.02, 0.05, 2, 6)
+    p = starvation.predict(4, 0.005, 0, 0.02, 0, 10, inline_s=0.002)
+    assert p.median_wait_s == pytest.approx(0.022) and p.step_s == pytest.approx(0.042)
+    with pytest.raises(InputError):
+        starvation.simulate(0.02, 0.01, 0, 3, inline_s=-1)
+
+
+@pytest.mark.timeout(60)
+def test_zero_worker_prediction_carries_the_measured_handover():
+    # batch 8 × 2 ms of IO: the old model said exactly 16 ms; the loop's own cost (sampler, the
+    # dataset's fixed work, collate, the sleep's overshoot) comes on top, measured, not typed in
+    for _attempt in range(2):
+        step = calibrate(5, torch.device("cpu"))
+        res = loader.sweep_workers([0], batch=8, batches=12, io_ms=2, transform_ms=0, step=step, timeout=20)
+        r = res.rows[0]
+        assert r["status"] == "ok", res.messages
+        old = 8 * 0.002  # what the model without the term predicted
+        closer = abs(r["data_wait_s"] - r["predicted_wait_s"]) < abs(r["data_wait_s"] - old)
+        ok = closer and loader.within_tolerance(r["data_wait_s"], r["predicted_wait_s"], r["step_s"])
+        if ok:
+            break
+    assert r["inline_s"] > 0 and r["predicted_wait_s"] == pytest.approx(8 * 0.002 + r["inline_s"])
+    assert r["data_wait_s"] > old, r  # the old model was always short
+    assert ok, r
+
+
 # ---- the measured loop (forks workers; bounded) ----------------------------------------------------
 
 @pytest.mark.timeout(60)

@@ -106,7 +106,7 @@ def test_profile_trace_diagnoses_a_plain_torch_profiler_script(tmp_path, capsys)
     assert r.returncode == 0, r.stderr[-2000:]
     assert main(["profile", "--trace", str(trace), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"step_s", "device_busy", "causes", "trace_file"}
+    assert set(out) == {"step_s", "device_busy", "causes", "trace_file", "steps", "step_source", "per_step"}
     assert out["trace_file"] == str(trace)
     assert out["causes"][0]["cause"] == "data_wait" and out["causes"][0]["share"] > 0.5
     assert set(out["causes"][0]) == {"cause", "seconds", "share", "evidence"}
@@ -168,11 +168,40 @@ def test_cli_ettr_json(capsys):
     assert main(["ettr", "--hours", "720", "--gpus", "1024", "--mtbf-hours", "50000", "--ckpt-minutes", "2",
                  "--restart-minutes", "10", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert 0 < out["ettr"] < 1 and out["interval_source"] == "Daly's optimum"
+    assert 0 < out["ettr"] < 1 and out["interval_source"] == "the optimum"
     assert math.isclose(out["job_mtbf_hours"], 50000 / 1024)
 
 
 # ----------------------------------------------------------------- ETTR and the optimal checkpoint interval
+
+
+def test_what_llama3s_failure_rate_needs_to_reach_90_percent():
+    # lesson 09's claim: at Llama 3's interruption rate only checkpoint stalls under a minute reach
+    # 90%, and the longer the restart, the shorter the stall must be
+    llama = E.llama3_failure_rate()
+    rows = E.needed_for(0.90, llama["job_mtbf_hours"], [0.25, 0.5, 1, 2], [2, 5, 10, 20])
+    assert not any(r["reaches"] for r in rows if r["ckpt_minutes"] >= 1)
+    assert any(r["reaches"] for r in rows if r["ckpt_minutes"] < 1)
+    for d in (0.25, 0.5):
+        line = [r["ettr"] for r in rows if r["ckpt_minutes"] == d]
+        assert line == sorted(line, reverse=True)
+    reach_r = {d: max((r["restart_minutes"] for r in rows if r["ckpt_minutes"] == d and r["reaches"]), default=0)
+               for d in (0.25, 0.5)}
+    assert reach_r[0.25] >= reach_r[0.5] > 0
+
+
+def test_ettr_uses_the_exact_model_and_recommends_its_peak(capsys):
+    # delta 30 min, R 20 min, M 293 min: first order 0.543, Daly's exponential model 0.573
+    assert main(["ettr", "--hours", "1000", "--gpus", "1", "--mtbf-hours", str(293 / 60), "--ckpt-minutes", "30",
+                 "--restart-minutes", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert abs(out["ettr"] - 0.5726) < 5e-4 and abs(out["ettr_first_order"] - 0.5433) < 5e-4
+    assert out["ettr"] == out["ettr_at_optimum"]
+    tau = out["optimal_interval_min"]
+    assert all(E.ettr_exact(tau * f, 30, 20, 293) < out["ettr"] for f in (0.9, 0.99, 1.01, 1.1))
+    # the closed-form estimates are near the peak but not on it
+    assert out["daly_interval_min"] != tau and out["young_interval_min"] != tau
+
 
 
 def test_young_and_daly_intervals():

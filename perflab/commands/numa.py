@@ -2,7 +2,10 @@
 
     perflab numa [--sysfs ROOT] [--json]                 # nodes, distances, GPUs, this process's affinity
     perflab numa --topo FILE [--json]                    # parse a saved `nvidia-smi topo -m`
-    perflab numa --plan --nproc 8 [--topo FILE | --sysfs ROOT] [--json]   # cores per local rank
+    perflab numa --plan --nproc 8 [--topo FILE] [--sysfs ROOT] [--json]   # cores per local rank
+
+With --topo alone, hyperthread siblings come from this machine's /sys when the table is this
+machine's, else they are guessed from the numbering and a note says so; --sysfs ROOT gives them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from perflab.core.errors import InputError
 
 def register(sub) -> None:
     p = sub.add_parser("numa", help="NUMA topology (sysfs or nvidia-smi topo -m) and a per-rank core binding plan")
-    p.add_argument("--sysfs", metavar="ROOT", help="read this folder as /sys (default /sys)")
+    p.add_argument("--sysfs", metavar="ROOT", help="read this folder as /sys (default /sys); with --topo, where the "
+                                                   "table's machine's hyperthread siblings are read")
     p.add_argument("--topo", metavar="FILE", help="parse a saved `nvidia-smi topo -m` output")
     p.add_argument("--plan", action="store_true", help="which cores each local rank gets, with numactl lines")
     p.add_argument("--nproc", type=positive_int, help="local ranks to plan for (with --plan; default: one per GPU)")
@@ -25,11 +29,9 @@ def run(args) -> int:
     from pathlib import Path
 
     from perflab.numa.plan import plan, plan_table
-    from perflab.numa.smi_topo import parse_topo, topology_from_topo
+    from perflab.numa.smi_topo import parse_topo, table_matches_sysfs, topology_from_topo
     from perflab.numa.topology import format_cpulist, read_topology
 
-    if args.topo and args.sysfs:
-        raise InputError("give --topo or --sysfs, not both")
     if args.nproc and not args.plan:
         raise InputError("--nproc goes with --plan")
     parsed = None
@@ -38,7 +40,10 @@ def run(args) -> int:
         if not path.is_file():
             raise InputError(f"--topo {args.topo}: no such file")
         parsed = parse_topo(path.read_text(errors="replace"))
-        topo = topology_from_topo(parsed)
+        if args.sysfs and not table_matches_sysfs(parsed, args.sysfs):
+            raise InputError(f"--sysfs {args.sysfs} is not the machine of --topo {args.topo}: its online CPUs or "
+                             "NUMA nodes differ from the table's; give that machine's /sys")
+        topo = topology_from_topo(parsed, args.sysfs or "/sys")
     else:
         root = Path(args.sysfs or "/sys")
         if not (root / "devices" / "system").is_dir():
@@ -50,13 +55,20 @@ def run(args) -> int:
             raise InputError("no GPU found to plan for: give --nproc N")
         p = plan(nproc, topo)
         rows = [{"rank": x.rank, "gpu": x.gpu, "node": x.node, "cpus": x.cpus, "numactl": x.numactl, "note": x.note} for x in p]
-        emit(rows, args.json, f"binding plan for {nproc} local ranks ({topo.source}):\n" + plan_table(p).to_string(index=False))
+        notes = "".join(f"\nnote: {n}" for n in topo.notes)
+        if args.json and topo.notes:  # JSON keeps its shape (a list of rows); the caveat still reaches the reader
+            import sys
+
+            sys.stderr.write(notes.lstrip("\n") + "\n")
+        emit(rows, args.json,
+             f"binding plan for {nproc} local ranks ({topo.source}):\n" + plan_table(p).to_string(index=False) + notes)
         return 0
     if parsed is not None:
-        out = {"gpus": parsed["gpus"], "links": parsed["links"], "nics": parsed["nics"], "legend": parsed["legend"]}
+        out = {"gpus": parsed["gpus"], "links": parsed["links"], "nics": parsed["nics"], "legend": parsed["legend"],
+               "notes": topo.notes}
         text = "\n".join(f"GPU{g['gpu']}: CPUs {format_cpulist(g['cpu_affinity']) or 'N/A'}, NUMA node "
                          f"{g['numa_node'] if g['numa_node'] is not None else 'N/A'}" for g in parsed["gpus"])
-        emit(out, args.json, text)
+        emit(out, args.json, text + "".join(f"\nnote: {n}" for n in topo.notes))
         return 0
     d = topo.as_dict()
     out = {"nodes": [{"id": n["id"], "cpus": n["cpus"], "memory_bytes": n["memory_bytes"]} for n in d["nodes"]],

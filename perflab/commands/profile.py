@@ -9,7 +9,8 @@ from perflab.commands._args import emit, positive_int
 def register(sub) -> None:
     p = sub.add_parser("profile", help="profile a training step (optionally with a planted fault) or diagnose "
                                        "an exported torch.profiler trace: device busy share and the causes of idle time")
-    p.add_argument("--trace", metavar="FILE", help="diagnose this exported Chrome trace (.json or .json.gz) instead of profiling")
+    p.add_argument("--trace", metavar="PATH", help="diagnose this exported Chrome trace (.json or .json.gz, object or "
+                                                   "array form) or every trace in this folder, instead of profiling")
     p.add_argument("--preset", default="tiny-gpt", help="model preset (default tiny-gpt)")
     p.add_argument("--fault", default="none", help="planted fault: none, loader, sync, launch, comm (default none)")
     p.add_argument("--fixed", action="store_true", help="apply the fault's fix (the gap should be gone)")
@@ -20,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--launcher", default="torchrun", choices=("torchrun", "fork"),
                    help="how --fault comm starts its 2 gloo ranks (default torchrun)")
     p.add_argument("--json", action="store_true",
-                   help='print JSON: {"step_s", "device_busy", "causes": [{"cause", "seconds", "share", "evidence"}], "trace_file"}')
+                   help='print JSON: {"step_s", "device_busy", "causes": [{"cause", "seconds", "share", "evidence"}], "trace_file", '
+                        '"steps", "step_source", "per_step"} (a list of them for a folder of traces)')
     p.set_defaults(func=run)
 
 
@@ -30,8 +32,29 @@ def run(args) -> int:
     from perflab.profiling.faults import check_fault, profile_step
 
     if args.trace:
-        d = diagnose(args.trace)
-        head = f"{args.trace}:"
+        from perflab.profiling.trace import trace_files
+
+        files = trace_files(args.trace)
+        if len(files) > 1:  # a folder (tensorboard_trace_handler's): each trace on its own
+            import sys
+
+            from perflab.core.errors import PerflabError, one_line
+
+            ds, bad = [], []
+            for f in files:
+                try:
+                    ds.append((f, diagnose(f)))
+                except PerflabError as e:
+                    bad.append(f"{f}: {one_line(e)}")
+            if not ds:
+                raise InputError(f"no usable trace among the {len(files)} in {args.trace}; the first: {bad[0]}")
+            for line in bad:  # the unusable ones, one line each, beside the answers for the others
+                sys.stderr.write(f"perflab profile: skipped {line}\n")
+            emit([d.as_json() for _, d in ds], args.json,
+                 f"{args.trace}: {len(ds)} trace(s)\n" + "\n".join(f"{f}:\n{d.summary(NONE_THRESHOLD)}" for f, d in ds))
+            return 0
+        d = diagnose(files[0])
+        head = f"{files[0]}:"
     else:
         fault = check_fault(args.fault)
         if args.steps > 50:

@@ -3,17 +3,21 @@
 A graph break ends the graph dynamo is capturing and hands control back to Python; the code
 after it is captured as another graph. Each break costs a host round trip and the fusions that
 would have crossed it. Note: how many breaks a construct causes depends on the torch version
-(complex-number RoPE broke graphs in the seed's torch; recent releases capture it).
+(complex-number RoPE broke graphs in older torch releases; recent releases capture it).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import logging
+import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -23,50 +27,182 @@ from perflab.core.errors import InputError
 @dataclass
 class BreakReport:
     graphs: int
-    graph_breaks: int
+    graph_breaks: int  # unique break sites (a site met on several calls counts once)
     ops: int
-    breaks: list[dict] = field(default_factory=list)  # {"reason", "where"}
+    # {"reason", "where", "file", "line", "hits" (times the line runs in one call; None: not counted), "hints"}
+    breaks: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"graphs": self.graphs, "graph_breaks": self.graph_breaks, "ops": self.ops, "breaks": self.breaks}
 
     def describe(self) -> str:
-        lines = [f"{self.graph_breaks} graph break(s), {self.graphs} graph(s), {self.ops} captured op(s)"]
+        lines = [f"{self.graph_breaks} graph break site(s), {self.graphs} graph(s), {self.ops} captured op(s)"]
         for i, b in enumerate(self.breaks, 1):
-            lines.append(f"  {i}. {b['reason']}  at {b['where']}")
+            hits = f" (runs {b['hits']}× per call)" if (b.get("hits") or 0) > 1 else ""
+            lines.append(f"  {i}. {b['where']}{hits}: {b['reason']}")
         return "\n".join(lines)
 
 
-def _first_line(reason: str) -> str:
-    return " ".join(reason.strip().splitlines()[0].split())[:160] if reason else "?"
+BREAK_LOGGERS = tuple(f"torch._dynamo.{m}.__graph_breaks" for m in ("symbolic_convert", "exc", "convert_frame"))
+_WRAPPER = re.compile(r"graph break (encountered|when attempting)|failed to handle graph break|^Graph Break Reason:", re.I)
+
+
+def reason_text(text: str) -> tuple[str, list[str]]:
+    """(reason, hints) from dynamo's graph-break message: its title and its `Explanation:` line (which
+    names the construct, e.g. `print`), without the wrapper lines, the developer context or links."""
+    lines = [ln.strip() for ln in (text or "").splitlines()]
+    expl = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Explanation:")), "")
+    hints = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Hint:") and "report an issue" not in ln]
+    title = ""
+    for ln in lines:
+        body = ln.split("Graph Break Reason:", 1)[-1].strip()
+        if not body or body.startswith(("Explanation:", "Hint:", "Developer debug context", "For more details",
+                                        "Graph break in user code")):
+            continue
+        if _WRAPPER.search(body) and body.endswith(":"):
+            continue
+        title = body
+        break
+    reason = " ".join(f"{title}: {expl}".split()) if expl and expl not in title else " ".join(title.split())
+    return reason or "?", hints
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.messages.append(record.getMessage())
+        except Exception:  # noqa: BLE001 - a message that cannot be formatted is not a break we can report
+            pass
+
+
+def _site_of_message(msg: str) -> tuple[str, int, str] | None:
+    """(file, line, function) of a graph-break log message: its 'at FILE:LINE' and the last frame of
+    its user traceback."""
+    m = re.search(r"Graph break in user code at (.+?):(\d+)", msg)
+    if not m:
+        return None
+    frames = re.findall(r'File "(.+?)", line (\d+), in (\S+)', msg)
+    fn = next((f for path, ln, f in reversed(frames) if path == m.group(1) and ln == m.group(2)), "")
+    return m.group(1), int(m.group(2)), fn
+
+
+def count_executions(fn, args: tuple, kwargs: dict, sites: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """How many times each (file, line) runs in one eager call `fn(*args, **kwargs)`: a break site
+    in a child module called three times runs three times. Traces only the files of the sites."""
+    import os
+
+    want = {(os.path.realpath(p), ln) for p, ln in sites}
+    files = {p for p, _ in want}
+    real: dict[str, str] = {}
+    counts: dict[tuple[str, int], int] = {}
+
+    def where(code) -> str:
+        name = code.co_filename
+        if name not in real:
+            real[name] = os.path.realpath(name)
+        return real[name]
+
+    def local(frame, event, arg):
+        if event == "line":
+            k = (where(frame.f_code), frame.f_lineno)
+            if k in want:
+                counts[k] = counts.get(k, 0) + 1
+        return local
+
+    def calls(frame, event, arg):
+        return local if event == "call" and where(frame.f_code) in files else None
+
+    before = sys.gettrace()  # a coverage tracer, say: put it back afterwards
+    sys.settrace(calls)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.settrace(before)
+    return {(p, ln): counts.get((os.path.realpath(p), ln), 0) for p, ln in sites}
 
 
 def explain(fn, *args, **kwargs) -> BreakReport:
-    """Run `torch._dynamo.explain(fn)(*args)` (it traces; it does not compile) and summarise it."""
+    """Run `torch._dynamo.explain(fn)(*args, **kwargs)` (it traces; it does not compile) and summarise
+    it: one entry per break *site* (file and line), with the full reason and how often dynamo met it.
+
+    dynamo's own `break_reasons` misses some breaks (one in a child module whose frame falls back to
+    eager) and lists a site again on each call; its graph-break log names each, so both are read."""
     torch._dynamo.reset()
     quiet = logging.getLogger("torch._dynamo")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
+    collect = _Collect()
+    saved = []
+    for name in BREAK_LOGGERS:
+        lg = logging.getLogger(name)
+        saved.append((lg, lg.level, lg.propagate))
+        lg.addHandler(collect)
+        lg.setLevel(logging.DEBUG)
+        lg.propagate = False  # collected here, not printed
     try:
         e = torch._dynamo.explain(fn)(*args, **kwargs)
     finally:
         quiet.setLevel(level)
+        for lg, lv, prop in saved:
+            lg.removeHandler(collect)
+            lg.setLevel(lv)
+            lg.propagate = prop
         torch._dynamo.reset()
-    breaks = []
-    for r in e.break_reasons:
-        where = "?"
-        if r.user_stack:
-            f = r.user_stack[-1]
-            where = f"{Path(f.filename).name}:{f.lineno} in {f.name}"
-        breaks.append({"reason": _first_line(r.reason), "where": where})
-    # dynamo's own graph_break_count is graph_count - 1: a break with no graph after it (a print
-    # before `return`) or between two breaks would go uncounted. Every reason listed is a break.
-    return BreakReport(graphs=e.graph_count, graph_breaks=max(e.graph_break_count, len(breaks)), ops=e.op_count,
-                       breaks=breaks)
+    sites: dict[str, dict] = {}
+    for msg in collect.messages:
+        where = _site_of_message(msg)
+        if where is None:
+            continue
+        path, line, func = where
+        key = f"{path}:{line}"
+        if key not in sites:
+            reason, hints = reason_text(msg)
+            sites[key] = {"reason": reason, "where": f"{Path(path).name}:{line}" + (f" in {func}" if func else ""),
+                          "file": path, "line": line, "hits": None, "hints": hints}
+    for r in e.break_reasons:  # what the log did not name
+        if not r.user_stack:
+            continue
+        f = r.user_stack[-1]
+        key = f"{f.filename}:{f.lineno}"
+        if key in sites:
+            continue
+        reason, hints = reason_text(r.reason)
+        sites[key] = {"reason": reason, "where": f"{Path(f.filename).name}:{f.lineno} in {f.name}",
+                      "file": f.filename, "line": f.lineno, "hits": None, "hints": hints}
+    breaks = list(sites.values())
+    # dynamo's graph_break_count is graph_count - 1: a break with no graph after it (a print before
+    # `return`) would go uncounted; a site met on several calls is one break to fix
+    count = len(breaks) if breaks else e.graph_break_count
+    return BreakReport(graphs=e.graph_count, graph_breaks=count, ops=e.op_count, breaks=breaks)
+
+
+class UserCodeError(InputError):
+    """The user's own code (a factory, a model's forward) raised; the message says where, in their file."""
+
+
+def user_error(exc: BaseException, what: str, user_file: str | None = None) -> UserCodeError:
+    """One line for an exception raised in the user's code: what failed, the error, and the frame it
+    came from in their file (else the last frame outside torch and perflab)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    pick = None
+    if user_file:
+        pick = next((f for f in reversed(frames) if Path(f.filename).resolve() == Path(user_file).resolve()), None)
+    if pick is None:
+        inside = ("/torch/", "/perflab/", "/importlib/", "<frozen")
+        pick = next((f for f in reversed(frames) if not any(s in f.filename for s in inside)), None)
+    where = f" (at {Path(pick.filename).name}:{pick.lineno} in {pick.name})" if pick else ""
+    msg = " ".join(str(exc).split()) or "no message"
+    return UserCodeError(f"{what} raised {type(exc).__name__}: {msg[:300]}{where}; this is your model's error, "
+                         "not perflab's: fix it and run again")
 
 
 def load_factory(spec: str):
-    """The callable named by 'MODULE:FACTORY'; MODULE is an importable module or a .py file path."""
+    """The callable named by 'MODULE:FACTORY'; MODULE is a .py file path or a module importable from
+    the current directory (or sys.path). Returns (callable, the module's file or None)."""
     if ":" not in spec:
         raise InputError(f"--explain wants MODULE:FACTORY (e.g. mymodel.py:build), got {spec!r}")
     mod_name, _, attr = spec.rpartition(":")
@@ -78,49 +214,144 @@ def load_factory(spec: str):
             raise InputError(f"no such model file: {mod_name}")
         name = f"_perflab_user_{path.stem}"
         s = importlib.util.spec_from_file_location(name, path)
+        if s is None or s.loader is None:
+            raise InputError(f"cannot load {mod_name} as Python")
         module = importlib.util.module_from_spec(s)
         sys.modules[name] = module
+        sys.path.insert(0, str(path.resolve().parent))  # its own imports of files beside it
         try:
             s.loader.exec_module(module)
         except Exception as exc:  # the user's file: say what failed in one line
-            raise InputError(f"importing {mod_name} failed: {type(exc).__name__}: {exc}") from None
+            raise user_error(exc, f"importing {mod_name}", str(path)) from None
+        finally:
+            sys.path.remove(str(path.resolve().parent))
     else:
+        cwd = str(Path.cwd())
+        added = cwd not in sys.path
+        if added:  # `python -m` and `python script.py` see the current directory; so does this
+            sys.path.insert(0, cwd)
         try:
             module = importlib.import_module(mod_name)
-        except ImportError as exc:
-            raise InputError(f"cannot import {mod_name!r}: {exc}") from None
+        except ModuleNotFoundError as exc:
+            if exc.name and mod_name.startswith(exc.name):
+                raise InputError(f"cannot import {mod_name!r}: no module of that name in {cwd} or on sys.path "
+                                 "(give a .py path, e.g. ./mymodel.py:build)") from None
+            raise user_error(exc, f"importing {mod_name}", None) from None
+        except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
+            raise user_error(exc, f"importing {mod_name}", None) from None
+        finally:
+            if added:
+                sys.path.remove(cwd)
     fac = getattr(module, attr, None)
+    if fac is None:
+        raise InputError(f"{mod_name} has no {attr!r}")
     if not callable(fac):
-        raise InputError(f"{mod_name} has no callable {attr!r}")
-    return fac
+        raise InputError(f"{mod_name}:{attr} is a {type(fac).__name__}, not a factory: give a function that "
+                         "returns the model, or (model, example_inputs)")
+    return fac, getattr(module, "__file__", None)
 
 
 def example_input(model: torch.nn.Module, batch: int = 2, seq: int = 16) -> torch.Tensor:
-    """Token ids for a model with a `dims['vocab']`, an `embed` embedding or a `cfg.vocab`."""
-    vocab = getattr(model, "dims", {}).get("vocab") if hasattr(model, "dims") else None
-    if vocab is None and hasattr(model, "cfg"):
-        vocab = model.cfg.vocab
-    if vocab is None and isinstance(getattr(model, "embed", None), torch.nn.Embedding):
-        vocab = model.embed.num_embeddings
+    """Token ids for a model with a `dims['vocab']`, an `embed` embedding, a `cfg.vocab` or a Hugging
+    Face `config.vocab_size`."""
+    dims = getattr(model, "dims", None)
+    vocab: Any = dims.get("vocab") if isinstance(dims, dict) else None
     if vocab is None:
-        raise InputError("cannot tell the model's input: let the factory return (model, example_inputs)")
-    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
+        vocab = getattr(getattr(model, "cfg", None), "vocab", None)
+    embed = getattr(model, "embed", None)
+    if vocab is None and isinstance(embed, torch.nn.Embedding):
+        vocab = embed.num_embeddings
+    if vocab is None:
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None)  # a Hugging Face model
+    if not isinstance(vocab, int):
+        raise InputError("cannot tell the model's input: let the factory return (model, example_inputs), where "
+                         "example_inputs is a tensor, a tuple/list of positional inputs or a dict of keyword inputs")
+    return torch.randint(0, int(vocab), (batch, seq), generator=torch.Generator().manual_seed(0))
+
+
+def split_built(built: Any) -> tuple[Any, tuple, dict]:
+    """(model, args, kwargs) from what a factory returned: a module; (model, inputs) as a tuple or a
+    list; inputs a tensor, a tuple/list of positional inputs, or a dict of keyword inputs; or
+    (model, args, kwargs)."""
+    if isinstance(built, (tuple, list)):
+        if len(built) == 3 and isinstance(built[2], dict):
+            model, args, kwargs = built
+            args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        elif len(built) == 2:
+            model, inputs = built
+            if isinstance(inputs, dict):
+                args, kwargs = (), dict(inputs)
+            elif isinstance(inputs, (tuple, list)):
+                args, kwargs = tuple(inputs), {}
+            else:
+                args, kwargs = (inputs,), {}
+        else:
+            raise InputError(f"the factory returned a {type(built).__name__} of {len(built)} items: return the "
+                             "model, or (model, example_inputs), or (model, args, kwargs)")
+    else:
+        model, args, kwargs = built, None, {}
+    if not callable(model):
+        raise InputError(f"the factory's model is a {type(model).__name__}, which cannot be called: return an "
+                         "nn.Module (or a function) first")
+    if args is None:
+        if not isinstance(model, torch.nn.Module):
+            raise InputError("cannot tell the model's input: let the factory return (model, example_inputs)")
+        args = (example_input(model),)
+    return model, args, kwargs
+
+
+def build_from_factory(spec: str):
+    """(model, args, kwargs) from 'MODULE:FACTORY'. A class given in place of a factory is built with
+    no arguments when it can be; otherwise, and when the factory raises, one line says so."""
+    fac, user_file = load_factory(spec)
+    if isinstance(fac, type):
+        try:
+            inspect.signature(fac).bind()
+        except TypeError:
+            sig = ""
+            try:
+                sig = str(inspect.signature(fac))
+            except (TypeError, ValueError):
+                pass
+            raise InputError(f"{spec} is a class that needs arguments{' ' + sig if sig else ''}, not a factory: write a "
+                             f"function that builds it and returns (model, example_inputs), e.g. "
+                             f"def build(): return {fac.__name__}(...), torch.randn(...)") from None
+        except ValueError:
+            pass
+    try:
+        built = fac()
+    except Exception as exc:  # noqa: BLE001 - the user's factory
+        raise user_error(exc, f"the factory {spec}", user_file) from None
+    return (*split_built(built), user_file)
 
 
 def explain_factory(spec: str) -> BreakReport:
-    """Build the model from 'MODULE:FACTORY' and explain it. The factory returns a module (its
-    input is guessed as token ids) or a pair (model, tuple of example inputs)."""
+    """Build the model from 'MODULE:FACTORY' and explain it. The factory returns a module (its input
+    is guessed as token ids), (model, example_inputs) or (model, args, kwargs); see `split_built`.
+    The model is first run once eagerly, so an error in its forward is reported as the user's, in
+    one line with their file and line, not as a failure of the tracer."""
     import contextlib
 
     # the user's model may print: keep stdout for the report (and its JSON)
     with contextlib.redirect_stdout(sys.stderr):
-        built = load_factory(spec)()
-        if isinstance(built, tuple) and len(built) == 2:
-            model, inputs = built
-            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        else:
-            model, inputs = built, (example_input(built),)
-        return explain(model, *inputs)
+        model, args, kwargs, user_file = build_from_factory(spec)
+        try:
+            with torch.no_grad():
+                model(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the user's forward
+            raise user_error(exc, f"the model from {spec}, run on its example input,", user_file) from None
+        try:
+            with torch.no_grad():
+                rep = explain(model, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - eager ran, so this is the tracer's limit, said in one line
+            raise InputError(f"torch._dynamo could not trace the model from {spec} (eager runs): "
+                             f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+        if rep.breaks:  # how often each site runs in one forward: a child called 3 times breaks 3 times
+            with torch.no_grad():
+                runs = count_executions(model, args, kwargs, [(b["file"], b["line"]) for b in rep.breaks])
+            for b in rep.breaks:
+                b["hits"] = runs[(b["file"], b["line"])]
+        return rep
 
 
 class RecompileCounter:
@@ -143,7 +374,7 @@ def recompiles_over_lengths(model: torch.nn.Module, lengths, *, dynamic: bool | 
     torch._dynamo.reset()
     counter = RecompileCounter()
     compiled = torch.compile(model, backend=counter, dynamic=dynamic)
-    vocab = vocab or example_input(model).max().item() + 1
+    vocab = vocab or int(example_input(model).max().item()) + 1
     out = []
     for s in lengths:
         x = torch.randint(0, vocab, (batch, s), generator=torch.Generator().manual_seed(s))

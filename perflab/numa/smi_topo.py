@@ -11,11 +11,22 @@ one NUMA node), SYS (across the CPUs' interconnect, QPI/UPI/Infinity Fabric: ano
 
 from __future__ import annotations
 
+import itertools
 import re
+import statistics
+from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.numa.topology import GPU, Node, Topology, parse_cpulist
+from perflab.numa.topology import (
+    GPU,
+    Node,
+    Topology,
+    online_cpus,
+    parse_cpulist,
+    read_nodes,
+    smt_siblings,
+)
 
 LINK_MEANING = {
     "X": "self",
@@ -30,51 +41,155 @@ LINK_MEANING = {
 LINK_ORDER = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
-def _split_header(line: str) -> list[str]:
-    return [c for c in re.split(r"\t+| {2,}", line.strip()) if c]
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+DEVICE_RE = re.compile(r"GPU\d+|NIC\d+|mlx\w+")
+# the columns after the link matrix that nvidia-smi prints, and what a value of each looks like
+EXTRA_RE = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
+VALUE_RE = {"CPU Affinity": re.compile(r"N/A|\d+(-\d+)?(:\d+)?(,\d+(-\d+)?(:\d+)?)*"),
+            "NUMA Affinity": re.compile(r"N/A|\d+(-\d+)?(,\d+(-\d+)?)*"),
+            "GPU NUMA ID": re.compile(r"N/A|\d+")}
+TAB = 8
+
+
+def clean_text(text: str) -> list[str]:
+    """The table's lines without terminal escapes (colour, underline) and carriage returns."""
+    return [ANSI_RE.sub("", ln).replace("\r", "") for ln in (text or "").splitlines()]
+
+
+def _tokens(line: str) -> list[tuple[int, str]]:
+    """(slot, text) of each cell of a row. Slots are the tab-separated cell indices nvidia-smi
+    writes (blank cells kept). A line whose tabs a terminal or a web page turned into spaces is
+    put back into tab cells from its 8-column tab stops when its cells sit on them; otherwise a
+    cell's slot is its character column (a table re-aligned by hand)."""
+    if "\t" in line:
+        return [(i, c.strip()) for i, c in enumerate(line.split("\t")) if c.strip()]
+    toks = [(m.start(), m.group()) for m in re.finditer(r"\S+", line)]
+    if not toks or any(p % TAB not in (0, 1) for p, _ in toks):
+        return [(p, t) for p, t in toks]
+    out, slot, expect = [], 0, 0
+    for p, t in toks:
+        stop = p // TAB
+        if out:
+            slot += 1 + max(0, stop - expect)
+        else:
+            slot = stop
+        out.append((slot, t))
+        expect = (p + len(t)) // TAB + 1
+    return out
+
+
+def _header(line: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(device columns, extra columns) of the header line, each as (slot, name)."""
+    cells: list[tuple[int, str]] = []
+    if "\t" in line:
+        cells = [(i, c.strip()) for i, c in enumerate(line.split("\t")) if c.strip()]
+    else:
+        # names with a space inside ("CPU Affinity") are one column: tokens are runs of words
+        # separated by single spaces; slots as in `_tokens`
+        toks = [(m.start(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", line)]
+        aligned = all(p % TAB in (0, 1) for p, _ in toks)
+        slot, expect = 0, 0
+        for k, (p, t) in enumerate(toks):
+            if not aligned:
+                cells.append((p, t))
+                continue
+            stop = p // TAB
+            slot = stop if k == 0 else slot + 1 + max(0, stop - expect)
+            cells.append((slot, t))
+            expect = (p + len(t)) // TAB + 1
+    devs, extras = [], []
+    for s, name in cells:
+        if DEVICE_RE.fullmatch(name) and not extras:
+            devs.append((s, name))
+        else:
+            extras.append((s, name))
+    return devs, extras
+
+
+def _assign(cells: list[tuple[int, str]], cols: list[tuple[float, str]], row: str) -> dict[str, str]:
+    """Put a row's values into the extra columns: in order, each value in a column whose values
+    look like it, the assignment whose slots lie nearest the columns' (a blank cell leaves its
+    column empty). Two equally good assignments: the table does not say; refuse in one line."""
+    n, k = len(cells), len(cols)
+    if n > k:
+        raise InputError(f"row {row} has {n} values after its links, the header names {k} columns "
+                         f"({', '.join(c for _, c in cols)})")
+    best: list[tuple[float, tuple[int, ...]]] = []
+    for choice in itertools.combinations(range(k), n):
+        if not all(VALUE_RE.get(cols[j][1], re.compile(r".+")).fullmatch(v) for (_, v), j in zip(cells, choice)):
+            continue
+        cost = sum(abs(s - cols[j][0]) for (s, _), j in zip(cells, choice))
+        best.append((cost, choice))
+    if not best:
+        raise InputError(f"row {row}: its values {' '.join(v for _, v in cells)} do not fit the columns "
+                         f"{', '.join(c for _, c in cols)}")
+    best.sort()
+    if len(best) > 1 and abs(best[0][0] - best[1][0]) < 1e-9:
+        raise InputError(f"row {row} has blank cells and its spacing does not say which column "
+                         f"{' '.join(v for _, v in cells)} belong to: save the table as nvidia-smi writes it "
+                         f"(`nvidia-smi topo -m > topo.txt`, tabs kept)")
+    return {cols[j][1]: v for (_, v), j in zip(cells, best[0][1])}
 
 
 def parse_topo(text: str) -> dict[str, Any]:
     """Parse the text of `nvidia-smi topo -m`. Returns {"devices", "links" (row → column → link),
     "gpus": [{"gpu", "cpu_affinity", "numa_node"}], "nics", "legend", "nic_names"}; CPU lists are
-    lists of ints, a NUMA node "N/A" is None. Raises InputError naming what is missing."""
-    lines = [ln.rstrip("\n") for ln in (text or "").splitlines()]
-    head_i = next((i for i, ln in enumerate(lines) if re.match(r"^\s+GPU0\b", ln) or re.match(r"^\s*GPU0\s+GPU1", ln)), None)
+    lists of ints, a NUMA node "N/A" is None. Raises InputError naming what is missing.
+
+    Values go to the columns the header names by where they sit, not by counting cells, so a
+    blank cell (a CPU Affinity left empty under a restricted cgroup) leaves its column empty
+    instead of shifting the next value into it. Terminal escapes, carriage returns and any
+    lines above the header (a shell prompt) are ignored; tabs and spaces both work."""
+    lines = clean_text(text)
+    head_i = next((i for i, ln in enumerate(lines) if re.search(r"\bGPU0\b", ln) and "Affinity" in ln), None)
     if head_i is None:
-        head_i = next((i for i, ln in enumerate(lines) if re.search(r"\bGPU0\b", ln) and not ln.lstrip().startswith("GPU0 ")
-                       and "Affinity" in ln), None)
+        head_i = next((i for i, ln in enumerate(lines) if re.match(r"^\s+GPU0\s+\S", ln)), None)
     if head_i is None:
         raise InputError("no `nvidia-smi topo -m` header found (a line with GPU0 ... CPU Affinity)")
-    cols = _split_header(lines[head_i])
-    devices = [c for c in cols if re.fullmatch(r"(GPU|NIC|mlx\w*)\d*", c)]
-    extra = cols[len(devices):]
+    dev_cols, extra_cols = _header(lines[head_i])
+    devices = [d for _, d in dev_cols]
+    if not devices:
+        raise InputError("the `nvidia-smi topo -m` header names no GPU column")
     links: dict[str, dict[str, str]] = {}
-    gpus, nics = [], []
     legend: dict[str, str] = {}
     nic_names: dict[str, str] = {}
+    rows: list[tuple[str, list[tuple[int, str]]]] = []
     i = head_i + 1
     while i < len(lines):
         ln = lines[i]
-        tok = ln.split()
-        if not tok:
+        cells = _tokens(ln)
+        if not cells:
             i += 1
             if links:
                 break
             continue
-        if tok[0] not in devices:
+        name = cells[0][1]
+        if name not in devices:
             break
-        row_links = tok[1:1 + len(devices)]
-        if len(row_links) != len(devices):
-            raise InputError(f"row {tok[0]} has {len(row_links)} link columns, the header names {len(devices)}")
-        links[tok[0]] = dict(zip(devices, row_links))
-        rest = dict(zip(extra, tok[1 + len(devices):]))
-        if tok[0].startswith("GPU"):
-            numa = rest.get("NUMA Affinity", "N/A")
-            gpus.append({"gpu": int(tok[0][3:]), "cpu_affinity": parse_cpulist(rest.get("CPU Affinity", "")),
-                         "numa_node": int(numa) if numa.isdigit() else None})
-        else:
-            nics.append(tok[0])
+        body = cells[1:]
+        if len(body) < len(devices):
+            raise InputError(f"row {name} has {len(body)} link columns, the header names {len(devices)}")
+        links[name] = dict(zip(devices, (v for _, v in body[:len(devices)])))
+        rows.append((name, body))
         i += 1
+    # where each extra column's values sit: learned from the GPU rows that fill every column
+    # (nvidia-smi pads some columns with a second tab), else the header's own slots, shifted
+    # by the difference between the header's first device column and the rows' first link
+    full = [b[len(devices):] for name, b in rows if name.startswith("GPU") and len(b) - len(devices) == len(extra_cols)]
+    if full:
+        cols = [(statistics.median(f[j][0] for f in full), c) for j, (_, c) in enumerate(extra_cols)]
+    else:
+        shift = statistics.median(b[0][0] for _, b in rows) - dev_cols[0][0] if rows else 0
+        cols = [(s + shift, c) for s, c in extra_cols]
+    gpus, nics = [], []
+    for name, body in rows:
+        if not name.startswith("GPU"):
+            nics.append(name)
+            continue
+        rest = _assign(body[len(devices):], cols, name) if cols else {}
+        numa = rest.get("NUMA Affinity", "N/A")
+        gpus.append({"gpu": int(name[3:]), "cpu_affinity": parse_cpulist(rest.get("CPU Affinity", "")),
+                     "numa_node": int(numa) if numa.isdigit() else None})
     for ln in lines[i:]:
         m = re.match(r"^\s*(X|NV#|[A-Z]{2,4})\s*=\s*(.+)$", ln)
         if m:
@@ -102,10 +217,33 @@ def infer_smt(nodes: list[Node]) -> dict[int, list[int]]:
     return {c: [c] for c in cpus}
 
 
-def topology_from_topo(parsed: dict[str, Any]) -> Topology:
+SMT_GUESS_NOTE = ("hyperthread siblings are a GUESS from the CPU numbering ({how}): the table does not say which "
+                  "CPUs share a core. Give the real layout with --sysfs ROOT (a copy of that machine's /sys, or /sys "
+                  "itself when run there)")
+GUESS_PAIRS = "CPU c and c + N/2 share a core"
+GUESS_SINGLE = "no usual pattern: each CPU taken as its own core"
+
+
+def table_matches_sysfs(parsed: dict[str, Any], root: str | Path = "/sys") -> bool:
+    """Whether the table describes the machine whose sysfs is at `root`: every CPU the table names
+    is online there, and each NUMA node the table names holds the same CPUs there."""
+    cpus = {c for g in parsed["gpus"] for c in g["cpu_affinity"]}
+    if not cpus or not (Path(root) / "devices/system/cpu").is_dir():
+        return False
+    if not cpus <= set(online_cpus(root)):
+        return False
+    nodes, _ = read_nodes(root)
+    by_id = {n.id: set(n.cpus) for n in nodes}
+    return all(g["numa_node"] is None or set(g["cpu_affinity"]) <= by_id.get(g["numa_node"], set())
+               for g in parsed["gpus"])
+
+
+def topology_from_topo(parsed: dict[str, Any], sysfs: str | Path | None = "/sys") -> Topology:
     """A `Topology` from a parsed table: a node per NUMA affinity value holding its GPUs' CPUs
     (GPUs with "N/A" go to the node whose CPU list equals theirs, else none); distances are unknown
-    there (local 10, remote 20 assumed); SMT siblings inferred from the numbering (`infer_smt`)."""
+    there (local 10, remote 20 assumed). SMT siblings come from `sysfs` when the table is that
+    machine's (`table_matches_sysfs`); otherwise they are guessed from the numbering (`infer_smt`)
+    and the topology's `notes` say so."""
     node_cpus: dict[int, set[int]] = {}
     for g in parsed["gpus"]:
         if g["numa_node"] is not None:
@@ -125,4 +263,11 @@ def topology_from_topo(parsed: dict[str, Any]) -> Topology:
         gpus.append(GPU(g["gpu"], f"GPU{g['gpu']}", node, g["cpu_affinity"], "NVIDIA"))
     n = len(nodes)
     dist = [[10 if i == j else 20 for j in range(n)] for i in range(n)]
-    return Topology(nodes, dist, gpus, [], infer_smt(nodes), source="nvidia-smi topo -m")
+    cpus = sorted(c for nd in nodes for c in nd.cpus)
+    if sysfs is not None and table_matches_sysfs(parsed, sysfs):
+        return Topology(nodes, dist, gpus, [], smt_siblings(sysfs, cpus),
+                        source=f"nvidia-smi topo -m, SMT siblings from sysfs at {sysfs}")
+    siblings = infer_smt(nodes)
+    how = GUESS_PAIRS if any(len(v) > 1 for v in siblings.values()) else GUESS_SINGLE
+    notes = [SMT_GUESS_NOTE.format(how=how)] if cpus else []
+    return Topology(nodes, dist, gpus, [], siblings, source="nvidia-smi topo -m", notes=notes)

@@ -85,10 +85,12 @@ class Topology:
     affinity: list[int]  # this process's allowed CPUs (os.sched_getaffinity(0))
     siblings: dict[int, list[int]] = field(default_factory=dict)  # cpu → its SMT group (itself included)
     source: str = "sysfs"
+    notes: list[str] = field(default_factory=list)  # caveats a reader must see (a guessed SMT layout)
 
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": [asdict(n) for n in self.nodes], "distances": self.distances,
-                "gpus": [asdict(g) for g in self.gpus], "affinity": self.affinity, "source": self.source}
+                "gpus": [asdict(g) for g in self.gpus], "affinity": self.affinity, "source": self.source,
+                "notes": self.notes}
 
     def node_of(self, cpu: int) -> int | None:
         return next((n.id for n in self.nodes if cpu in n.cpus), None)

@@ -180,12 +180,14 @@ def available_cores() -> int:
 
 def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, transform_ms: float, step: StepCompute,
                   pin: bool = False, prefetch_factor: int = 2, timeout: float = 30.0, path=None,
-                  overhead_s: float | None = None, **faults):
+                  overhead_s: float | None = None, inline_s: float | None = None, **faults):
     """Measure each worker count and put the model's prediction beside it; failures are recorded.
 
     Returns a `perflab.core.results.SweepResult` (written to `path`, or a temporary file when None,
     so a live re-measurement never reuses an old point). `overhead_s`, the handover cost of one
-    batch from a worker to the loop, is measured here when None (`handover_s`) and given to the model.
+    batch from a worker to the loop, is measured here when None (`handover_s`) and given to the model;
+    so is `inline_s`, the loader's own per-batch cost when the loop loads (W = 0, `inline_overhead_s`),
+    right before each 0-worker point.
     """
     import tempfile
     from pathlib import Path
@@ -200,17 +202,21 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
     on_cpu = step.device.type == "cpu"
 
     def one(p):
+        # H0 is measured right before its point, under the same load as the point itself
+        h0 = 0.0 if p["workers"] else (inline_s if inline_s is not None else
+                                        inline_overhead_s(batch, step.device, io_ms / 1e3))
         res = measure_loop(workers=p["workers"], batch=batch, batches=batches, io_ms=io_ms, transform_ms=transform_ms,
                            step=step, pin=pin, prefetch_factor=prefetch_factor, timeout=timeout, rounds=rounds,
                            **faults)[0]
         pred = starvation.predict(batch, io_ms / 1e3, transform_ms / 1e3, statistics.median(res.compute_s),
                                   p["workers"], batches, prefetch_factor=prefetch_factor, cores=cores,
-                                  compute_on_cpu=on_cpu, overhead_s=overhead_s)
+                                  compute_on_cpu=on_cpu, overhead_s=overhead_s, inline_s=h0)
         # the measured median leaves the first step out; so does the predicted one
         pw = statistics.median(starvation.simulate(pred.load_s, pred.compute_s, p["workers"], batches,
-                                                   prefetch_factor=prefetch_factor, overhead_s=overhead_s)[1:] or [pred.first_wait_s])
+                                                   prefetch_factor=prefetch_factor, overhead_s=overhead_s,
+                                                   inline_s=h0)[1:] or [pred.first_wait_s])
         return {**res.as_dict(), "predicted_wait_s": pw, "predicted_steady_wait_s": pred.steady_wait_s,
-                "load_s": pred.load_s, "handover_s": overhead_s}
+                "load_s": pred.load_s, "handover_s": overhead_s, "inline_s": h0}
 
     tmp = None
     if path is None:
@@ -236,6 +242,37 @@ def handover_s(batch: int, device: torch.device, batches: int = 8) -> float:
     st = calibrate(3, device, budget_s=0.03)
     res = measure_loop(workers=1, batch=batch, batches=batches, io_ms=0, transform_ms=0, step=st, rounds=0)[0]
     return res.data_wait_s
+
+
+def sleep_overshoot_s(io_s: float, n: int = 10) -> float:
+    """How much longer than asked `time.sleep(io_s)` really takes here (median of `n`, seconds): the
+    timer slack of the OS, paid once per sample."""
+    if io_s <= 0:
+        return 0.0
+    extra = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        time.sleep(io_s)
+        extra.append(time.perf_counter() - t0 - io_s)
+    return max(0.0, statistics.median(extra))
+
+
+def inline_overhead_s(batch: int, device: torch.device, io_s: float = 0.0, batches: int = 6) -> float:
+    """H₀, the loader's own cost per batch when the loop loads (0 workers), seconds: the median time
+    of `next()` on a real 0-worker DataLoader over the dataset with no IO and no transform (the
+    sampler, the dataset's fixed per-sample work, the collate), plus `batch` times the measured
+    overshoot of a `time.sleep(io_s)`. `device` is where the batches would go; the handover itself
+    happens on the host either way."""
+    del device  # the loop's own cost is host work
+    ds = PipelineDataset(batch * (batches + 1), io_s=0.0, rounds=0)
+    it = iter(make_loader(ds, workers=0, batch=batch))
+    next(it)  # the first batch warms the sampler and the allocator up
+    times = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        next(it)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) + batch * sleep_overshoot_s(io_s, n=8)
 
 
 def within_tolerance(measured_s: float, predicted_s: float, step_s: float, *, abs_s: float = 0.002,

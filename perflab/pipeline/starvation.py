@@ -6,8 +6,11 @@ Terms (seconds):
   request), paid at the start of every epoch unless `persistent_workers=True`;
 - W workers, each holding up to `prefetch_factor` batches ahead (W × prefetch_factor in flight).
 
-Steady state. With W = 0 the main process loads every batch itself: the wait is L per step and the
-step is L + C. With W ≥ 1 the workers together deliver W batches every L seconds, so the loop
+Steady state. With W = 0 the main process loads every batch itself: the wait is L + H₀ per step
+and the step is L + H₀ + C, where H₀ is the loader's own per-batch cost in the loop's process (the
+dataset's fixed per-sample work, the collate, the sleep's overshoot of the asked IO latency),
+measured from a real 0-worker handover by `loader.inline_overhead_s` — without it, 0-worker
+predictions come out a few milliseconds short of every measurement. With W ≥ 1 the workers together deliver W batches every L seconds, so the loop
 waits max(0, L/W − C) per step: enough workers hide loading entirely once L/W ≤ C (the seed's
 "with 2 workers, as long as preparing a batch takes less than 2 compute iterations").
 
@@ -41,28 +44,31 @@ def cpu_stretch(workers: int, cores: int, compute_on_cpu: bool) -> float:
     return max(1.0, busy / max(cores, 1))
 
 
-def steady_wait_s(load_s: float, compute_s: float, workers: int) -> float:
-    """Data wait per step once the pipeline is full: L for W = 0, else max(0, L/W − C)."""
+def steady_wait_s(load_s: float, compute_s: float, workers: int, inline_s: float = 0.0) -> float:
+    """Data wait per step once the pipeline is full: L + H₀ for W = 0, else max(0, L/W − C)."""
     if workers < 0:
         raise InputError(f"workers must be ≥ 0, got {workers}")
     if workers == 0:
-        return load_s
+        return load_s + inline_s
     return max(0.0, load_s / workers - compute_s)
 
 
 def simulate(load_s: float, compute_s: float, workers: int, batches: int, *, prefetch_factor: int = 2,
-             startup_s: float = 0.0, overhead_s: float = 0.0) -> list[float]:
+             startup_s: float = 0.0, overhead_s: float = 0.0, inline_s: float = 0.0) -> list[float]:
     """Data wait of each of `batches` steps, by playing the DataLoader's schedule.
 
     Batch i goes to worker i mod W; the loader keeps W × prefetch_factor batches requested, and
     requests batch i + W·prefetch_factor when batch i is handed to the loop. A worker produces its
     batches one after another, each taking L. `overhead_s` is a per-batch handover cost (pickling
-    through a queue), added to every wait when W ≥ 1.
+    through a queue), added to every wait when W ≥ 1; `inline_s` (H₀) is the per-batch cost of
+    loading in the loop's own process beyond L, added to every wait when W = 0.
     """
     if batches < 1:
         raise InputError(f"batches must be ≥ 1, got {batches}")
+    if inline_s < 0 or overhead_s < 0:
+        raise InputError("per-batch overheads must be ≥ 0 seconds")
     if workers == 0:
-        return [load_s] * batches
+        return [load_s + inline_s] * batches
     depth = workers * max(prefetch_factor, 1)
     issued = [startup_s] * min(depth, batches) + [0.0] * max(0, batches - depth)
     free = [startup_s] * workers
@@ -96,14 +102,15 @@ class Prediction:
 
 def predict(batch: int, io_s: float, transform_s: float, compute_s: float, workers: int, batches: int, *,
             prefetch_factor: int = 2, startup_s: float = 0.0, cores: int = 1, compute_on_cpu: bool = True,
-            overhead_s: float = 0.0) -> Prediction:
+            overhead_s: float = 0.0, inline_s: float = 0.0) -> Prediction:
     """The model's data wait for one setting: steady state, first step, and the median over `batches`."""
     stretch = cpu_stretch(workers, cores, compute_on_cpu)
     L = batch_load_s(batch, io_s, transform_s, stretch)
     waits = simulate(L, compute_s, workers, batches, prefetch_factor=prefetch_factor, startup_s=startup_s,
-                     overhead_s=overhead_s)
+                     overhead_s=overhead_s, inline_s=inline_s)
     med = statistics.median(waits)
-    return Prediction(workers, L, compute_s, steady_wait_s(L, compute_s, workers), waits[0], med, compute_s + med)
+    return Prediction(workers, L, compute_s, steady_wait_s(L, compute_s, workers, inline_s), waits[0], med,
+                      compute_s + med)
 
 
 @dataclass

@@ -3,10 +3,11 @@
     >>> d = diagnose("step.json")      # any torch.profiler Chrome trace, or its dict
     >>> d.step_s, d.device_busy        # seconds per step, share of the step the device worked
     >>> d.causes[0].cause              # 'data_wait' | 'host_sync' | 'launch_bound' | 'communication'
-    >>> d.as_json()                    # {"step_s", "device_busy", "causes": [...], "trace_file"}
+    >>> d.as_json()                    # {"step_s", "device_busy", "causes": [...], "trace_file", "steps", ...}
 
 Method (the same on CPU and GPU traces; "the device" is defined in `perflab.profiling.trace`):
-1. The steps are the `ProfilerStep#N` ranges of the main thread (the whole trace if it has none).
+1. The steps are the `ProfilerStep#N` ranges of the main thread; without them, the stretches between
+   consecutive optimizer steps; without those, the whole trace (figures per trace, said so).
 2. Inside each step, the device's idle gaps are the stretches outside every device op.
 3. Each gap goes, whole, to the host wait that overlaps it most — a DataLoader fetch (*data_wait*),
    a collective or an NCCL kernel (*communication*), a synchronising op such as `item`, `nonzero`,
@@ -70,6 +71,12 @@ class Diagnosis:
     unattributed_s: float
     tiny_s: float
     step_names: list[str] = field(default_factory=list)
+    step_source: str = "ProfilerStep markers"
+
+    @property
+    def per_step(self) -> bool:
+        """False when the trace had no steps to find: the figures are for the whole trace."""
+        return not self.step_source.startswith("none")
 
     @property
     def top(self) -> Cause | None:
@@ -81,7 +88,8 @@ class Diagnosis:
     def as_json(self) -> dict[str, Any]:
         """The shape `perflab profile --json` prints."""
         return {"step_s": self.step_s, "device_busy": self.device_busy,
-                "causes": [c.as_dict() for c in self.causes], "trace_file": self.trace_file}
+                "causes": [c.as_dict() for c in self.causes], "trace_file": self.trace_file,
+                "steps": self.steps, "step_source": self.step_source, "per_step": self.per_step}
 
     def table(self):
         """Causes as a small DataFrame for a person."""
@@ -97,12 +105,16 @@ class Diagnosis:
     def summary(self, threshold: float = NONE_THRESHOLD) -> str:
         from perflab.core.readout import percent, seconds
 
-        lines = [f"step {seconds(self.step_s)} ({self.steps} step{'s' if self.steps != 1 else ''}); device busy "
-                 f"{percent(self.device_busy)} — the device is {self.device}",
-                 f"idle {seconds(self.idle_s)} per step, of which unattributed {seconds(self.unattributed_s)}"]
+        unit = "step" if self.per_step else "trace"
+        if self.per_step:
+            head = f"step {seconds(self.step_s)} ({self.steps} step{'s' if self.steps != 1 else ''}; {self.step_source})"
+        else:
+            head = f"whole trace {seconds(self.step_s)} (no steps: {self.step_source.removeprefix('none: ')})"
+        lines = [f"{head}; device busy {percent(self.device_busy)} — the device is {self.device}",
+                 f"idle {seconds(self.idle_s)} per {unit}, of which unattributed {seconds(self.unattributed_s)}"]
         sig = self.significant(threshold)
         if not sig:
-            lines.append(f"no cause above {percent(threshold)} of the step")
+            lines.append(f"no cause above {percent(threshold)} of the {unit}")
         for c in self.causes:
             ev = "; ".join(f"{e['op']} ×{e['count']} {seconds(e['seconds'])}" for e in c.evidence[:3])
             mark = "*" if c.share >= threshold else " "
@@ -225,4 +237,5 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
         "the main thread's compute ops (a CPU trace: ops outside data waits, syncs and collectives)"
     return Diagnosis(step_s=step_s, device_busy=busy / total_step if total_step else 0.0, causes=causes,
                      trace_file=t.path, steps=len(t.steps), device=device, idle_s=idle / k,
-                     unattributed_s=unattributed / k, tiny_s=tiny_s, step_names=[s.name for s in t.steps])
+                     unattributed_s=unattributed / k, tiny_s=tiny_s, step_names=[s.name for s in t.steps],
+                     step_source=t.step_source)

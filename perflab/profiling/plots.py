@@ -60,16 +60,20 @@ def breakdown(diagnoses: dict[str, Diagnosis], *, ax=None, threshold: float | No
     return ax
 
 
-def ettr_curve(curve, *, optimal=None, young=None, ax=None, title: str = ""):
-    """ETTR against the checkpoint interval (minutes), with Daly's and Young's intervals marked."""
+def ettr_curve(curve, *, optimal=None, young=None, ax=None, title: str = "", first_order=None):
+    """ETTR against the checkpoint interval (minutes), with the optimum (the curve's peak) and Young's
+    interval marked; `first_order`, the first-order model's curve, drawn beside it when given."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
     xs, ys = zip(*curve)
-    ax.plot(xs, [100 * y for y in ys], color="tab:blue")
+    ax.plot(xs, [100 * y for y in ys], color="tab:blue", label="exact (Daly 2006)")
+    if first_order:
+        fx, fy = zip(*first_order)
+        ax.plot(fx, [100 * y for y in fy], color="tab:orange", ls="-.", label="first order (Young 1974)")
     if optimal:
-        ax.axvline(optimal, color="tab:red", ls="--", label=f"Daly {optimal:.3g} min")
+        ax.axvline(optimal, color="tab:red", ls="--", label=f"optimum {optimal:.3g} min")
     if young:
         ax.axvline(young, color="tab:gray", ls=":", label=f"Young {young:.3g} min")
     ax.set_xscale("log")

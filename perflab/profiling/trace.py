@@ -78,10 +78,20 @@ class Interval:
         return self.end - self.start
 
 
-class Trace:
-    """The complete events of one exported trace, with the main thread and the steps found."""
+OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
 
-    def __init__(self, raw: dict[str, Any], path: str | None = None):
+
+class Trace:
+    """The complete events of one exported trace, with the main thread and the steps found.
+
+    Steps, in order of preference (`step_source` says which): the `ProfilerStep#N` ranges that
+    `prof.step()` records; else, when the trace holds at least two optimizer steps (the
+    `Optimizer.step#...` ranges torch's optimizers record), one step from the end of each to the
+    end of the next; else the whole trace, and figures are per trace, not per step."""
+
+    def __init__(self, raw: dict[str, Any] | list[Any], path: str | None = None):
+        if isinstance(raw, list):  # the Chrome trace format's other form: a bare array of events
+            raw = {"traceEvents": raw}
         if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
             raise InputError("not a Chrome trace: expected a JSON object with a 'traceEvents' list "
                              "(what torch.profiler's export_chrome_trace writes)")
@@ -98,13 +108,21 @@ class Trace:
                               for e in evs), key=lambda e: (e.start, -e.dur))
         self.on_gpu = any(e.cat in DEVICE_CATS for e in self.events)
         self.main_tid = self._main_thread()
+        self.step_source = "ProfilerStep markers"
         self.steps = self._steps()
+        if not any(e.cat == "cpu_op" or e.cat in DEVICE_CATS for e in self.events):
+            raise InputError(f"the trace has {len(self.steps)} step range(s) but no ops (no 'cpu_op' or kernel events): "
+                             "its profiler recorded only annotations. Profile with activities=[ProfilerActivity.CPU] "
+                             "(and CUDA on a GPU), and with a schedule export in on_trace_ready")
 
     # --------------------------------------------------------------------------- structure
     def _main_thread(self):
         steps = [e for e in self.events if e.name.startswith("ProfilerStep#")]
         if steps:
             return steps[0].tid
+        opt = [e for e in self.events if OPTIMIZER_STEP_RE.match(e.name)]
+        if opt:
+            return opt[0].tid
         busy: dict[Any, float] = {}
         for e in self.events:
             if e.cat == "cpu_op":
@@ -119,7 +137,15 @@ class Trace:
         steps = [e for e in self.events if e.name.startswith("ProfilerStep#") and e.tid == self.main_tid]
         if steps:
             return [Interval(e.start, e.end, e.name) for e in steps]
-        host = [e for e in self.host_events()]
+        opt = sorted((e for e in self.events if OPTIMIZER_STEP_RE.match(e.name) and e.tid == self.main_tid),
+                     key=lambda e: e.end)
+        if len(opt) >= 2:
+            self.step_source = (f"inferred from {len(opt)} optimizer steps (no ProfilerStep markers: the steps "
+                                "run from the end of one optimizer step to the end of the next)")
+            return [Interval(a.end, b.end, f"step {i + 1} (to {b.name})") for i, (a, b) in enumerate(zip(opt, opt[1:]))]
+        self.step_source = ("none: the trace has no ProfilerStep markers (call prof.step() each step) and fewer than "
+                            "two optimizer steps, so figures are for the whole trace, not per step")
+        host = [e for e in self.host_events()] or self.events
         return [Interval(min(e.start for e in host), max(e.end for e in host), "whole trace")]
 
     def host_events(self) -> list[Event]:
@@ -159,8 +185,8 @@ class Trace:
         end_top = -1.0
         wi = 0
         for e in ops:  # sorted by start, outermost first
-            if e.start < end_top:  # nested inside the previous outermost op
-                continue
+            if e.start < end_top - 1e-9:  # nested inside the previous outermost op (1 ns: an op that starts
+                continue  # where the last ended is next to it, though start and end differ by float rounding
             end_top = e.end
             while wi < len(waits) and waits[wi].end <= e.start:
                 wi += 1
@@ -171,28 +197,66 @@ class Trace:
         return out
 
 
-def load(trace: str | Path | dict[str, Any] | Trace) -> Trace:
-    """A Trace from a path to an exported trace (.json or .json.gz) or from its parsed dict."""
+def trace_files(path: str | Path) -> list[Path]:
+    """The trace(s) a path names: the file itself, or the `.json` / `.json.gz` files inside a
+    folder and its subfolders (where `tensorboard_trace_handler` writes one per worker and cycle),
+    sorted by name."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith((".json", ".json.gz")))
+        if not found:
+            raise InputError(f"no trace in folder {str(path)!r}: expected .json or .json.gz files "
+                             "(what export_chrome_trace or tensorboard_trace_handler writes)")
+        return found
+    if not p.is_file():
+        raise InputError(f"trace file {str(path)!r} not found")
+    return [p]
+
+
+def read_raw(path: str | Path) -> Any:
+    """The parsed JSON of a trace file, whatever its name says: gzip is recognised by its bytes, and
+    the array form may lack its closing bracket (the Chrome trace format allows that)."""
+    path = Path(path)
+    bad = (f"cannot read {path.name} as a JSON trace ({{}}): pass a file written by torch.profiler's "
+           "export_chrome_trace or tensorboard_trace_handler")
+    try:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            import gzip
+            import zlib
+
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error) as e:
+                raise InputError(bad.format(f"broken gzip: {e.__class__.__name__}")) from None
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(bad.format("not UTF-8 text")) from None
+    except OSError as e:
+        raise InputError(bad.format(e.__class__.__name__)) from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        stripped = text.strip().rstrip(",")
+        if stripped.startswith("["):  # an unterminated array of events
+            try:
+                return json.loads(stripped + "]")
+            except ValueError:
+                pass
+        raise InputError(bad.format(f"invalid JSON at line {getattr(e, 'lineno', '?')}")) from None
+
+
+def load(trace: str | Path | dict[str, Any] | list[Any] | Trace) -> Trace:
+    """A Trace from a path to an exported trace (.json or .json.gz, or a folder holding exactly one)
+    or from its parsed JSON (the object form or the array form)."""
     if isinstance(trace, Trace):
         return trace
-    if isinstance(trace, dict):
+    if isinstance(trace, (dict, list)):
         return Trace(trace)
-    path = Path(trace).expanduser()
-    if not path.is_file():
-        raise InputError(f"trace file {str(trace)!r} not found")
-    try:
-        if path.suffix == ".gz":
-            import gzip
-
-            with gzip.open(path, "rt") as f:
-                raw = json.load(f)
-        else:
-            with open(path) as f:
-                raw = json.load(f)
-    except (OSError, ValueError, EOFError) as e:
-        raise InputError(f"cannot read {path.name} as a JSON trace ({e.__class__.__name__}): "
-                         "pass a file written by torch.profiler's export_chrome_trace") from None
-    return Trace(raw, str(path))
+    files = trace_files(trace)
+    if len(files) > 1:
+        raise InputError(f"{str(trace)!r} holds {len(files)} traces: name one of them, e.g. {files[-1]}")
+    return Trace(read_raw(files[0]), str(files[0]))
 
 
 def union_length(intervals: Iterable[Interval], lo: float, hi: float) -> float:

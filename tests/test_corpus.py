@@ -1,0 +1,360 @@
+"""Inputs nobody on the project wrote: traces from plain torch.profiler scripts, `nvidia-smi topo -m`
+tables in the layouts machines and bug reports carry, models from Hugging Face `transformers`, and
+malformed variants of each. Every one gets a right answer or one clean line (exit status 2).
+
+The trace and table files are in tests/corpus/ (written by make_traces.py and make_topo.py there).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from clirun import perflab
+
+from perflab.core.errors import InputError
+from perflab.numa.plan import check_plan, plan
+from perflab.numa.smi_topo import (
+    GUESS_PAIRS,
+    GUESS_SINGLE,
+    SMT_GUESS_NOTE,
+    parse_topo,
+    topology_from_topo,
+)
+from perflab.profiling.diagnose import diagnose
+from perflab.profiling.trace import load
+
+CORPUS = Path(__file__).parent / "corpus"
+TRACES = CORPUS / "traces"
+TOPO = CORPUS / "topo"
+
+
+def one_clean_line(r) -> bool:
+    return r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+# ----------------------------------------------------------------------------------------- traces
+
+def test_a_trace_without_a_schedule_gets_its_steps_from_the_optimizer_calls():
+    # plain `profile()` around 4 training steps: no ProfilerStep ranges in the export, 4 optimizer steps
+    d = diagnose(TRACES / "no_schedule_no_steps.json")
+    assert d.steps == 3 and "optimizer steps" in d.step_source and d.per_step
+    whole = load(TRACES / "no_schedule_no_steps.json")
+    span = max(e.end for e in whole.events) - min(e.start for e in whole.events)
+    # a step is a third of the three optimizer-to-optimizer stretches, far from the whole trace
+    assert d.step_s < 0.5 * span
+    assert math.isclose(d.step_s * 3, sum(s.dur for s in whole.steps))
+
+
+def test_a_trace_with_no_steps_at_all_says_its_figures_are_per_trace():
+    d = diagnose(TRACES / "inference_no_steps.json")
+    assert not d.per_step and d.steps == 1 and "whole trace" in d.summary()
+    assert d.as_json()["per_step"] is False
+
+
+def test_the_array_form_and_gzip_bytes_under_json_give_the_same_answer_as_the_plain_file():
+    plain = diagnose(TRACES / "no_schedule_steps.json").as_json()
+    for name in ("json_array.json", "gzip_bytes_named.json"):
+        other = diagnose(TRACES / name).as_json()
+        assert other["step_s"] == plain["step_s"] and other["device_busy"] == plain["device_busy"], name
+
+
+def test_an_unterminated_array_is_read_as_the_chrome_format_allows(tmp_path):
+    text = (TRACES / "json_array.json").read_text().rstrip()
+    f = tmp_path / "open.json"
+    f.write_text(text[:-1].rstrip() + ",\n")  # no closing bracket, a trailing comma
+    assert diagnose(f).step_s == diagnose(TRACES / "json_array.json").step_s
+
+
+def test_tensorboard_handler_folders_plain_and_gzip():
+    for folder in ("tb_handler", "tb_handler_gz"):
+        d = diagnose(next((TRACES / folder).iterdir()))
+        assert d.steps == 2 and d.step_source == "ProfilerStep markers"
+        r = perflab("profile", "--trace", str(TRACES / folder), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["steps"] == 2
+
+
+def test_a_folder_of_several_traces_diagnoses_each_and_names_the_unusable(tmp_path):
+    shutil.copy(TRACES / "data_wait.json", tmp_path / "a.json")
+    shutil.copy(TRACES / "exported_after_schedule.json", tmp_path / "b.json")
+    r = perflab("profile", "--trace", str(tmp_path), "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)) == 1
+    assert "b.json" in r.stderr and "Traceback" not in r.stderr
+    with pytest.raises(InputError, match="holds 2 traces"):
+        load(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert one_clean_line(perflab("profile", "--trace", str(empty)))
+
+
+def test_the_planted_data_wait_of_a_plain_script_is_named():
+    d = diagnose(TRACES / "data_wait.json")
+    # the script's DataLoader sleeps 2 ms per sample, 8 samples a batch: at least 16 ms per step
+    assert d.top is not None and d.top.cause == "data_wait" and d.top.seconds >= 0.016
+    assert d.steps == 3
+
+
+def _variants(tmp: Path) -> dict[str, Path]:
+    """Malformed traces, from the corpus."""
+    out = {}
+
+    def put(name: str, data: bytes) -> None:
+        out[name] = tmp / name
+        out[name].write_bytes(data)
+
+    raw = (TRACES / "no_schedule_steps.json").read_bytes()
+    put("truncated.json", raw[: len(raw) // 2])
+    put("empty.json", b"")
+    put("binary.json", bytes(range(256)) * 4)
+    put("truncated_gzip.json.gz", gzip.compress(raw)[:500])
+    put("no_events_key.json", json.dumps({"schemaVersion": 1, "events": []}).encode())
+    put("no_complete_events.json", json.dumps({"traceEvents": [{"ph": "M", "name": "thread_name"}]}).encode())
+    tb = json.loads(gzip.decompress(next((TRACES / "tb_handler_gz").iterdir()).read_bytes()))
+    steps_only = [e for e in tb["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    put("steps_only.json", json.dumps({"traceEvents": steps_only}).encode())
+    put("exported_after_schedule.json", (TRACES / "exported_after_schedule.json").read_bytes())
+    put("a_number.json", b"42")
+    return out
+
+
+def test_every_malformed_trace_is_one_clean_line(tmp_path):
+    for name, path in _variants(tmp_path).items():
+        r = perflab("profile", "--trace", str(path))
+        assert one_clean_line(r), (name, r.returncode, r.stdout[-300:], r.stderr)
+    r = perflab("profile", "--trace", str(tmp_path / "steps_only.json"))
+    assert "no ops" in r.stderr
+
+
+# ----------------------------------------------------------------------------------------- topology tables
+
+EXPECTED_TOPO = json.loads((TOPO / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_TOPO))
+def test_every_table_layout_parses_to_the_same_gpus(name):
+    t = parse_topo((TOPO / name).read_bytes().decode())
+    assert t["gpus"] == EXPECTED_TOPO[name]
+    assert t["links"]["GPU0"]["GPU7"] == "NV18" and t["links"]["GPU0"]["GPU0"] == "X"
+    assert len(t["nics"]) == 2 and "NV#" in t["legend"]
+
+
+def test_a_blank_cpu_affinity_does_not_shift_the_numa_node_into_it():
+    for name in ("blank_cpu_tabs.txt", "blank_cpu_spaces.txt"):
+        t = parse_topo((TOPO / name).read_text())
+        assert t["gpus"][2] == {"gpu": 2, "cpu_affinity": [], "numa_node": 0}
+        topo = topology_from_topo(t, sysfs=None)
+        p = plan(8, topo)
+        # GPU2 and GPU6 are on nodes 0 and 1: their ranks get CPUs of those nodes
+        assert not check_plan(p, topo)
+        assert all(topo.node_of(c) == 0 for c in p[2].cpus) and all(topo.node_of(c) == 1 for c in p[6].cpus)
+
+
+def test_a_table_from_another_machine_says_its_smt_layout_is_a_guess(tmp_path):
+    r = perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"))
+    assert r.returncode == 0 and "GUESS" in r.stdout and "--sysfs" in r.stdout
+    r = perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--json")
+    assert r.returncode == 0 and "GUESS" in r.stderr and isinstance(json.loads(r.stdout), list)
+    topo = topology_from_topo(parse_topo((TOPO / "tabs.txt").read_text()), sysfs=None)
+    assert topo.notes == [SMT_GUESS_NOTE.format(how=GUESS_PAIRS)]
+    odd = parse_topo((TOPO / "tabs.txt").read_text().replace("0-55,112-167", "0-55,112-160"))
+    assert topology_from_topo(odd, sysfs=None).notes == [SMT_GUESS_NOTE.format(how=GUESS_SINGLE)]
+
+
+def _sysfs(root: Path, nodes: dict[int, list[int]], siblings: dict[int, list[int]]) -> Path:
+    from perflab.numa.topology import format_cpulist
+
+    cpus = sorted(c for v in nodes.values() for c in v)
+    (root / "devices/system/cpu").mkdir(parents=True)
+    (root / "devices/system/cpu/online").write_text(format_cpulist(cpus) + "\n")
+    for c in cpus:
+        d = root / f"devices/system/cpu/cpu{c}/topology"
+        d.mkdir(parents=True)
+        d.joinpath("thread_siblings_list").write_text(format_cpulist(siblings[c]) + "\n")
+    for n, cs in nodes.items():
+        d = root / f"devices/system/node/node{n}"
+        d.mkdir(parents=True)
+        d.joinpath("cpulist").write_text(format_cpulist(cs) + "\n")
+    return root
+
+
+def test_a_table_of_this_machine_takes_its_smt_siblings_from_sysfs(tmp_path):
+    # the same 224 CPUs, but the machine pairs adjacent CPUs (0,1), (2,3), ...: not what the numbering suggests
+    nodes = {0: list(range(0, 56)) + list(range(112, 168)), 1: list(range(56, 112)) + list(range(168, 224))}
+    sib = {c: [c - c % 2, c - c % 2 + 1] for c in range(224)}
+    root = _sysfs(tmp_path / "sys", nodes, sib)
+    parsed = parse_topo((TOPO / "tabs.txt").read_text())
+    topo = topology_from_topo(parsed, sysfs=root)
+    assert topo.notes == [] and topo.siblings[0] == [0, 1] and "sysfs" in topo.source
+    p = plan(8, topo)
+    cores = [{c // 2 for c in x.cpus} for x in p]  # no physical core shared between two ranks
+    assert all(not (cores[i] & cores[j]) for i in range(8) for j in range(i + 1, 8))
+    r = perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--sysfs", str(root), "--json")
+    assert r.returncode == 0 and r.stderr == ""
+    other = _sysfs(tmp_path / "other", {0: [0, 1]}, {0: [0], 1: [1]})
+    assert one_clean_line(perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--sysfs", str(other)))
+
+
+def test_malformed_tables_are_one_clean_line(tmp_path):
+    base = (TOPO / "tabs.txt").read_text()
+    lines = base.splitlines()
+    variants = {
+        "garbage.txt": "\x00\x01 not a table at all\n",
+        "empty.txt": "",
+        "header_only.txt": lines[0] + "\n",
+        "short_row.txt": "\n".join(lines[:2] + ["GPU1\tNV18\t X "] + lines[3:]) + "\n",
+        "extra_values.txt": "\n".join(lines[:2] + [lines[2] + "\t7\t9\t11"] + lines[3:]) + "\n",
+        "bad_cpu_list.txt": base.replace("0-55,112-167", "zero-to-55", 1),
+        "squeezed_blank.txt": "\n".join(" ".join(ln.split()) for ln in
+                                        (TOPO / "blank_cpu_tabs.txt").read_text().splitlines()) + "\n",
+    }
+    for name, text in variants.items():
+        f = tmp_path / name
+        f.write_text(text)
+        r = perflab("numa", "--topo", str(f))
+        assert one_clean_line(r), (name, r.stdout[-300:], r.stderr)
+
+
+# ----------------------------------------------------------------------------------------- other people's models
+
+def _model_file(tmp_path: Path, body: str, name: str = "usermodel.py") -> Path:
+    f = tmp_path / name
+    f.write_text(textwrap.dedent(body))
+    return f
+
+
+USER_MODELS = '''
+    import torch
+
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            print("block", x.shape)
+            return self.lin(x)
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            for _ in range(3):
+                x = self.block(x)
+            return x
+
+
+    class NeedsArgs(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+
+
+    class Keywords(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x, scale=1.0):
+            return self.lin(x) * scale
+
+
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            return x @ torch.ones(3, 3)
+
+
+    def thrice():
+        return Net(), torch.randn(2, 8)
+
+
+    def as_list():
+        return [Keywords(), torch.randn(2, 8)]
+
+
+    def as_dict():
+        return Keywords(), {"x": torch.randn(2, 8), "scale": 2.0}
+
+
+    def raises():
+        raise RuntimeError("weights file missing")
+
+
+    def bad_forward():
+        return Bad(), torch.randn(2, 8)
+'''
+
+
+def test_a_break_in_a_child_called_three_times_is_one_site_with_its_full_reason(tmp_path):
+    _model_file(tmp_path, USER_MODELS)
+    r = perflab("compile", "--explain", "usermodel:thrice", "--json", cwd=tmp_path)  # MODULE from the current dir
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["graph_breaks"] == 1 and len(out["breaks"]) == 1
+    b = out["breaks"][0]
+    assert "usermodel.py:11" in b["where"] and "`print`" in b["reason"] and b["hits"] == 3
+
+
+def test_list_and_dict_inputs(tmp_path):
+    f = _model_file(tmp_path, USER_MODELS)
+    for fac in ("as_list", "as_dict"):
+        r = perflab("compile", "--explain", f"{f}:{fac}", "--json")
+        assert r.returncode == 0, (fac, r.stderr)
+        assert json.loads(r.stdout)["graph_breaks"] == 0
+
+
+def test_errors_in_the_users_code_are_theirs_in_one_line(tmp_path):
+    f = _model_file(tmp_path, USER_MODELS)
+    r = perflab("compile", "--explain", f"{f}:raises")
+    assert one_clean_line(r) and "weights file missing" in r.stderr and "usermodel.py:58" in r.stderr
+    r = perflab("compile", "--explain", f"{f}:bad_forward")
+    assert one_clean_line(r) and "usermodel.py:42" in r.stderr and "your model's error" in r.stderr
+    r = perflab("compile", "--explain", f"{f}:NeedsArgs")
+    assert one_clean_line(r) and "needs arguments" in r.stderr and "width" in r.stderr
+    r = perflab("compile", "--explain", "torch.nn:Linear")
+    assert one_clean_line(r) and "in_features" in r.stderr
+    r = perflab("compile", "--explain", "no_such_module_here:build", cwd=tmp_path)
+    assert one_clean_line(r) and "no module" in r.stderr
+    broken = _model_file(tmp_path, "import torch\nx = 1 / 0\n", "broken.py")
+    r = perflab("compile", "--explain", f"{broken}:build")
+    assert one_clean_line(r) and "ZeroDivisionError" in r.stderr and "broken.py:2" in r.stderr
+
+
+TINY_HF = '''
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+
+    def gpt2():
+        torch.manual_seed(0)
+        cfg = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2)
+        return GPT2LMHeadModel(cfg).eval()
+
+
+    def llama():
+        torch.manual_seed(0)
+        cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+        model = LlamaForCausalLM(cfg).eval()
+        ids = torch.randint(0, 128, (2, 16))
+        return model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+'''
+
+
+@pytest.mark.parametrize("factory", ["gpt2", "llama"])
+def test_hugging_face_models_built_from_configs(tmp_path, factory):
+    pytest.importorskip("transformers", reason="transformers is not installed: pip install -e '.[test]'")
+    f = _model_file(tmp_path, TINY_HF, "hf.py")
+    r = perflab("compile", "--explain", f"{f}:{factory}", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["graphs"] >= 1 and out["ops"] > 0 and out["graph_breaks"] == len(out["breaks"])
+    assert all(b["reason"] and b["reason"] != "?" for b in out["breaks"])
