@@ -81,9 +81,13 @@ def delete(namespaces: list[str]) -> None:
         subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=10)
 
 
-def node_command(ns: str, node: int, nproc_per_node: int, rdzv_id: str) -> list[str]:
-    """The torchrun line node `node` runs inside its namespace."""
-    return ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
+def node_command(ns: str, node: int, nproc_per_node: int, rdzv_id: str, agent: str | None = None) -> list[str]:
+    """The torchrun line node `node` runs inside its namespace. `agent`: torchrun itself
+    (torch.distributed.run), or perflab.dist.agent (torchrun's parser and agent, ranks forked from it,
+    the default on Linux: see `perflab.dist.torchrun.launch_agent`)."""
+    from perflab.dist.torchrun import launch_agent
+
+    return ["ip", "netns", "exec", ns, sys.executable, "-m", agent or launch_agent(),
             "--nnodes", "2", "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{ADDRESSES[0]}:{PORT}", "--rdzv-id", rdzv_id,
             # node 0 hosts the store: torch recognises its own address by hostname lookup, which
