@@ -11,7 +11,7 @@ from clirun import perflab
 from perflab.core.errors import InputError
 from perflab.shard import formulas as F
 from perflab.shard import netns, published
-from perflab.shard.run import TOL_BUBBLE, shard
+from perflab.shard.run import TOL_BUBBLE, shard_many
 from perflab.workload.models import preset
 
 
@@ -90,8 +90,14 @@ def _gone(res):
             pass
 
 
-def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss():
-    rep = shard("fsdp", 2, steps=2)
+@pytest.fixture(scope="module")
+def live():
+    """FSDP, tensor parallelism and the pipeline (m = 1, 2, 4, 8) on 2 ranks: one launch."""
+    return shard_many(["fsdp", "tp", "pp"], 2, microbatches=[1, 2, 4, 8], forward_ms=100, backward_ms=200)
+
+
+def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss(live):
+    rep = live["fsdp"]
     assert rep.ok, rep.text()
     _gone(rep.launch)
     d = json.loads(json.dumps(rep.as_dict()))
@@ -109,9 +115,15 @@ def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss():
     assert "loss vs the 1-rank run, every step" in names and all(c["ok"] for c in d["checks"])
 
 
-def test_pipeline_bubble_follows_the_formula_for_m_1_2_4_8():
-    rep = shard("pp", 2, microbatches=[1, 2, 4, 8], forward_ms=100, backward_ms=200)
-    _gone(rep.launch)
+def test_tensor_parallel_blocks_match_and_all_reduce_twice_per_block(live):
+    rep = live["tp"]
+    assert rep.ok, rep.text()
+    assert [c["name"] for c in rep.checks if c["ok"]] == [c["name"] for c in rep.checks] and len(rep.checks) == 4
+    assert all(r["comm_calls"] == r["predicted_comm_calls"] == 4 for r in rep.rows)
+
+
+def test_pipeline_bubble_follows_the_formula_for_m_1_2_4_8(live):
+    rep = live["pp"]
     runs = rep.details["runs"]
     assert [r["m"] for r in runs] == [1, 2, 4, 8]
     for r in runs:

@@ -119,49 +119,63 @@ def validate(strategy: str, nproc: int, microbatches: list[int], schedule: str, 
     return s, cfg
 
 
-def shard(strategy: str, nproc: int = 2, *, preset: str = "tiny-gpt", microbatches: list[int] | tuple[int, ...] = (4,),
-          schedule: str = "gpipe", batch: int = 2, seq: int = 32, steps: int = 2, forward_ms: float = 100.0,
-          backward_ms: float = 200.0, timeout: float = 180.0, backend: str | None = None) -> ShardReport:
+def shard(strategy: str, nproc: int = 2, **kwargs) -> ShardReport:
     """Launch `perflab.shard.worker` on `nproc` ranks; rows and checks as the module's docstring says."""
+    return shard_many([strategy], nproc, **kwargs)[str(strategy).strip().lower()]
+
+
+def shard_many(strategies: list[str], nproc: int = 2, *, preset: str = "tiny-gpt",
+               microbatches: list[int] | tuple[int, ...] = (4,), schedule: str = "gpipe", batch: int = 2, seq: int = 32,
+               steps: int = 2, forward_ms: float = 100.0, backward_ms: float = 200.0, timeout: float = 180.0,
+               backend: str | None = None) -> dict[str, ShardReport]:
+    """Several strategies one after the other in the same ranks: one launch (ranks start once)."""
     from perflab.dist.torchrun import launch
 
     ms = [int(m) for m in microbatches]
-    strategy, cfg = validate(strategy, nproc, ms, schedule, preset)
+    checked = [validate(s, nproc, ms, schedule, preset) for s in strategies]
+    names = [s for s, _ in checked]
+    cfg = checked[0][1]
     positive_int("batch", batch, maximum=1024)
     positive_int("seq", seq, maximum=cfg.seq_len)
-    args = ["--strategy", strategy, "--preset", cfg.name, "--batch", batch, "--seq", seq, "--steps", steps,
+    args = ["--strategy", ",".join(names), "--preset", cfg.name,
+            "--batch", batch, "--seq", seq, "--steps", steps,
             "--microbatches", ",".join(map(str, ms)), "--schedule", schedule,
             "--forward-ms", forward_ms, "--backward-ms", backward_ms]
     res = launch("perflab.shard.worker", nproc, args, timeout=timeout, backend=backend)
     options = {"preset": cfg.name, "batch": batch, "seq": seq, "steps": steps, "microbatches": ms,
                "schedule": schedule, "forward_ms": forward_ms, "backward_ms": backward_ms}
-    if not res.ok:
-        rep = ShardReport(strategy, nproc, options, [], [_check("every rank finished", res.message, "yes", "—", False,
-                                                               res.report())], launch=res)
-        return rep
-    results = res.results
-    if strategy == "fsdp":
-        rows, checks, details = fsdp_rows(cfg, nproc, results, batch, seq)
-    elif strategy == "tp":
-        rows, checks, details = tp_rows(cfg, nproc, results, batch, seq)
-    else:
-        rows, checks, details = pp_rows(nproc, results, schedule)
-    return ShardReport(strategy, nproc, options, rows, checks, details, launch=res)
+    out = {}
+    for strategy in names:
+        opts = dict(options)
+        if not res.ok:
+            out[strategy] = ShardReport(strategy, nproc, opts, [], [_check("every rank finished", res.message, "yes",
+                                                                           "—", False, res.report())], launch=res)
+            continue
+        results = [r[strategy] if len(names) > 1 else r for r in res.results]
+        if strategy == "fsdp":
+            rows, checks, details = fsdp_rows(cfg, nproc, results, batch, seq)
+        elif strategy == "tp":
+            rows, checks, details = tp_rows(cfg, nproc, results, batch, seq)
+        else:
+            rows, checks, details = pp_rows(nproc, results, F.check_schedule(schedule))
+        out[strategy] = ShardReport(strategy, nproc, opts, rows, checks, details, launch=res)
+    return out
 
 
-_MEASURED: dict[tuple, ShardReport] = {}
+_MEASURED: dict[tuple, dict[str, ShardReport]] = {}
 
 
-def measure(strategy: str, nproc: int = 2, **kwargs) -> ShardReport:
-    """`shard(...)`, measured once per process for the same arguments: a lesson's cell that runs again
-    shows the same measurement (call `shard` to measure again). A failed run is not kept."""
-    key = (strategy, nproc, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items())))
-    if key not in _MEASURED:
-        rep = shard(strategy, nproc, **kwargs)
-        if not rep.ok:
-            return rep
-        _MEASURED[key] = rep
-    return _MEASURED[key]
+def measure(strategies: list[str], nproc: int = 2, **kwargs) -> dict[str, ShardReport]:
+    """`shard_many(...)`, measured once per process for the same arguments: a lesson's cell that runs
+    again shows the same measurement (call `shard` to measure again). A failed run is not kept."""
+    key = (tuple(strategies), nproc, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                                  for k, v in kwargs.items())))
+    if key in _MEASURED:
+        return _MEASURED[key]
+    reps = shard_many(strategies, nproc, **kwargs)
+    if all(r.ok for r in reps.values()):
+        _MEASURED[key] = reps
+    return reps
 
 
 def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):

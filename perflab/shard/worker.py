@@ -343,6 +343,12 @@ def pp(ctx, microbatches: list[int], schedule: str = "gpipe", width: int = 64, r
 
 # ----------------------------------------------------------------------------- entry
 def body(ctx, a) -> dict[str, Any]:
+    if "," in a.strategy:  # several strategies, one after the other, in the same ranks (one launch)
+        out = {}
+        for strategy in a.strategy.split(","):
+            a.strategy = strategy
+            out[strategy] = body(ctx, a)
+        return out
     if a.strategy == "fsdp":
         return fsdp(ctx, a.preset, a.batch, a.seq, a.steps)
     if a.strategy == "tp":
@@ -352,7 +358,7 @@ def body(ctx, a) -> dict[str, Any]:
 
 
 def arguments(p) -> None:
-    p.add_argument("--strategy", choices=("fsdp", "tp", "pp"), default="fsdp")
+    p.add_argument("--strategy", default="fsdp", help="fsdp, tp, pp, or several separated by commas")
     p.add_argument("--preset", default="tiny-gpt")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq", type=int, default=32)
