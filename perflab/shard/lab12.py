@@ -62,7 +62,7 @@ def _diagnose(got_fn: Callable[..., Any], cases: list[tuple[dict[str, Any], floa
 
 def _grade(name: str, student, cases, mistakes, *, rtol: float, atol: float, general: str) -> bool:
     for inputs, want in cases:
-        got = attempt(name, student, what=str(inputs), **inputs)
+        got: Any = attempt(name, student, what=str(inputs), **inputs)
         if got is NOT_DONE:
             return False
         try:

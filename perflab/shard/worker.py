@@ -33,7 +33,7 @@ def count_fsdp_collectives() -> Iterator[dict[str, dict[str, int]]]:
         return ag(output_tensor, input_tensor, *args, **kwargs)
 
     def reduce_scatter_single(*args, **kwargs):
-        inp = kwargs.get("input", args[1] if len(args) > 1 else None)
+        inp = kwargs["input"] if "input" in kwargs else args[1]
         counts["reduce_scatter"]["calls"] += 1
         counts["reduce_scatter"]["bytes"] += inp.numel() * inp.element_size()
         return rs(*args, **kwargs)
