@@ -152,3 +152,10 @@ def test_two_namespaced_nodes_rendezvous_and_all_reduce():
     assert set(netns.namespaces_left()) <= before  # both namespaces deleted
     for r in ranks:
         assert not psutil.pid_exists(r["pid"]) or psutil.Process(r["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_ranks_that_do_not_finish_are_reported_and_stopped():
+    r = perflab("shard", "--strategy", "pp", "--nproc", "2", "--timeout", "2", "--json")
+    assert r.returncode == 1 and "did not finish within 2 s" in r.stderr and "Traceback" not in r.stderr
+    d = json.loads(r.stdout)
+    assert not d["ok"] and d["rows"] == [] and "every process was stopped" in d["checks"][0]["measured"]
