@@ -189,7 +189,9 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
         est, exact = mem["estimate"], mem["exact"]
         c = r["comm"]
         rows.append({"rank": r["rank"], "param_bytes": r["param_bytes"], "grad_bytes": r["grad_bytes"],
-                     "optim_bytes": r["optim_bytes"], "peak_bytes": r["peak_bytes"],
+                     "optim_bytes": r["optim_bytes"],
+                     # on a GPU the allocator's own peak; on a CPU the tracker's (every live tensor, exact)
+                     "peak_bytes": r.get("cuda_max_allocated", r["peak_bytes"]),
                      "comm_calls": c["all_gather"]["calls"] + c["reduce_scatter"]["calls"],
                      "comm_bytes": c["all_gather"]["bytes"] + c["reduce_scatter"]["bytes"], "idle_s": None,
                      "predicted_param_bytes": int(est["param"]), "predicted_grad_bytes": int(est["grad"]),
@@ -204,7 +206,9 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
                              worst <= TOL_STATES_REL, f"largest difference {worst:.3%}"))
         checks.append(_check(f"rank {r['rank']} model states = estimate + named differences", measured, exact,
                              "exact", measured == exact, "; ".join(f"{k}: {v:+,} B" for k, v in mem["named"].items())))
-        named[r["rank"]] = {"named": mem["named"], "peak_parts": r["peak_parts"],
+        named[r["rank"]] = {"named": mem["named"], "peak_parts": r["peak_parts"], "tracker_peak_bytes": r["peak_bytes"],
+                            "peak_source": "torch.cuda.max_memory_allocated" if "cuda_max_allocated" in r
+                            else "FSDPMemTracker (live tensors by kind)",
                             "peak_remainder": peak_remainder(r, act)}
     c0 = results[0]["comm"]
     for op in ("all_gather", "reduce_scatter"):
