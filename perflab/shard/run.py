@@ -205,7 +205,7 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
                              {k: int(v) for k, v in est.items()}, f"{TOL_STATES_REL:.0%} each",
                              worst <= TOL_STATES_REL, f"largest difference {worst:.3%}"))
         checks.append(_check(f"rank {r['rank']} model states = estimate + named differences", measured, exact,
-                             "exact", measured == exact, "; ".join(f"{k}: {v:+,} B" for k, v in mem["named"].items())))
+                             "exact", measured == exact, "; ".join(f"{k}: {v:+,.1f} B" for k, v in mem["named"].items())))
         named[r["rank"]] = {"named": mem["named"], "peak_parts": r["peak_parts"], "tracker_peak_bytes": r["peak_bytes"],
                             "peak_source": "torch.cuda.max_memory_allocated" if "cuda_max_allocated" in r
                             else "FSDPMemTracker (live tensors by kind)",
