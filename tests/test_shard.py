@@ -43,6 +43,8 @@ def test_fsdp_memory_names_uneven_shards_and_step_counters():
     assert m["exact"]["param"] - m["estimate"]["param"] == pytest.approx(m["named"]["uneven dim-0 shards (params)"])
     assert m["named"]["AdamW step counters (one fp32 per tensor)"] == 4 * len(list(__import__(
         "perflab.workload.models", fromlist=["x"]).build_model(cfg).parameters()))
+    for n in (2, 4):  # lesson 12: tiny-gpt's dimensions divide by 2 and by 4
+        assert all(F.fsdp_memory(cfg, n, r)["named"]["uneven dim-0 shards (params)"] == 0 for r in range(n))
     ranks = [F.fsdp_param_shard_bytes(cfg, 3, r) for r in range(3)]
     assert sum(ranks) == 4 * F.fsdp_units(cfg)[0].numel + 4 * sum(u.numel for u in F.fsdp_units(cfg)[1:])
 
