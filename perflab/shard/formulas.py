@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from perflab.core.errors import InputError
@@ -73,8 +74,17 @@ class Unit:
         return sum(n * -(-s[0] // n) * math.prod(s[1:]) for s in self.shapes)
 
 
+@lru_cache(maxsize=32)
+def _units(cfg) -> tuple[Unit, ...]:
+    return tuple(_build_units(cfg))
+
+
 def fsdp_units(cfg) -> list[Unit]:
     """The units `perflab.shard.worker` shards: one per transformer block, and the root (the rest)."""
+    return list(_units(cfg))
+
+
+def _build_units(cfg) -> list[Unit]:
     import torch
 
     from perflab.workload.models import Transformer
