@@ -1,0 +1,21 @@
+"""Lesson 12 (sharding): FSDP2 (ZeRO-3), DTensor tensor parallelism and pipelining, measured on
+torch.distributed and held against their predictions.
+
+- `formulas`: what each strategy should cost per rank (FSDP's memory from lesson 03's ZeRO-3
+  estimate in perflab.memory, collective calls and bytes, the bubble (p−1)/(m+p−1), a pipeline
+  timeline replayed with instant hand-offs); no ranks needed
+- `worker`: the program each rank runs (ranks are started by perflab.dist's torchrun launcher and
+  report through its worker runtime)
+- `run`: `shard(strategy, nproc)` / `shard_many`: launch, then one row per rank with the prediction
+  beside each measurement, and the checks with their tolerances
+- `netns`: two nodes on one machine, each its own network namespace, joined by
+  `torchrun --nnodes 2 --rdzv-backend c10d`
+- `published`: torchtitan's FSDP, pipeline and async-TP tables with their source
+- `plots`: the lesson's figures
+- `lab12`: the lab's checks
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("formulas", "worker", "run", "netns", "published", "plots", "lab12")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -1,0 +1,231 @@
+"""What sharding should cost on each rank, before anything runs.
+
+* FSDP (ZeRO-3, `fully_shard` on every block and on the root): lesson 03's estimate
+  (`perflab.memory.estimate.model_state_bytes(..., zero=3, dp=n)`: weights, gradients and AdamW's
+  two moments, each divided by n), then the bytes it does not model, each named:
+  - **uneven dim-0 shards**: FSDP2 splits every parameter along its first dimension with
+    `torch.chunk`, so rank r holds ceil(d0/n) rows (or fewer, or none, at the end), not exactly 1/n;
+  - **AdamW's step counters**: one fp32 scalar `step` per parameter tensor, on every rank.
+* FSDP's collectives per training step: every unit's parameters are all-gathered before its forward
+  and, because blocks reshard after forward, again before their backward; the root unit (embedding,
+  final norm) does not reshard after forward (torch's default for the root), so it is gathered
+  once. Every unit's gradients are reduce-scattered once. Bytes are those of the full (padded)
+  buffer each collective assembles or reduces: n × the padded shard.
+* Tensor parallelism (Megatron's column- then row-parallel pairs): one all-reduce of the block's
+  b·s·h activations after each row-parallel layer in the forward, so 2 per transformer block
+  (attention output and MLP down projection).
+* Pipeline bubble: with p stages of equal time and m micro-batches, GPipe and 1F1B both take
+  (m + p − 1) slots of one micro-batch's forward and backward, of which each stage works m:
+  the idle fraction is (p − 1)/(m + p − 1) (Huang et al. 2019, GPipe §2.2; Narayanan et al. 2021, §2.2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.core.validate import positive_int
+
+FP32 = 4
+
+
+def bubble_fraction(p: int, m: int) -> float:
+    """Idle fraction of each stage of a p-stage pipeline over m micro-batches: (p−1)/(m+p−1)."""
+    p, m = positive_int("stages", p), positive_int("microbatches", m)
+    return (p - 1) / (m + p - 1)
+
+
+def in_flight_microbatches(schedule: str, p: int, m: int, stage: int) -> int:
+    """Micro-batches whose activations a stage holds at once: GPipe all m (every forward runs before
+    any backward); 1F1B at most p − stage (stage 0 warms up with p forwards, the last with one)."""
+    schedule = check_schedule(schedule)
+    if schedule == "gpipe":
+        return m
+    return min(m, p - stage)
+
+
+def check_schedule(schedule: str) -> str:
+    s = str(schedule).strip().lower()
+    if s not in ("gpipe", "1f1b"):
+        raise InputError(f"unknown schedule {schedule!r}: use gpipe or 1f1b")
+    return s
+
+
+# ---------------------------------------------------------------- FSDP
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One `fully_shard` unit: its name, the shapes of its parameters, whether it is the root."""
+
+    name: str
+    shapes: tuple[tuple[int, ...], ...]
+    root: bool
+
+    @property
+    def numel(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+    def padded_numel(self, n: int) -> int:
+        """Elements of the all-gathered buffer: each parameter padded to n·ceil(d0/n) rows."""
+        return sum(n * -(-s[0] // n) * math.prod(s[1:]) for s in self.shapes)
+
+
+@lru_cache(maxsize=32)
+def _units(cfg) -> tuple[Unit, ...]:
+    return tuple(_build_units(cfg))
+
+
+def fsdp_units(cfg) -> list[Unit]:
+    """The units `perflab.shard.worker` shards: one per transformer block, and the root (the rest)."""
+    return list(_units(cfg))
+
+
+def _build_units(cfg) -> list[Unit]:
+    import torch
+
+    from perflab.workload.models import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    in_blocks: set[int] = set()
+    units = []
+    for i, blk in enumerate(model.blocks):
+        ps = list(blk.parameters())
+        in_blocks |= {id(p) for p in ps}
+        units.append(Unit(f"blocks.{i}", tuple(tuple(p.shape) for p in ps), False))
+    rest = [p for p in model.parameters() if id(p) not in in_blocks]
+    return [Unit("root", tuple(tuple(p.shape) for p in rest), True)] + units
+
+
+def shard_rows(d0: int, n: int, rank: int) -> int:
+    """Rows of a dim-0 size d0 that `torch.chunk(t, n)` gives rank `rank` (FSDP2's sharding)."""
+    size = -(-d0 // n)
+    return max(0, min(size, d0 - rank * size))
+
+
+def fsdp_param_shard_bytes(cfg, n: int, rank: int, itemsize: int = FP32) -> int:
+    """Exact bytes of the parameter shards rank `rank` holds under FSDP2 on n ranks."""
+    return sum(shard_rows(s[0], n, rank) * math.prod(s[1:]) * itemsize for u in fsdp_units(cfg) for s in u.shapes)
+
+
+def fsdp_memory(cfg, n: int, rank: int = 0) -> dict[str, Any]:
+    """Lesson 03's ZeRO-3 prediction for one rank (fp32 weights, fp32 gradients, AdamW), and the exact
+    bytes FSDP2 holds once the named differences are added.
+
+    Returns {"estimate": {param, grad, optim}, "named": {...}, "exact": {param, grad, optim}}.
+    """
+    from perflab.memory.estimate import model_state_bytes
+    from perflab.workload.models import param_count
+
+    n = positive_int("nproc", n)
+    N = param_count(cfg)
+    est = model_state_bytes(N, precision="fp32", optimizer="adamw", zero=3, dp=n)
+    estimate = {"param": est["weights"], "grad": est["gradients"], "optim": est["optimizer_states"]}
+    shard = fsdp_param_shard_bytes(cfg, n, rank)
+    tensors = sum(len(u.shapes) for u in fsdp_units(cfg))
+    uneven = shard - est["weights"]
+    named = {"uneven dim-0 shards (params)": uneven, "uneven dim-0 shards (grads)": uneven,
+             "uneven dim-0 shards (2 AdamW moments)": 2 * uneven,
+             "AdamW step counters (one fp32 per tensor)": tensors * FP32}
+    exact = {"param": shard, "grad": shard, "optim": 2 * shard + tensors * FP32}
+    return {"params": N, "tensors": tensors, "estimate": estimate, "named": named, "exact": exact}
+
+
+def fsdp_comm(cfg, n: int, itemsize: int = FP32) -> dict[str, dict[str, int]]:
+    """All-gather and reduce-scatter calls and bytes per training step (see the module's docstring)."""
+    n = positive_int("nproc", n)
+    units = fsdp_units(cfg)
+    ag_calls = sum(1 if u.root else 2 for u in units)
+    ag_bytes = sum((1 if u.root else 2) * u.padded_numel(n) * itemsize for u in units)
+    rs_bytes = sum(u.padded_numel(n) * itemsize for u in units)
+    return {"all_gather": {"calls": ag_calls, "bytes": ag_bytes},
+            "reduce_scatter": {"calls": len(units), "bytes": rs_bytes}}
+
+
+# ---------------------------------------------------------------- tensor parallelism
+
+
+def check_tp(cfg, t: int) -> None:
+    """Heads, KV heads and the MLP width must split evenly over t ranks."""
+    t = positive_int("nproc", t)
+    for what, v in (("heads", cfg.heads), ("kv_heads", cfg.n_kv), ("MLP width", cfg.d_ff)):
+        if v % t:
+            ok = [d for d in range(1, 9) if cfg.heads % d == 0 and cfg.n_kv % d == 0 and cfg.d_ff % d == 0]
+            raise InputError(f"{cfg.name}'s {what} ({v}) do not split over {t} ranks: use --nproc among "
+                             f"{', '.join(map(str, ok))}")
+
+
+def tp_comm(cfg, t: int, batch: int, seq: int, itemsize: int = FP32) -> dict[str, int]:
+    """Forward all-reduces of the transformer's blocks under tensor parallelism on t ranks."""
+    check_tp(cfg, t)
+    per = batch * seq * cfg.hidden * itemsize if t > 1 else 0
+    calls = 2 * cfg.layers if t > 1 else 0
+    return {"calls": calls, "calls_per_block": calls // cfg.layers, "bytes": calls * per,
+            "bytes_per_call": per}
+
+
+def tp_param_bytes(cfg, t: int, itemsize: int = FP32) -> int:
+    """Bytes of the blocks' parameters on one rank: column-parallel weights and biases and
+    row-parallel weights split t ways; the row-parallel biases and the norms replicated."""
+    check_tp(cfg, t)
+    h, d, a, kv, f = cfg.hidden, cfg.d_head, cfg.heads, cfg.n_kv, cfg.d_ff
+    b = 1 if cfg.bias else 0
+    col = (h * a * d + 2 * h * kv * d) + b * (a * d + 2 * kv * d) + (2 if cfg.glu else 1) * (h * f + b * f)
+    row = a * d * h + f * h
+    norm = (2 if cfg.norm == "layernorm" and cfg.bias else 1) * h
+    repl = 2 * b * h + 2 * norm
+    return cfg.layers * ((col + row) // t + repl) * itemsize
+
+
+# ---------------------------------------------------------------- pipeline timelines
+
+
+def replay(timelines: list[list[tuple[str, float]]]) -> dict[str, Any]:
+    """Replay a pipeline's measured timeline with instant hand-offs.
+
+    `timelines[s]` is stage s's operations in the order it ran them, each ("F" or "B", seconds);
+    the i-th F of a stage is micro-batch i's forward and the i-th B its backward. Each operation
+    starts when the stage is free and its input exists: the previous stage's forward of the same
+    micro-batch (F), the next stage's backward of it (B). Returns the replayed wall time and each
+    stage's busy seconds and bubble. With every F and every B of equal length this gives exactly
+    (p−1)/(m+p−1); what the measured wall time adds on top are the hand-offs (messages, processes
+    waking up), named `stalls` by the caller.
+    """
+    p = len(timelines)
+    if p == 0:
+        raise InputError("no stages to replay")
+    f_end: dict[tuple[int, int], float] = {}
+    b_end: dict[tuple[int, int], float] = {}
+    pos = [0] * p
+    free = [0.0] * p
+    counts = [{"F": 0, "B": 0} for _ in range(p)]
+    total = sum(len(t) for t in timelines)
+    done = 0
+    while done < total:
+        progressed = False
+        for s in range(p):
+            while pos[s] < len(timelines[s]):
+                kind, dur = timelines[s][pos[s]]
+                i = counts[s][kind]
+                if kind == "F":
+                    dep = 0.0 if s == 0 else f_end.get((s - 1, i))
+                else:
+                    dep = f_end.get((s, i)) if s == p - 1 else b_end.get((s + 1, i))
+                if dep is None:
+                    break
+                start = max(free[s], dep)
+                free[s] = start + dur
+                (f_end if kind == "F" else b_end)[(s, i)] = free[s]
+                counts[s][kind] += 1
+                pos[s] += 1
+                done += 1
+                progressed = True
+        if not progressed:
+            raise InputError("the timelines deadlock: every stage waits for an operation that never runs")
+    wall = max(free)
+    busy = [sum(d for _, d in t) for t in timelines]
+    return {"wall_s": wall, "busy_s": busy, "bubble": [1 - b / wall if wall else 0.0 for b in busy]}
