@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from perflab.cli import emit, positive_float, positive_int
+from perflab.commands._args import emit, positive_float, positive_int
 
 
 def _ints(text: str) -> list[int]:
