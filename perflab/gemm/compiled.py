@@ -103,7 +103,7 @@ def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, i
         elif div16:
             divisible.append(i)
     for name, v in (("BLOCK_M", config.block_m), ("BLOCK_N", config.block_n), ("BLOCK_K", config.block_k),
-                    ("GROUP_M", config.group_m)):
+                    ("GROUP_M", config.group_m), ("WIDEN", False)):
         signature[name] = "constexpr"
         constexprs[name] = v
     return {"kernel": "matmul_kernel", "signature": signature, "constexprs": constexprs, "divisible": divisible,

@@ -17,12 +17,19 @@ import triton.language as tl
 
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                  WIDEN: tl.constexpr = False):
     """C[M×N] = A[M×K] · B[K×N], one BLOCK_M × BLOCK_N output tile per program, fp32 accumulation.
 
     Tiles are visited in groups of GROUP_M tile-rows (the "grouped" or swizzled order of Triton's
     matmul tutorial): consecutive programs share the same columns of B and a few rows of A, so
     more of what they read is still in L2. Masks make any M, N, K correct.
+
+    WIDEN converts the A and B tiles to fp32 before tl.dot. Only the interpreter uses it, for bf16:
+    Triton 3.9's interpreter multiplies bf16 dot operands as raw 16-bit integers (checked here:
+    errors of 1e10). Widening is exact (every bf16 is an fp32), and a Tensor Core also forms exact
+    products and sums them in fp32, so the answer is the one the GPU computes; compiled kernels
+    never widen.
     """
     pid = tl.program_id(0)
     num_pid_m = (M + BLOCK_M - 1) // BLOCK_M  # tl.cdiv is itself a @jit helper: inlined so the interpreter needs no env var
@@ -45,6 +52,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        if WIDEN:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk

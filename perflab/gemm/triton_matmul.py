@@ -23,8 +23,12 @@ elsewhere, and callers skip with that reason.
 from __future__ import annotations
 
 import functools
+import json
 import math
+import os
 import re
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -148,9 +152,63 @@ def torch_dtype(name: str):
 
 # ---------------------------------------------------------------- interpreter or native
 
+def process_interprets() -> bool | None:
+    """How this process imported Triton: True in interpreter mode, False natively, None not yet.
+
+    Triton's own @jit helpers (tl.cdiv, tl.zeros, ...) are wrapped when triton.language is first
+    imported, so a kernel can be interpreted only in a process that imported it in interpreter mode.
+    """
+    if "triton.language" not in sys.modules:
+        return None
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    return not isinstance(tl.cdiv, JITFunction)
+
+
+def import_triton(interpret: bool) -> bool:
+    """Import Triton in the wanted mode if it is not imported yet; return the mode it has."""
+    require()
+    mode = process_interprets()
+    if mode is None:
+        old = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+        os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # 3.9's default, said so it does not warn
+        try:
+            import triton.language  # noqa: F401
+        finally:  # later @triton.jit users (torch.compile's inductor) get their usual native mode
+            if old is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = old
+        mode = bool(interpret)
+    return mode
+
+
+def run_in_interpreter_process(module: str, func: str, kwargs: dict[str, Any], timeout: float = 300) -> Any:
+    """Call `module.func(**kwargs)` in a child Python whose Triton runs in interpreter mode; its
+    JSON result. Used when this process imported Triton natively (torch.compile does so even on a CPU)."""
+    env = dict(os.environ)
+    env["TRITON_INTERPRET"] = "1"
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    code = ("import json, sys, importlib; m = importlib.import_module(sys.argv[1]); "
+            "print(json.dumps(getattr(m, sys.argv[2])(**json.loads(sys.argv[3]))))")
+    proc = subprocess.run([sys.executable, "-c", code, module, func, json.dumps(kwargs)], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UnsupportedError(f"the interpreter process failed: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def jitted(fn, interpret: bool):
     """`fn` wrapped for Triton: interpreted on the CPU, or a JITFunction (compiles for a GPU)."""
-    require()
+    mode = import_triton(interpret)
+    if interpret and not mode:
+        raise UnsupportedError("Triton was imported natively in this process (torch.compile does that): "
+                               "run the kernel through run_in_interpreter_process, or in a fresh kernel")
     return _jitted(fn, bool(interpret))
 
 
@@ -214,7 +272,7 @@ def matmul(a, b, config: TileConfig | None = None, *, interpret: bool | None = N
     grid = (triton_cdiv(m, config.block_m) * triton_cdiv(n, config.block_n),)
     kern = matmul_jit(interpret)
     kw: dict[str, Any] = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                              GROUP_M=config.group_m)
+                              GROUP_M=config.group_m, WIDEN=bool(interpret and a.dtype == torch.bfloat16))
     if not interpret:
         kw.update(num_warps=config.num_warps, num_stages=config.num_stages)
     kern[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), **kw)
@@ -225,7 +283,7 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | None = None, *, seed: int = 0,
+def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | dict | None = None, *, seed: int = 0,
           device: str | None = None) -> dict[str, Any]:
     """Run the kernel on random N(0, 1) inputs and compare with torch (fp32 reference of the same
     rounded inputs, then rounded to the dtype): max_abs_err, the tolerance, and whether it passed."""
@@ -234,20 +292,26 @@ def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | None
     require()
     from perflab.core.validate import positive_int
 
+    if isinstance(config, dict):
+        config = TileConfig(**config)
     m, n, k = positive_int("m", m), positive_int("n", n), positive_int("k", k)
     if m * k + k * n + m * n > 3 * 2048 * 2048:
         raise InputError(f"{m}×{n}×{k} is too large to check here (the interpreter runs every program as numpy): "
                          "keep m·k + k·n + m·n under 12.6 M elements, e.g. 1024×1024×1024")
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = dtype_name(dtype)
+    cfg = config or TileConfig()
+    if torch.device(dev).type == "cpu" and import_triton(True) is False:
+        return run_in_interpreter_process(__name__, "check", {"m": m, "n": n, "k": k, "dtype": name, "seed": seed,
+                                                              "config": cfg.as_dict(), "device": "cpu"})
     g = torch.Generator(device="cpu").manual_seed(seed)
     a = torch.randn(m, k, generator=g).to(torch_dtype(name)).to(dev)
     b = torch.randn(k, n, generator=g).to(torch_dtype(name)).to(dev)
-    c = matmul(a, b, config)
+    c = matmul(a, b, cfg)
     ref = (a.float() @ b.float()).to(torch_dtype(name)).float()
     err = (c.float() - ref).abs()
     rtol, atol = tolerance(name, k, torch.device(dev).type)
     bound = atol + rtol * ref.abs()
     return {"m": m, "n": n, "k": k, "dtype": name, "device": dev, "interpreter": torch.device(dev).type == "cpu",
             "max_abs_err": float(err.max()), "rtol": rtol, "atol": atol,
-            "passed": bool((err <= bound).all()), "config": (config or TileConfig()).as_dict()}
+            "passed": bool((err <= bound).all()), "config": cfg.as_dict()}
