@@ -21,7 +21,8 @@ def pyproject_deps() -> set[str]:
     else:  # pragma: no cover
         pytest.skip("tomllib needs Python 3.11")
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return {_name(d) for d in data["project"]["dependencies"]}
+    kernels = data["project"].get("optional-dependencies", {}).get("kernels", [])  # environment.yml lists it too
+    return {_name(d) for d in data["project"]["dependencies"] + kernels}
 
 
 def environment_deps() -> set[str]:

@@ -350,23 +350,27 @@ def compile_tile(config: TileConfig, dtype: str = "fp16", target: str | int = "s
 
 
 def check_config(config: TileConfig, dtype: str, target: str | int, gpu: str | None = None) -> None:
-    """Refuse, before compiling, what cannot run: the shared memory the pipeline needs at least
-    (num_stages × (BLOCK_M + BLOCK_N) × BLOCK_K × itemsize, the A and B tiles of every stage)
-    over the GPU's per-block limit. One line naming the limit and what to change."""
+    """Refuse, before compiling, what cannot run: Triton's software pipeline keeps at least
+    max(1, num_stages − 1) stages of an A tile (BLOCK_M × BLOCK_K) and a B tile (BLOCK_K × BLOCK_N)
+    in shared memory (sm_80 here: num_stages − 1; sm_90: num_stages), and over the GPU's per-block
+    limit the kernel cannot launch. One line naming the limit and what to change. What passes is
+    still checked after compiling, against the shared memory the compiler really asked for."""
     cc = parse_target(target)
     limits = _limits_for(cc, gpu)
     if limits is None:
         return
     item = ITEMSIZE[dtype_name(dtype)]
-    need = config.num_stages * (config.block_m + config.block_n) * config.block_k * item
+    stage = (config.block_m + config.block_n) * config.block_k * item
+    kept = max(1, config.num_stages - 1)
+    need = kept * stage
     if need > limits.max_shared_bytes_per_block:
-        fit = max(1, limits.max_shared_bytes_per_block // ((config.block_m + config.block_n) * config.block_k * item))
+        fit = limits.max_shared_bytes_per_block // stage
+        fix = (f"use num_stages ≤ {fit + 1} or a smaller BLOCK_K" if fit >= 1
+               else "use a smaller BLOCK_K or tile (one stage alone does not fit)")
         raise InputError(
             f"{config.label()} {dtype_name(dtype)} needs at least {need / 1024:.0f} KiB of shared memory per block "
-            f"({config.num_stages} stages × (A {config.block_m}×{config.block_k} + B {config.block_k}×{config.block_n}) × "
-            f"{item} B), over {limits.name}'s {limits.max_shared_bytes_per_block / 1024:.0f} KiB: "
-            + (f"use num_stages ≤ {fit} or a smaller BLOCK_K" if fit >= 1 and need // config.num_stages <= limits.max_shared_bytes_per_block
-               else "use a smaller BLOCK_K or tile"))
+            f"({kept} stage(s) × (A {config.block_m}×{config.block_k} + B {config.block_k}×{config.block_n}) × {item} B), "
+            f"over {limits.name}'s {limits.max_shared_bytes_per_block / 1024:.0f} KiB: {fix}")
 
 
 # ---------------------------------------------------------------- waves

@@ -41,16 +41,20 @@ DTYPES = ("fp32", "fp16", "bf16")
 
 @functools.lru_cache(maxsize=1)
 def unavailable_reason() -> str | None:
-    """None when `import triton` works here, else one line saying why not (and where it does)."""
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except Exception as e:  # ImportError, or a broken install raising something else
-        import platform
+    """None when Triton is installed here, else one line saying why not (and where it is).
 
+    Looks for the package without importing it: the first import fixes Triton's interpreter mode."""
+    import importlib.util
+    import platform
+
+    try:
+        found = importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
         where = f"{platform.system()} {platform.machine()}"
-        return (f"Triton is not importable here ({where}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                "its wheels exist for Linux x86_64 and aarch64: `pip install 'perflab[kernels]'` there")
+        return (f"Triton is not installed here ({where}); its wheels exist for Linux x86_64 and aarch64: "
+                "`pip install 'perflab[kernels]'` there")
     return None
 
 
@@ -171,16 +175,12 @@ def import_triton(interpret: bool) -> bool:
     require()
     mode = process_interprets()
     if mode is None:
-        old = os.environ.get("TRITON_INTERPRET")
+        # Kept for the whole process: Triton imports more of itself later (its interpreter loads
+        # triton.experimental.gluon on first use) and checks the mode again then.
         os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
         os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # 3.9's default, said so it does not warn
-        try:
-            import triton.language  # noqa: F401
-        finally:  # later @triton.jit users (torch.compile's inductor) get their usual native mode
-            if old is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = old
+        import triton.language  # noqa: F401
+
         mode = bool(interpret)
     return mode
 
