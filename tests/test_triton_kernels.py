@@ -212,3 +212,43 @@ def test_cli_reports_the_figures_and_refuses_bad_input(kernel_cache):
                       (["--tile", "256x256x128", "--stages", "4"], "shared memory")):
         r = perflab("kernel", *bad)
         assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+
+
+# ---------------------------------------------------------------- the fused bias + GeLU (lesson 10)
+
+@needs_triton
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_fused_bias_gelu_matches_eager_within_the_dtype(dtype):
+    from perflab.gemm import triton_fused
+
+    rng = random.Random(f"gelu-{dtype}")
+    r = triton_fused.check(rng.randrange(3, 40), rng.randrange(1025, 3000), dtype, seed=rng.randrange(1000))
+    assert r["passed"], r  # cols > BLOCK: two column blocks, the second ragged
+
+
+@needs_triton
+def test_fused_check_can_fail():
+    """Against GeLU's erf form (not the tanh form the kernel computes) fp32 is out of tolerance."""
+    import torch
+    import torch.nn.functional as F
+
+    from perflab.gemm import triton_fused
+
+    x, b = 2 * torch.randn(8, 300), torch.randn(300)
+    y = triton_fused.bias_gelu(x, b)
+    rtol, atol = triton_fused.tolerance("fp32")
+    assert torch.allclose(y, triton_fused.eager(x, b), rtol=rtol, atol=atol)
+    assert not torch.allclose(y, F.gelu(x + b), rtol=rtol, atol=atol)
+
+
+@needs_triton
+def test_fused_kernel_compiles_for_sm_90(kernel_cache):
+    from perflab.gemm import triton_fused
+
+    r = triton_fused.compile_for("sm_90", "bf16")
+    rep = subprocess.run([str(__import__("perflab.gemm.compiled", fromlist=["x"]).cuobjdump_path()),
+                          "--dump-resource-usage", r["cubin"]], capture_output=True, text=True, check=True).stdout
+    line = rep.split("Function bias_gelu_kernel:")[1].strip().splitlines()[0]
+    figs = {k: int(v) for k, v in re.findall(r"([A-Z]+):(\d+)", line)}
+    assert r["registers"] == figs["REG"] and r["spill_bytes"] == figs["STACK"] == 0
+    assert r["blocks_per_sm"] >= 1 and 0 < r["occupancy"] <= 1

@@ -289,6 +289,40 @@ def _limits_for(cc: int, gpu: str | None) -> SMLimits | None:
     return sm_limits(key) if key in TARGET_GPU else None
 
 
+def build(jobs: list[dict[str, Any]], use_cache: bool = True) -> tuple[list[dict[str, Any]], set[int]]:
+    """Compile (one child process for all uncached jobs) and summarize each job: cuobjdump's
+    figures, Triton's metadata, Tensor Core instructions, a PTX excerpt, the cache folder. A job the
+    compiler refuses gets {"error": ...}. Also returns which jobs were compiled now."""
+    root = cache_root()
+    dirs = [root / _key(j) for j in jobs]
+    todo = [i for i, d in enumerate(dirs) if not (use_cache and (d / "result.json").exists())]
+    out: list[dict[str, Any]] = [{} for _ in jobs]
+    if todo:
+        res = _compile_jobs([jobs[i] for i in todo], [str(dirs[i]) for i in todo])
+        for i, r in zip(todo, res, strict=True):
+            if "error" in r:
+                out[i] = {"error": r["error"]}
+                continue
+            figs = resource_usage(dirs[i] / "kernel.cubin")
+            ptx = (dirs[i] / "kernel.ptx").read_text()
+            kind, count = tensor_core_lines(ptx)
+            m = re.search(r"\.reqntid\s+(\d+)", ptx)
+            summary = {"cuobjdump": figs, "metadata": r, "tensor_core_kind": kind, "tensor_core_instructions": count,
+                       "ptx_excerpt": ptx_excerpt(ptx), "reqntid": int(m.group(1)) if m else None}
+            (dirs[i] / "result.json").write_text(json.dumps(summary))
+    for i, d in enumerate(dirs):
+        if out[i].get("error"):
+            continue
+        s = json.loads((d / "result.json").read_text())
+        md = s["metadata"]
+        # cross-check: the PTX's threads per block against the warps Triton's metadata reports
+        if s.get("reqntid") is not None and s["reqntid"] != md["num_warps"] * 32:
+            raise UnsupportedError(f"PTX asks for {s['reqntid']} threads but Triton reports {md['num_warps']} warps")
+        s["cache_dir"] = str(d)
+        out[i] = s
+    return out, set(todo)
+
+
 def compile_many(configs: list[TileConfig], dtype: str = "fp16", target: str | int = "sm_90", *,
                  shape: tuple[int, int, int] | None = None, gpu: str | None = None,
                  use_cache: bool = True) -> list[CompiledTile]:
@@ -301,39 +335,20 @@ def compile_many(configs: list[TileConfig], dtype: str = "fp16", target: str | i
         raise InputError(f"shape {shape!r}: give three sizes m, n, k ≥ 1")
     limits = _limits_for(cc, gpu)
     jobs = [matmul_job(c, name, cc, (shp[0], shp[1], shp[2])) for c in configs]
-    root = cache_root()
-    dirs = [root / _key(j) for j in jobs]
-    todo = [i for i, d in enumerate(dirs) if not (use_cache and (d / "result.json").exists())]
     t0 = time.perf_counter()
-    errors: dict[int, str] = {}
-    if todo:
-        res = _compile_jobs([jobs[i] for i in todo], [str(dirs[i]) for i in todo])
-        for i, r in zip(todo, res, strict=True):
-            if "error" in r:
-                errors[i] = r["error"]
-                continue
-            figs = resource_usage(dirs[i] / "kernel.cubin")
-            ptx = (dirs[i] / "kernel.ptx").read_text()
-            kind, count = tensor_core_lines(ptx)
-            m = re.search(r"\.reqntid\s+(\d+)", ptx)
-            summary = {"cuobjdump": figs, "metadata": r, "tensor_core_kind": kind, "tensor_core_instructions": count,
-                       "ptx_excerpt": ptx_excerpt(ptx), "reqntid": int(m.group(1)) if m else None}
-            (dirs[i] / "result.json").write_text(json.dumps(summary))
+    summaries, todo = build(jobs, use_cache=use_cache)
     build_s = time.perf_counter() - t0
     out = []
-    for i, (c, d) in enumerate(zip(configs, dirs, strict=True)):
-        if i in errors:
-            raise InputError(f"Triton could not compile {c.label()} {name} for sm_{cc}: {errors[i]}")
-        s = json.loads((d / "result.json").read_text())
-        figs, md = s["cuobjdump"], s["metadata"]
-        if s.get("reqntid") is not None and s["reqntid"] != md["num_warps"] * 32:
-            raise UnsupportedError(f"PTX asks for {s['reqntid']} threads but Triton reports {md['num_warps']} warps")
+    for i, (c, s) in enumerate(zip(configs, summaries, strict=True)):
+        if "error" in s:
+            raise InputError(f"Triton could not compile {c.label()} {name} for sm_{cc}: {s['error']}")
+        figs, md, d = s["cuobjdump"], s["metadata"], s["cache_dir"]
         shared = int(md["shared"]) + int(figs.get("SHARED", 0))
         r = CompiledTile(config=c, dtype=name, target=f"sm_{cc}", shape=(shp[0], shp[1], shp[2]),
                          registers=int(figs["REG"]), spill_bytes=int(figs.get("STACK", 0)), shared_bytes=shared,
                          num_warps=int(md["num_warps"]), num_stages=int(md["num_stages"]),
                          tensor_core_kind=s["tensor_core_kind"], tensor_core_instructions=int(s["tensor_core_instructions"]),
-                         ptx_excerpt=s["ptx_excerpt"], cuobjdump=figs, metadata=md, cache_dir=str(d),
+                         ptx_excerpt=s["ptx_excerpt"], cuobjdump=figs, metadata=md, cache_dir=d,
                          cached=i not in todo, seconds=build_s if i in todo else 0.0, limits=limits)
         if limits is not None:
             try:
