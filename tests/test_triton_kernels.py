@@ -13,8 +13,8 @@ import re
 import subprocess
 
 import pytest
-
 from clirun import perflab
+
 from perflab.core.errors import InputError
 from perflab.gemm import occupancy as occ
 from perflab.gemm import triton_matmul as tm
@@ -170,13 +170,14 @@ def test_compiled_figures_equal_cuobjdumps(kernel_cache, target, seed, kinds):
         # sm_90 has both: Triton emits wgmma (a warp group of 4 warps on a 64-row slice) when the
         # tile allows it and Ampere's mma.sync otherwise (e.g. BLOCK_M = 32); sm_80 has only mma
         assert r.num_warps == cfg.num_warps and r.tensor_core_instructions > 0
-        assert r.tensor_core_kind in kinds and r.tensor_core_kind in r.ptx_excerpt
-        want = occ.occupancy(rep["REG"], r.shared_bytes, cfg.num_warps, occ.sm_limits(target))
+        assert r.tensor_core_kind in kinds and str(r.tensor_core_kind) in r.ptx_excerpt
+        lim = occ.sm_limits(target)
+        want = occ.occupancy(rep["REG"], r.shared_bytes, cfg.num_warps, lim)
         assert r.occ == want
         rpt = compiled.report(r, (3000, 5000, 1024))
         assert rpt["tiles"] == -(-3000 // cfg.block_m) * -(-5000 // cfg.block_n)
-        assert rpt["waves"] == -(-rpt["tiles"] // (r.limits.sm_count * want.blocks_per_sm))
-        assert rpt["wave_efficiency"] == pytest.approx(rpt["tiles"] / (rpt["waves"] * r.limits.sm_count * want.blocks_per_sm))
+        assert rpt["waves"] == -(-rpt["tiles"] // (lim.sm_count * want.blocks_per_sm))
+        assert rpt["wave_efficiency"] == pytest.approx(rpt["tiles"] / (rpt["waves"] * lim.sm_count * want.blocks_per_sm))
 
 
 @needs_triton
@@ -198,9 +199,9 @@ def test_cli_reports_the_figures_and_refuses_bad_input(kernel_cache):
     import json
 
     cfg = random_configs(90, 1)[0]
-    r = perflab("kernel", "--tile", f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k}", "--warps", cfg.num_warps,
-                "--stages", cfg.num_stages, "--group-m", cfg.group_m, "--dtype", "fp16", "--target", "sm_90",
-                "--m", 1024, "--n", 3072, "--k", 512, "--json")
+    r = perflab("kernel", "--tile", f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k}", "--warps", str(cfg.num_warps),
+                "--stages", str(cfg.num_stages), "--group-m", str(cfg.group_m), "--dtype", "fp16", "--target", "sm_90",
+                "--m", "1024", "--n", "3072", "--k", "512", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     for key in ("registers", "spill_bytes", "shared_bytes", "blocks_per_sm", "occupancy", "limited_by",

@@ -74,8 +74,9 @@ def sm_limits(gpu: str) -> SMLimits:
         have = ", ".join(sorted(TARGET_GPU) + gpus_with_limits())
         raise InputError(f"no per-SM limits for {gpu!r} in perflab's table: use one of {have}")
     p = rec["per_sm"]
+    ints = {k: int(v) for k, v in p.items() if k != "compute_capability"}
     return SMLimits(gpu=rec["id"], name=rec["name"], sm_count=int(rec["sm_count"]), source=rec["sources"]["per_sm"],
-                    **{k: (v if k == "compute_capability" else int(v)) for k, v in p.items()})
+                    compute_capability=str(p["compute_capability"]), **ints)
 
 
 def _round_up(x: int, unit: int) -> int:

@@ -49,7 +49,7 @@ def bias_gelu(x, bias, *, interpret: bool | None = None, block: int = BLOCK):
     x = x.contiguous()
     y = torch.empty_like(x)
     rows, cols = x.shape
-    kern = tm.jitted(bias_gelu_kernel, interpret)
+    kern = tm.jitted(bias_gelu_kernel, bool(interpret))
     kern[(rows, tm.triton_cdiv(cols, block))](x, bias, y, rows, cols, x.stride(0), y.stride(0), BLOCK=block)
     return y
 

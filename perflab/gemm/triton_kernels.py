@@ -18,7 +18,7 @@ import triton.language as tl
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  WIDEN: tl.constexpr = False):
+                  WIDEN: tl.constexpr = False):  # pyright: ignore[reportArgumentType]  # Triton wraps the default
     """C[M×N] = A[M×K] · B[K×N], one BLOCK_M × BLOCK_N output tile per program, fp32 accumulation.
 
     Tiles are visited in groups of GROUP_M tile-rows (the "grouped" or swizzled order of Triton's

@@ -212,7 +212,7 @@ def jitted(fn, interpret: bool):
     return _jitted(fn, bool(interpret))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(fn, interpret: bool):
     if interpret:
         from triton.runtime.interpreter import InterpretedFunction
@@ -270,7 +270,7 @@ def matmul(a, b, config: TileConfig | None = None, *, interpret: bool | None = N
     n = b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     grid = (triton_cdiv(m, config.block_m) * triton_cdiv(n, config.block_n),)
-    kern = matmul_jit(interpret)
+    kern = matmul_jit(bool(interpret))
     kw: dict[str, Any] = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                               GROUP_M=config.group_m, WIDEN=bool(interpret and a.dtype == torch.bfloat16))
     if not interpret:
