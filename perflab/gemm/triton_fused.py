@@ -40,12 +40,13 @@ def bias_gelu(x, bias, *, interpret: bool | None = None, block: int = BLOCK):
     """gelu_tanh(x + bias) with the Triton kernel; x is [rows, cols] (row-major), bias [cols]."""
     import torch
 
-    from perflab.gemm.triton_kernels import bias_gelu_kernel
-
     if x.ndim != 2 or bias.ndim != 1 or bias.shape[0] != x.shape[1]:
         raise InputError(f"x must be [rows, cols] and bias [cols] (got {tuple(x.shape)} and {tuple(bias.shape)})")
     if interpret is None:
         interpret = x.device.type == "cpu"
+    tm.import_triton(bool(interpret))  # before the kernels' module imports triton.language in whatever mode
+    from perflab.gemm.triton_kernels import bias_gelu_kernel
+
     x = x.contiguous()
     y = torch.empty_like(x)
     rows, cols = x.shape
@@ -81,6 +82,19 @@ def check(rows: int = 64, cols: int = 1000, dtype: str = "fp32", seed: int = 0) 
     ok = bool((err <= atol + rtol * ref.float().abs()).all())
     return {"rows": rows, "cols": cols, "dtype": name, "device": dev, "interpreter": dev == "cpu",
             "max_abs_err": float(err.max()), "rtol": rtol, "atol": atol, "passed": ok}
+
+
+def check_all(rows: int = 64, cols: int = 1000, dtypes: tuple[str, ...] | list[str] = ("fp32", "fp16", "bf16"),
+              seed: int = 0) -> list[dict[str, Any]]:
+    """`check` for several dtypes; one child process for all of them when one is needed."""
+    import torch
+
+    tm.require()
+    dtypes = [tm.dtype_name(d) for d in dtypes]
+    if not torch.cuda.is_available() and tm.import_triton(True) is False:
+        return tm.run_in_interpreter_process(__name__, "check_all", {"rows": rows, "cols": cols, "dtypes": dtypes,
+                                                                     "seed": seed})
+    return [check(rows, cols, d, seed) for d in dtypes]
 
 
 def compile_for(target: str = "sm_90", dtype: str = "bf16", cols: int = 4096, num_warps: int = 4) -> dict[str, Any]:
