@@ -58,7 +58,8 @@ def run(args) -> int:
     lines = [f"{cfg.label()} {dtype} compiled for {r.target}" + (" (cached)" if r.cached else f" in {r.seconds:.1f} s"),
              f"registers: {r.registers} per thread    spill_bytes: {r.spill_bytes}    "
              f"shared_bytes: {r.shared_bytes} ({nbytes(r.shared_bytes)}) per block",
-             f"tensor_core_instructions: {r.tensor_core_instructions} ({r.tensor_core_kind or 'none'} in the PTX)"]
+             f"tensor_core_instructions: {r.tensor_core_instructions} ({r.tensor_core_kind or 'none'} in the PTX)",
+             "PTX: " + (r.ptx_excerpt.splitlines()[0][:100] + " …" if r.tensor_core_kind else r.ptx_excerpt)]
     if r.cannot_run:
         lines.append(f"cannot run: {r.cannot_run}")
     elif r.occ is not None and r.limits is not None:

@@ -110,8 +110,12 @@ def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, i
             "cc": cc, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
+CACHE_FORMAT = 2  # bump when what a cache entry's result.json holds changes
+
+
 def _key(job: dict[str, Any]) -> str:
-    blob = json.dumps({"job": job, "triton": _triton_version(), "src": _kernel_source_hash()}, sort_keys=True)
+    blob = json.dumps({"job": job, "triton": _triton_version(), "src": _kernel_source_hash(), "format": CACHE_FORMAT},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -222,12 +226,14 @@ def tensor_core_lines(ptx: str) -> tuple[str | None, int]:
     return None, 0
 
 
-def ptx_excerpt(ptx: str, lines: int = 8) -> str:
-    """The first Tensor Core instructions of the PTX with a line of context before them."""
-    rows = ptx.splitlines()
+def ptx_excerpt(ptx: str, lines: int = 6) -> str:
+    """The PTX instructions from the first Tensor Core instruction on, without comments and
+    source-line markers (.loc)."""
+    rows = [r.strip() for r in ptx.splitlines()]
+    rows = [r for r in rows if r and not r.startswith(("//", ".loc", "$L__", "{", "}"))]
     for i, r in enumerate(rows):
         if TC_PATTERNS["wgmma"].match(r) or TC_PATTERNS["mma"].match(r):
-            return "\n".join(x.rstrip() for x in rows[max(0, i - 1): i - 1 + lines])
+            return "\n".join(rows[i: i + lines])
     return "(no Tensor Core instruction in this PTX)"
 
 
@@ -414,6 +420,7 @@ def staircase(r: CompiledTile, dim: str, values, fixed: dict[str, int], sms: int
 def report(r: CompiledTile, shape: tuple[int, int, int] | None = None) -> dict[str, Any]:
     """The figures `perflab kernel` prints, as a dict."""
     d = r.as_dict()
+    d["ptx_excerpt"] = r.ptx_excerpt
     if r.limits is not None:
         d["gpu_name"] = r.limits.name
         d["sms"] = r.limits.sm_count
