@@ -71,6 +71,20 @@ def test_what_cannot_launch_is_refused_in_one_line():
         occ.sm_limits("l4")
 
 
+def test_per_sm_limits_are_the_programming_guides():
+    """CUDA C++ Programming Guide, Technical Specifications per Compute Capability, columns 8.0 and
+    9.0: 64K registers per SM, 255 per thread, 64 warps and 32 blocks per SM, 164 KB / 228 KB shared
+    memory per SM and 163 KB / 227 KB per block; SM counts from the A100 and H100 whitepapers."""
+    for gpu, cc, sms, smem, block in (("a100-sxm-80gb", "8.0", 108, 164, 163), ("a100-pcie-40gb", "8.0", 108, 164, 163),
+                                      ("h100-sxm", "9.0", 132, 228, 227)):
+        lim = occ.sm_limits(gpu)
+        assert (lim.compute_capability, lim.sm_count, lim.registers, lim.max_registers_per_thread) == (cc, sms, 65536, 255)
+        assert (lim.max_warps, lim.max_blocks, lim.max_threads_per_block) == (64, 32, 1024)
+        assert (lim.shared_bytes, lim.max_shared_bytes_per_block) == (smem * 1024, block * 1024)
+        assert lim.shared_bytes - lim.max_shared_bytes_per_block == lim.reserved_shared_bytes_per_block == 1024
+        assert "Technical Specifications per Compute Capability" in lim.source and "https://" in lim.source
+
+
 def test_tile_configs_are_checked_before_compiling():
     with pytest.raises(InputError, match="not a power of two.*use 64 or 128"):
         tm.TileConfig(96, 128, 64)
@@ -106,7 +120,8 @@ def test_interpreter_matches_torch_on_odd_shapes(dtype):
     m, n, k = (rng.randrange(17, 90) | 1 for _ in range(3))  # odd: no block divides them
     cfg = tm.TileConfig(32, 32, 16, group_m=rng.choice([1, 2, 3]))
     r = tm.check(m, n, k, dtype, cfg, seed=rng.randrange(1000))
-    assert r["interpreter"] and r["passed"], r
+    assert r["passed"], r
+    assert r["interpreter"] == (r["device"] == "cpu")  # natively on a GPU, the interpreter on a CPU
     assert r["max_abs_err"] <= r["atol"] + r["rtol"] * 8 * k ** 0.5
 
 
@@ -115,12 +130,13 @@ def test_a_wrong_kernel_would_be_caught():
     """The check can fail: torch's answer for another seed differs from this kernel's far beyond tolerance."""
     import torch
 
-    a = torch.randn(40, 24)
-    b = torch.randn(24, 33)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    a = torch.randn(40, 24, device=dev)
+    b = torch.randn(24, 33, device=dev)
     c = tm.matmul(a, b, tm.TileConfig(16, 16, 16))
-    rtol, atol = tm.tolerance("fp32", 24)
+    rtol, atol = tm.tolerance("fp32", 24, dev)
     assert torch.allclose(c, a @ b, rtol=rtol, atol=atol)
-    assert not torch.allclose(c, a @ torch.randn(24, 33), rtol=rtol, atol=atol)
+    assert not torch.allclose(c, a @ torch.randn(24, 33, device=dev), rtol=rtol, atol=atol)
 
 
 # ---------------------------------------------------------------- compiled for sm_80 and sm_90
@@ -208,6 +224,12 @@ def test_cli_reports_the_figures_and_refuses_bad_input(kernel_cache):
                 "tensor_core_instructions", "tiles", "waves", "wave_efficiency"):
         assert d[key] is not None, key
     assert d["cached"] is True  # compiled above: sizes divisible by 16 give the same signature
+    r = perflab("kernel", "--tile", "32x32x16", "--warps", "2", "--target", "sm_80", "--dtype", "bf16",
+                "--m", "37", "--n", "45", "--k", "53", "--run", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["run_passed"] and d["max_abs_err"] <= d["run_atol"] + d["run_rtol"] * 4 * 53 ** 0.5
+    assert d["tiles"] == 2 * 2 and d["waves"] == 1 and d["tensor_core_kind"] == "mma"
     for bad, said in ((["--tile", "100x128x64"], "power of two"), (["--target", "sm_70"], "sm_75"),
                       (["--m", "64"], "all three"), (["--dtype", "fp8"], "fp32, fp16, bf16"),
                       (["--tile", "256x256x128", "--stages", "4"], "shared memory")):
@@ -235,7 +257,8 @@ def test_fused_check_can_fail():
 
     from perflab.gemm import triton_fused
 
-    x, b = 2 * torch.randn(8, 300), torch.randn(300)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x, b = 2 * torch.randn(8, 300, device=dev), torch.randn(300, device=dev)
     y = triton_fused.bias_gelu(x, b)
     rtol, atol = triton_fused.tolerance("fp32")
     assert torch.allclose(y, triton_fused.eager(x, b), rtol=rtol, atol=atol)

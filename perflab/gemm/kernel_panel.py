@@ -55,7 +55,7 @@ def figure(r: compiled.CompiledTile, m: int, n: int, k: int):
     colors = ["tab:red" if x in r.occ.limited_by.split(" and ") else "tab:grey" for x in names]
     ax2.barh(names, vals, color=colors)
     ax2.set_xlabel("blocks per SM this limit allows")
-    ax2.set_title(f"occupancy {r.occ.occupancy:.0%}: limited by {r.occ.limited_by}", fontsize=10)
+    ax2.set_title(f"occupancy {r.occ.occupancy:.0%}\nlimited by {r.occ.limited_by}", fontsize=10)
     for i, v in enumerate(vals):
         ax2.text(v, i, f" {v}", va="center", fontsize=8)
     fig.tight_layout()

@@ -295,10 +295,10 @@ def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | dict
     if isinstance(config, dict):
         config = TileConfig(**config)
     m, n, k = positive_int("m", m), positive_int("n", n), positive_int("k", k)
-    if m * k + k * n + m * n > 3 * 2048 * 2048:
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.device(dev).type == "cpu" and m * k + k * n + m * n > 3 * 2048 * 2048:
         raise InputError(f"{m}×{n}×{k} is too large to check here (the interpreter runs every program as numpy): "
                          "keep m·k + k·n + m·n under 12.6 M elements, e.g. 1024×1024×1024")
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = dtype_name(dtype)
     cfg = config or TileConfig()
     if torch.device(dev).type == "cpu" and import_triton(True) is False:
