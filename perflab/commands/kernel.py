@@ -66,7 +66,8 @@ def run(args) -> int:
         lines.append(f"on {r.limits.name}: blocks_per_sm: {r.occ.blocks_per_sm}    occupancy: {r.occ.occupancy:.1%} "
                      f"({r.occ.warps_per_sm}/{r.limits.max_warps} warps)    limited_by: {r.occ.limited_by}")
     else:
-        lines.append(f"no per-SM limits for {r.target} in perflab's table: occupancy not computed (use --gpu)")
+        lines.append(f"no per-SM limits for {r.target} in perflab's table (it has them for sm_80, A100, and sm_90, "
+                     "H100): occupancy and waves not computed")
     if "tiles" in out:
         lines.append(f"{args.m}×{args.n}×{args.k}: tiles: {out['tiles']}    waves: {out['waves']} of {out['wave_size']}    "
                      f"wave_efficiency: {out['wave_efficiency']:.1%}")

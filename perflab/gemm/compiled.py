@@ -119,6 +119,17 @@ def _key(job: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def _atomic_write(path: Path, data: bytes | str) -> None:
+    """Write through a temporary file and rename: two processes compiling the same config (test
+    workers, two notebooks) never read each other's half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if isinstance(data, str):
+        tmp.write_text(data)
+    else:
+        tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 # ---------------------------------------------------------------- the child process
 
 def _compile_in_this_process(jobs: list[dict[str, Any]], out_dirs: list[str]) -> list[dict[str, Any]]:
@@ -145,12 +156,12 @@ def _compile_in_this_process(jobs: list[dict[str, Any]], out_dirs: list[str]) ->
             continue
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
-        (d / "kernel.cubin").write_bytes(k.asm["cubin"])
-        (d / "kernel.ptx").write_text(k.asm["ptx"])
+        _atomic_write(d / "kernel.cubin", k.asm["cubin"])
+        _atomic_write(d / "kernel.ptx", k.asm["ptx"])
         md = k.metadata
         meta = {"shared": int(md.shared), "num_warps": int(md.num_warps), "num_stages": int(md.num_stages),
                 "name": str(md.name), "compile_s": time.perf_counter() - t0, "triton": triton.__version__}
-        (d / "meta.json").write_text(json.dumps(meta))
+        _atomic_write(d / "meta.json", json.dumps(meta))
         results.append(meta)
     return results
 
@@ -315,7 +326,7 @@ def build(jobs: list[dict[str, Any]], use_cache: bool = True) -> tuple[list[dict
             m = re.search(r"\.reqntid\s+(\d+)", ptx)
             summary = {"cuobjdump": figs, "metadata": r, "tensor_core_kind": kind, "tensor_core_instructions": count,
                        "ptx_excerpt": ptx_excerpt(ptx), "reqntid": int(m.group(1)) if m else None}
-            (dirs[i] / "result.json").write_text(json.dumps(summary))
+            _atomic_write(dirs[i] / "result.json", json.dumps(summary))
     for i, d in enumerate(dirs):
         if out[i].get("error"):
             continue
