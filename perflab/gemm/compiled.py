@@ -306,7 +306,7 @@ def _limits_for(cc: int, gpu: str | None) -> SMLimits | None:
     return sm_limits(key) if key in TARGET_GPU else None
 
 
-def build(jobs: list[dict[str, Any]], use_cache: bool = True) -> tuple[list[dict[str, Any]], set[int]]:
+def build(jobs: list[dict[str, Any]], use_cache: bool = True, verbose: bool = False) -> tuple[list[dict[str, Any]], set[int]]:
     """Compile (one child process for all uncached jobs) and summarize each job: cuobjdump's
     figures, Triton's metadata, Tensor Core instructions, a PTX excerpt, the cache folder. A job the
     compiler refuses gets {"error": ...}. Also returns which jobs were compiled now."""
@@ -315,6 +315,9 @@ def build(jobs: list[dict[str, Any]], use_cache: bool = True) -> tuple[list[dict
     todo = [i for i, d in enumerate(dirs) if not (use_cache and (d / "result.json").exists())]
     out: list[dict[str, Any]] = [{} for _ in jobs]
     if todo:
+        if verbose:
+            print(f"compiling {len(todo)} kernel(s) for sm_{jobs[todo[0]]['cc']} (about a second each; cached "
+                  f"in {root} afterwards) …", flush=True)
         res = _compile_jobs([jobs[i] for i in todo], [str(dirs[i]) for i in todo])
         for i, r in zip(todo, res, strict=True):
             if "error" in r:
@@ -342,7 +345,7 @@ def build(jobs: list[dict[str, Any]], use_cache: bool = True) -> tuple[list[dict
 
 def compile_many(configs: list[TileConfig], dtype: str = "fp16", target: str | int = "sm_90", *,
                  shape: tuple[int, int, int] | None = None, gpu: str | None = None,
-                 use_cache: bool = True) -> list[CompiledTile]:
+                 use_cache: bool = True, verbose: bool = False) -> list[CompiledTile]:
     """Compile every config (one child process for all the uncached ones) and read their resources."""
     require()
     name = dtype_name(dtype)
@@ -353,7 +356,7 @@ def compile_many(configs: list[TileConfig], dtype: str = "fp16", target: str | i
     limits = _limits_for(cc, gpu)
     jobs = [matmul_job(c, name, cc, (shp[0], shp[1], shp[2])) for c in configs]
     t0 = time.perf_counter()
-    summaries, todo = build(jobs, use_cache=use_cache)
+    summaries, todo = build(jobs, use_cache=use_cache, verbose=verbose)
     build_s = time.perf_counter() - t0
     out = []
     for i, (c, s) in enumerate(zip(configs, summaries, strict=True)):

@@ -57,7 +57,8 @@ def evaluate(configs: list[dict[str, Any]], problem: dict[str, Any] | None = Non
 
     p = {**PROBLEM, **(problem or {})}
     cfgs = [_config(c) for c in configs]
-    results = compiled.compile_many(cfgs, p["dtype"], TARGET, shape=(p["m"], p["n"], p["k"]), gpu=p["gpu"])
+    results = compiled.compile_many(cfgs, p["dtype"], TARGET, shape=(p["m"], p["n"], p["k"]), gpu=p["gpu"],
+                                    verbose=True)
     out = []
     for c, r in zip(cfgs, results, strict=True):
         row: dict[str, Any] = {"config": c.label(), "registers": r.registers, "spill_bytes": r.spill_bytes,
