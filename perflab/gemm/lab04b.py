@@ -101,8 +101,8 @@ def grade_config(config: dict[str, Any], problem: dict[str, Any] | None = None) 
         raise LabCheckError(f"this config cannot run: {e}") from None
     if c.block_m * c.block_n < MIN_TILE_AREA:
         raise LabCheckError(
-            f"a {c.block_m}×{c.block_n} tile is under 128×128 outputs: each output element then costs "
-            f"{(c.block_m + c.block_n) / (c.block_m * c.block_n):.3g} loaded elements per k step against "
+            f"a {c.block_m}×{c.block_n} tile is under 128×128 outputs: per k step it loads "
+            f"{(c.block_m + c.block_n) / (c.block_m * c.block_n):.3g} elements of A and B per output, against "
             f"{256 / 16384:.3g} for 128×128, so the kernel reads A and B "
             f"{(c.block_m + c.block_n) / (c.block_m * c.block_n) / (256 / 16384):.3g}× as often. Hint: use at least 128×128")
     mine = evaluate([config], p)[0]

@@ -1,11 +1,12 @@
 """A fused bias + GeLU in Triton (lesson 10): checked in the interpreter, compiled for sm_90, timed on a GPU.
 
-Why bias + GeLU: it is the elementwise tail of every MLP's first matmul, eager PyTorch runs it as
-two kernels (`x + bias`, then `gelu`) with the intermediate written to memory and read back, and
-it is exactly what torch.compile's inductor fuses first. Fused, each element of x is read once and
-y written once: eager moves 4 tensors' worth of bytes (read x, write v, read v, write y; the bias
-is small), the fused kernel 2, so a memory-bound op should take about half the time. Lesson 09's
-C++ extension fuses the same op (perflab.profiling.kernel), so the two can be compared.
+Why bias + GeLU: it is the elementwise tail of the first matmul of a GPT-2-style MLP; eager
+PyTorch runs it as two kernels (`x + bias`, then `gelu`) with the intermediate written to memory
+and read back, and torch.compile's inductor fuses it into one kernel (`inductor_code` shows it).
+Fused, each element of x is read once and y written once: eager moves 4 tensors' worth of bytes
+(read x, write v, read v, write y; the bias is small), the fused kernel 2, so a memory-bound op
+should take about half the time. Lesson 09's C++ extension fuses the same op
+(perflab.profiling.kernel), so the two can be compared.
 
 The kernel computes in fp32 and rounds once to the output dtype; eager in fp16/bf16 rounds the
 intermediate x + bias too, so the two differ by about one unit in the last place of the dtype:
