@@ -10,9 +10,10 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean wheelhouse site release
 
-# perflab's extras (pyproject.toml) each target needs: the lessons need only `course`
-EXTRAS ?= course,test,site,hta
-lab: EXTRAS = course
+# perflab's extras (pyproject.toml) each target needs: the lessons need `course`, and `kernels` (Triton,
+# where its wheels exist) for lesson 04's compiled tiles and lesson 10's fused kernel
+EXTRAS ?= course,kernels,test,site,hta
+lab: EXTRAS = course,kernels
 release: EXTRAS = course
 
 setup:

@@ -91,8 +91,9 @@ def test_a_learner_installs_only_what_import_perflab_and_the_cli_need():
     assert "pytest<9.2" in project["optional-dependencies"]["test"]
 
 
-@pytest.mark.parametrize("target, extras", [("lab", "course"), ("release", "course"), ("test", "course,test,site,hta"),
-                                            ("test-fast", "course,test,site,hta")])
+@pytest.mark.parametrize("target, extras", [("lab", "course,kernels"), ("release", "course"),
+                                            ("test", "course,kernels,test,site,hta"),
+                                            ("test-fast", "course,kernels,test,site,hta")])
 def test_make_targets_install_the_extras_they_need(target, extras):
     out = subprocess.run(["make", "-n", target, "LAB_PORT=0"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     setup = next(ln for ln in out.splitlines() if "tools/setup_env.py" in ln)

@@ -19,7 +19,7 @@ PERFLAB_TORCH_INDEX=<url>):
 * macOS: `torch==2.13.0` from PyPI (its macOS wheels are CPU/MPS builds).
 
 Then perflab, its dependencies and the extras asked for are installed (`-e .[dev,<extras>]`:
-`make lab` asks for course, `make test` for course,test,site,hta); torch is already satisfied, so it
+`make lab` asks for course,kernels, `make test` for course,kernels,test,site,hta); torch is already satisfied, so it
 is left alone. An environment that has the extras asked for already is up to date. This uses uv (`pip install uv`, then `uv pip install`: about 15 s instead of a
 minute with pip on 2 cores) when the venv has its own packages and pip is not told to work offline;
 pip otherwise, or if uv fails, or with PERFLAB_INSTALLER=pip. Finally the `pynvml` compatibility shim that ipyexperiments pulls in is
@@ -234,8 +234,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--venv", default=str(ROOT / ".venv"), help="where the environment goes")
     ap.add_argument("--force", action="store_true", help="reinstall even if up to date")
-    ap.add_argument("--extras", default="course,test,site,hta",
-                    help="perflab's extras to install besides its dependencies (default: course,test,site,hta)")
+    ap.add_argument("--extras", default="course,kernels,test,site,hta",
+                    help="perflab's extras to install besides its dependencies (default: course,kernels,test,site,hta)")
     args = ap.parse_args()
     extras = parse_extras(args.extras)
 

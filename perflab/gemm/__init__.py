@@ -5,10 +5,17 @@
 - `swiglu`: SwiGLU widths near 8/3·h, timed (`data/published_shapes.json`: published figures)
 - `attention`: how the head size h/a changes attention's speed
 - `plots`: lessons 04–05's figures
-- `lab04`, `lab05`: the labs' checks
+- `lab04`, `lab05`, `lab04b`: the labs' checks
+- `triton_kernels`, `triton_matmul`: the course's Triton kernels (a tiled matmul, a fused bias + GeLU)
+  and how they run: natively on CUDA, in Triton's interpreter on a CPU
+- `compiled`, `occupancy`: what the compiler made of a kernel for sm_80/sm_90 (registers, spills,
+  shared memory, Tensor Core instructions), blocks per SM, occupancy, waves
+- `triton_fused`: the fused bias + GeLU of lesson 10, checked, compiled and timed
+- `kernel_panel`: lesson 04's compiled-tile panel
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("shapes", "mamf", "swiglu", "attention", "plots", "lab04", "lab05")
+MODULES = ("shapes", "mamf", "swiglu", "attention", "plots", "lab04", "lab05", "lab04b", "triton_kernels",
+           "triton_matmul", "compiled", "occupancy", "triton_fused", "kernel_panel")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

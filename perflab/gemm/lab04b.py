@@ -1,0 +1,180 @@
+"""Checks for labs/04b_tile_config.ipynb: pick a Triton tile configuration for a GEMM on an H100.
+
+The learner's `pick_config(m, n, k, gpu, dtype)` returns block sizes, warps and stages. The check
+compiles it for sm_90 (no GPU needed), reads what the compiler made of it, and compares it with the
+best configuration of a small search on three grades:
+
+1. no spills (registers that do not fit go to slow local memory);
+2. occupancy at least the best's (resident warps per SM: what hides memory latency);
+3. useful share of the GPU within 2 points of the best's (tile and wave quantization, lesson 04).
+
+It also refuses what cannot run or defeats the point: a block that is not a power of two, shared
+memory over the per-block limit, a tile under 128×128 outputs (it reads A and B more often per
+FLOP: with 64×64 tiles twice as often as with 128×128), and Ampere-style `mma.sync` on a Hopper.
+Every refusal says what the choice lost and what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.core.grading import NOT_DONE, LabCheckError, attempt, record
+
+PROBLEM = {"m": 3072, "n": 1408, "k": 4096, "gpu": "h100-sxm", "dtype": "fp16"}
+TARGET = "sm_90"
+MIN_TILE_AREA = 128 * 128
+UTILIZATION_SLACK = 0.02
+
+# The small search: tiles of at least 128×128 outputs, the usual K slices, warps and stages.
+SEARCH = [
+    dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
+    dict(block_m=128, block_n=128, block_k=32, num_warps=8, num_stages=4),
+    dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4),
+    dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3),
+    dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
+    dict(block_m=256, block_n=128, block_k=64, num_warps=8, num_stages=3),
+]
+KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages")
+
+
+def _config(d: dict[str, Any]):
+    from perflab.gemm.triton_matmul import TileConfig
+
+    missing = [k for k in KEYS if k not in d]
+    if missing:
+        raise LabCheckError(f"pick_config: your dict has no {', '.join(missing)}; return all of {', '.join(KEYS)}")
+    try:
+        return TileConfig(**{k: int(d[k]) for k in KEYS})
+    except InputError as e:
+        raise LabCheckError(f"pick_config: {e}") from None
+
+
+def evaluate(configs: list[dict[str, Any]], problem: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Compile each config for sm_90 and return its grades: spills, occupancy, utilization, ..."""
+    from perflab.gemm import compiled
+
+    p = {**PROBLEM, **(problem or {})}
+    cfgs = [_config(c) for c in configs]
+    results = compiled.compile_many(cfgs, p["dtype"], TARGET, shape=(p["m"], p["n"], p["k"]), gpu=p["gpu"],
+                                    verbose=True)
+    out = []
+    for c, r in zip(cfgs, results, strict=True):
+        row: dict[str, Any] = {"config": c.label(), "registers": r.registers, "spill_bytes": r.spill_bytes,
+                               "shared_bytes": r.shared_bytes, "tensor_cores": r.tensor_core_kind,
+                               "cannot_run": r.cannot_run, "tile_area": c.block_m * c.block_n, "_config": c}
+        if r.occ is not None:
+            w = compiled.waves(r, p["m"], p["n"], p["k"])
+            row.update(blocks_per_sm=r.occ.blocks_per_sm, occupancy=r.occ.occupancy, limited_by=r.occ.limited_by,
+                       tiles=w.tiles, waves=w.waves, wave_efficiency=w.wave_utilization,
+                       tile_efficiency=w.tile_utilization, utilization=w.utilization)
+        out.append(row)
+    return out
+
+
+def _eligible(row: dict[str, Any]) -> bool:
+    return (not row["cannot_run"] and row["spill_bytes"] == 0 and row["tile_area"] >= MIN_TILE_AREA
+            and row["tensor_cores"] == "wgmma")
+
+
+def best_of_search(problem: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The search's best: highest useful share, then highest occupancy, among configs that pass the
+    hard rules (runs, no spills, tile ≥ 128×128, wgmma)."""
+    rows = [r for r in evaluate(SEARCH, problem) if _eligible(r)]
+    if not rows:  # pragma: no cover - the search is chosen so that some pass
+        raise LabCheckError("no configuration of the search passes the rules: the lab's search needs mending")
+    return max(rows, key=lambda r: (round(r["utilization"], 6), r["occupancy"]))
+
+
+def grade_config(config: dict[str, Any], problem: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Raise LabCheckError (what the choice lost, what to change) unless `config` is as good as the
+    search's best; return both rows when it is."""
+    from perflab.core.readout import nbytes, percent
+    from perflab.gemm import compiled
+
+    p = {**PROBLEM, **(problem or {})}
+    c = _config(config)
+    try:
+        compiled.check_config(c, p["dtype"], TARGET, p["gpu"])
+    except InputError as e:
+        raise LabCheckError(f"this config cannot run: {e}") from None
+    if c.block_m * c.block_n < MIN_TILE_AREA:
+        raise LabCheckError(
+            f"a {c.block_m}×{c.block_n} tile is under 128×128 outputs: per k step it loads "
+            f"{(c.block_m + c.block_n) / (c.block_m * c.block_n):.3g} elements of A and B per output, against "
+            f"{256 / 16384:.3g} for 128×128, so the kernel reads A and B "
+            f"{(c.block_m + c.block_n) / (c.block_m * c.block_n) / (256 / 16384):.3g}× as often. Hint: use at least 128×128")
+    mine = evaluate([config], p)[0]
+    best = best_of_search(p)
+    if mine["cannot_run"]:
+        raise LabCheckError(f"compiled, but cannot run on {p['gpu']}: {mine['cannot_run']}")
+    if mine["spill_bytes"]:
+        raise LabCheckError(
+            f"{mine['config']} spills {nbytes(mine['spill_bytes'])} per thread to local memory ({mine['registers']} "
+            f"registers, the most a thread may have is 255): its fp32 accumulator, {c.block_m}×{c.block_n} values "
+            f"over {c.num_warps * 32} threads, is {c.block_m * c.block_n // (c.num_warps * 32)} registers a thread "
+            "before anything else. Hint: more warps, or a smaller tile")
+    if mine["tensor_cores"] != "wgmma":
+        raise LabCheckError(f"{mine['config']} uses {mine['tensor_cores'] or 'no'} Tensor Core instructions, not "
+                            "Hopper's wgmma, whose instructions work on 64-row slices (m64nNk16 in the PTX): with fewer "
+                            "rows Triton falls back to Ampere's mma.sync. Hint: BLOCK_M of 64 or more")
+    lost = []
+    if mine["occupancy"] < best["occupancy"] - 1e-9:
+        lost.append(f"occupancy {percent(mine['occupancy'])} ({mine['blocks_per_sm']} block(s)/SM, limited by "
+                    f"{mine['limited_by']}) against {percent(best['occupancy'])} for {best['config']}")
+    if mine["utilization"] < best["utilization"] - UTILIZATION_SLACK:
+        lost.append(f"useful share {percent(mine['utilization'])} ({mine['tiles']} tiles in {mine['waves']} wave(s): "
+                    f"waves {percent(mine['wave_efficiency'])} × tiles {percent(mine['tile_efficiency'])}) against "
+                    f"{percent(best['utilization'])} for {best['config']}")
+    if lost:
+        hints = []
+        if any(s.startswith("occupancy") for s in lost):
+            if mine["blocks_per_sm"] >= best["blocks_per_sm"]:
+                hints.append(f"as many blocks per SM, but {c.num_warps} warps each: more warps per block")
+            elif "shared" in mine["limited_by"]:
+                hints.append("shared memory binds: fewer stages or a smaller BLOCK_K")
+            else:
+                hints.append("registers bind: more warps share the tile, so each thread needs fewer")
+        if any(s.startswith("useful") for s in lost):
+            hints.append(f"count the tiles of {p['m']}×{p['n']} for your tile and the slots of a wave "
+                         "(SMs × blocks per SM)")
+        raise LabCheckError(f"{mine['config']} loses: " + "; ".join(lost) + ". Hint: " + "; ".join(hints))
+    return {"mine": mine, "best": best}
+
+
+def compare_table(result: dict[str, Any]):
+    """The learner's config beside the search's best, as a table of readable strings."""
+    import pandas as pd
+
+    from perflab.core.readout import nbytes, percent
+
+    rows = {}
+    for name in ("mine", "best"):
+        r = result[name]
+        rows["your config" if name == "mine" else "best of the search"] = {
+            "config": r["config"], "registers": str(r["registers"]), "spills": nbytes(r["spill_bytes"]),
+            "shared memory": nbytes(r["shared_bytes"]), "blocks/SM": str(r["blocks_per_sm"]),
+            "occupancy": percent(r["occupancy"]), "limited by": r["limited_by"],
+            "tiles / waves": f"{r['tiles']} / {r['waves']}", "useful share": percent(r["utilization"])}
+    return pd.DataFrame(rows)
+
+
+def check_config_choice(student: Callable[..., dict[str, Any]]) -> bool:
+    """The lab's check: call `student(**PROBLEM)`, grade it, print what it reached beside the best."""
+    got = attempt("pick_config", student, what=str(PROBLEM), **PROBLEM)
+    if got is NOT_DONE:
+        return False
+    if not isinstance(got, dict):
+        raise LabCheckError(f"pick_config should return a dict with {', '.join(KEYS)}, not {type(got).__name__}")
+    res = grade_config(got)
+    record("pick_config", True)
+    print(f"✓ pick_config: {res['mine']['config']} is as good as the best of the search on spills, occupancy "
+          "and useful share")
+    try:
+        from IPython.display import display
+
+        display(compare_table(res))
+    except ImportError:  # pragma: no cover
+        print(compare_table(res))
+    return True

@@ -1,0 +1,57 @@
+"""Lab 04b's check: the best configurations pass, a stub waits, and plausible wrong picks are refused
+with what they lost. Compiles go to the kernel cache (~/.cache/perflab/kernels or
+$PERFLAB_KERNEL_CACHE), shared with the lab notebook's run: a second run compiles nothing."""
+
+import pytest
+
+from perflab.core import grading
+from perflab.core.grading import LabCheckError
+from perflab.gemm import triton_matmul as tm
+
+pytestmark = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
+
+
+def cfg(bm, bn, bk, w, s):
+    return dict(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s)
+
+
+def setup_function():
+    grading.reset()
+
+
+def test_the_best_of_the_search_passes_and_a_stub_waits():
+    from perflab.gemm import lab04b as lab
+
+    best = lab.best_of_search()
+    assert best["spill_bytes"] == 0 and best["utilization"] > 0.9 and best["tensor_cores"] == "wgmma"
+    res = lab.grade_config(cfg(128, 128, 64, 8, 3))
+    assert res["mine"]["occupancy"] >= best["occupancy"]
+
+    def stub(**kw):
+        raise NotImplementedError
+
+    assert lab.check_config_choice(stub) is False
+    assert lab.check_config_choice(lambda **kw: cfg(128, 128, 64, 8, 3)) is True
+    table = lab.compare_table(res)
+    assert list(table.columns) == ["your config", "best of the search"]
+
+
+MUTANTS = [
+    (cfg(96, 128, 64, 8, 3), "power of two"),                  # a tile size people use in CUDA C, not here
+    (cfg(256, 256, 64, 8, 4), "cannot run.*256 KiB of shared memory.*227 KiB"),  # too many stages of a big tile
+    (cfg(64, 64, 32, 8, 3), "under 128×128"),                  # high occupancy, but reads A and B twice as often
+    (cfg(128, 256, 32, 4, 3), "spills"),                       # 32768 accumulators over 128 threads
+    (cfg(32, 512, 32, 8, 3), "mma.sync"),                      # a tall-thin tile: no wgmma
+    (cfg(128, 128, 64, 4, 3), "occupancy .*4 warps each: more warps"),  # same waves, half the warps
+    (cfg(128, 128, 64, 8, 4), "occupancy .*shared memory binds"),  # one stage too many: 1 block/SM
+    (cfg(128, 256, 64, 8, 3), "useful share"),                 # 6 columns of 256 for 1408: a second, half-empty wave
+    ({"block_m": 128, "block_n": 128}, "no block_k"),          # forgot fields
+]
+
+
+@pytest.mark.parametrize(("config", "said"), MUTANTS, ids=[str(tuple(c.values())) for c, _ in MUTANTS])
+def test_plausible_wrong_picks_are_refused_with_a_reason(config, said):
+    from perflab.gemm import lab04b as lab
+
+    with pytest.raises(LabCheckError, match=said):
+        lab.grade_config(config)
