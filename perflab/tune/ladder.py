@@ -6,7 +6,8 @@
     >>> parse_rungs("sdpa,compile")                         # ('baseline', 'sdpa', 'compile')
 
 Rungs apply cumulatively, in the order given, on top of every earlier rung that was adopted. A rung
-is *adopted* when it keeps loss parity and makes the step faster than the configuration it changed;
+is *adopted* when it keeps loss parity and makes the step faster (by more than 2 %, less is timing
+noise) than the configuration it changed;
 a rung that does not help is kept in the table, measured and explained, and the next rung builds on
 the configuration before it. A rung that breaks parity stops the ladder.
 
@@ -133,7 +134,7 @@ SMOKE_CFG = ModelConfig("gpt2-smoke", 1, 64, 2, None, 256, False, 509, 32, True,
 PRESETS: dict[str, TunePreset] = {
     "gpu": TunePreset("gpu", model_preset("gpt2-small"), 32, 4, 10, 3, 1.0, None, 2.0,
                       "GPT-2 small (124M parameters, sequence 1024, vocabulary 50,257); the batch rung fills the GPU"),
-    "cpu": TunePreset("cpu", CPU_CFG, 16, 2, 4, 2, 1.0, 40 * 2**20, 1.3,
+    "cpu": TunePreset("cpu", CPU_CFG, 16, 2, 6, 2, 4.0, 40 * 2**20, 1.3,
                       "a GPT-2-shaped model at CPU size (2 layers, h 128, vocabulary 4,093, sequence 64): each rung "
                       "measured in seconds; the memory budget (40 MiB) caps the micro-batch below the global batch"),
     "smoke": TunePreset("smoke", SMOKE_CFG, 8, 2, 2, 1, 1.0, 3 * 2**20, 1.1,

@@ -39,6 +39,7 @@ from perflab.workload.models import Attention, ModelConfig, build_model
 from perflab.workload.train import StepRunner, next_token_loss
 
 PAD_MULTIPLE = 64
+ADOPT_MIN_GAIN = 0.02  # a rung is adopted when it makes the step at least 2 % faster (less is timing noise)
 FIELDS = ("rung", "step_s", "tokens_per_s", "mfu", "hfu", "peak_bytes", "loss_delta", "speedup_vs_baseline")
 
 
@@ -574,7 +575,7 @@ def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | Non
     b_step = m.step_s if base is None else base["step_s"]
     row["speedup_vs_baseline"] = b_step / m.step_s
     row["speedup_vs_previous"] = (prev["step_s"] / m.step_s) if prev else 1.0
-    row["adopted"] = bool(row["parity_ok"] and (prev is None or m.step_s < prev["step_s"]))
+    row["adopted"] = bool(row["parity_ok"] and (prev is None or m.step_s * (1 + ADOPT_MIN_GAIN) < prev["step_s"]))
     budget = tp.memory_budget_bytes
     if name in ("batch", "checkpoint") and budget is not None:
         row["fits_budget"] = m.peak_bytes <= budget
