@@ -137,7 +137,7 @@ PRESETS: dict[str, TunePreset] = {
     "cpu": TunePreset("cpu", CPU_CFG, 16, 2, 6, 2, 4.0, 40 * 2**20, 1.3,
                       "a GPT-2-shaped model at CPU size (2 layers, h 128, vocabulary 4,093, sequence 64): each rung "
                       "measured in seconds; the memory budget (40 MiB) caps the micro-batch below the global batch"),
-    "smoke": TunePreset("smoke", SMOKE_CFG, 8, 2, 2, 1, 1.0, 3 * 2**20, 1.1,
+    "smoke": TunePreset("smoke", SMOKE_CFG, 8, 2, 2, 1, 2.0, 3 * 2**20, 1.1,
                         "a one-layer GPT-2-shaped model for tests and smoke runs (seconds per ladder)"),
 }
 

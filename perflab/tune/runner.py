@@ -538,6 +538,23 @@ class LadderResult:
 
         return pd.DataFrame([{k: r.get(k) for k in FIELDS + ("adopted", "note")} for r in self.rows])
 
+    def frame(self):
+        """The rows for a person: every figure rounded, with its unit (`perflab.core.readout`)."""
+        import pandas as pd
+
+        from perflab.core.readout import nbytes, num, percent, seconds
+
+        out = []
+        for r in self.rows:
+            state = "adopted" if r.get("adopted") else ("n/a here" if not r.get("applicable", True) else "kept out")
+            out.append({"rung": r["rung"], "step": seconds(r["step_s"]), "tokens/s": num(r["tokens_per_s"]),
+                        "MFU": percent(r["mfu"]), "HFU": percent(r["hfu"]), "peak memory": nbytes(r["peak_bytes"]),
+                        "loss Δ": f"{r['loss_delta']:+.1e}", "parity": "ok" if r.get("parity_ok") else "BROKEN",
+                        "vs baseline": f"{r['speedup_vs_baseline']:.2f}×",
+                        "vs previous": f"{r.get('speedup_vs_previous', 1.0):.2f}×", "state": state,
+                        "lesson": r.get("lesson", "")})
+        return pd.DataFrame(out)
+
     def as_dict(self) -> dict[str, Any]:
         return {"preset": self.preset, "device": self.device, "rows": self.rows, "stopped": self.stopped,
                 "results_file": self.path, "fastest": self.fastest["rung"] if self.rows else None}

@@ -150,5 +150,5 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for rec in df.to_dict("records"):
-        lines.append("| " + " | ".join("–" if rec[c] is None else str(rec[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join("–" if rec[c] is None or rec[c] != rec[c] else str(rec[c]) for c in cols) + " |")
     return "\n".join(lines)
