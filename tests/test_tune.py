@@ -37,7 +37,7 @@ def test_padding_keeps_the_function_and_written_out_attention_matches_sdpa():
     cfg = ladder.SMOKE_CFG
     a = runner.build(cfg, runner.StepConfig(), CPU)
     b = runner.build(cfg, runner.StepConfig(sdpa=True, pad_vocab=True), CPU)
-    assert type(a.blocks[0].attn) is runner.WrittenOutAttention and b.embed.weight.shape[0] == 512
+    assert type(a.blocks[0].attn) is runner.WrittenOutAttention and b.embed.weight.shape[0] == 512  # pyright: ignore[reportIndexIssue, reportAttributeAccessIssue]  # nn.ModuleList indexing
     x = torch.randint(0, cfg.vocab, (2, cfg.seq_len))
     with torch.no_grad():
         la, lb = a(x), b(x)
@@ -132,13 +132,13 @@ def test_a_rung_that_changes_the_model_stops_the_ladder(tmp_path, monkeypatch):
         m = real(cfg, sc, device)
         if sc.optimizer != "loop":
             with torch.no_grad():
-                m.embed.weight.mul_(3.0)
+                m.embed.weight.mul_(3.0)  # pyright: ignore[reportCallIssue, reportAttributeAccessIssue]  # nn.Module attribute
         return m
 
     monkeypatch.setattr(runner, "build", drifting)
     res = runner.run_ladder("smoke", "baseline,adamw,sdpa", device=CPU, path=tmp_path / "t.jsonl", profile=False)
     assert [r["rung"] for r in res.rows] == ["baseline", "adamw"]
-    assert "rung 'adamw' broke parity" in res.stopped and "tolerance" in res.stopped
+    assert res.stopped is not None and "rung 'adamw' broke parity" in res.stopped and "tolerance" in res.stopped
 
 
 def test_cli_prints_one_row_per_rung_and_bad_input_is_one_line(monkeypatch, tmp_path):

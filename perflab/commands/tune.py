@@ -27,7 +27,7 @@ def text_table(res) -> str:
     from perflab.core.readout import nbytes, num, percent, seconds
 
     head = ("rung", "step_s", "tokens_per_s", "mfu", "hfu", "peak_bytes", "loss_delta", "speedup_vs_baseline", "")
-    rows = [head]
+    rows: list[tuple[str, ...]] = [head]
     for r in res.rows:
         mark = "adopted" if r.get("adopted") else ("n/a" if not r.get("applicable", True) else "kept out")
         rows.append((r["rung"], seconds(r["step_s"]), num(r["tokens_per_s"]), percent(r["mfu"]), percent(r["hfu"]),

@@ -21,11 +21,13 @@ the same data and its loss after N steps must match the baseline's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.workload.models import ModelConfig, preset as model_preset
+from perflab.workload.models import ModelConfig
+from perflab.workload.models import preset as model_preset
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def rung(name: str) -> Rung:
     return _BY_NAME[key]
 
 
-def parse_rungs(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+def parse_rungs(text: str | Sequence[str] | None) -> tuple[str, ...]:
     """Rung names in the order given ('a,b,c' or a list), the baseline first (added when missing).
     Unknown or repeated names: InputError naming them."""
     if text is None:

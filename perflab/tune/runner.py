@@ -34,7 +34,9 @@ import torch.nn.functional as F
 
 from perflab.core.errors import InputError, PerflabError
 from perflab.core.validate import positive_int
-from perflab.tune.ladder import TunePreset, parse_rungs, preset as tune_preset, rung as rung_of
+from perflab.tune.ladder import TunePreset, parse_rungs
+from perflab.tune.ladder import preset as tune_preset
+from perflab.tune.ladder import rung as rung_of
 from perflab.workload.models import Attention, ModelConfig, build_model
 from perflab.workload.train import StepRunner, next_token_loss
 
@@ -99,7 +101,8 @@ def build(cfg: ModelConfig, sc: StepConfig, device: torch.device) -> torch.nn.Mo
     model = build_model(cfg, device=device, seed=0)
     if not sc.sdpa:
         for blk in model.blocks:
-            blk.attn.__class__ = WrittenOutAttention
+            attn: Any = blk.attn
+            attn.__class__ = WrittenOutAttention
     if sc.pad_vocab and padded_vocab(cfg.vocab) != cfg.vocab:
         old = model.embed.weight.data
         new = torch.zeros(padded_vocab(cfg.vocab), cfg.hidden, device=old.device, dtype=old.dtype)
@@ -329,7 +332,7 @@ def measure_config(tp: TunePreset, sc: StepConfig, *, steps: int, warmup: int, d
         if profile:
             trace = profile_steps(one_step, device)
             breakdown = breakdown_of_trace(trace, step_s)
-        del it, loader
+
     real = cfg
     hw_cfg = cfg.with_(vocab=padded_vocab(cfg.vocab)) if sc.pad_vocab else cfg
     mf = exact_flops(real, mb, tp.seq, checkpointing=sc.checkpointing, fused_attention=sc.sdpa).model * gas
@@ -659,16 +662,7 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
     p = Path(path) if path is not None else sweep_path(f"tune_{tp.name}", info.slug)
     if fresh and p.exists():
         p.rename(p.with_name(f"{p.stem}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
-    say: Callable[[str], None] | None
-    if callable(progress):
-        say = progress
-    elif progress:
-        import sys
-
-        def say(msg: str) -> None:
-            print(msg, file=sys.stderr, flush=True)
-    else:
-        say = None
+    say = _progress_printer(progress)
 
     rows: list[dict[str, Any]] = []
     sc = StepConfig(micro_batch=tp.micro_batch)
@@ -716,6 +710,20 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
             prev = row
             sc = StepConfig(**row["config"])
     return LadderResult(tp.name, info.name, rows, stopped, str(p), res_meas, res_skip)
+
+
+def _progress_printer(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:
+    """A callable that reports progress: the one given, stderr for True, None for False."""
+    if callable(progress):
+        return progress
+    if not progress:
+        return None
+    import sys
+
+    def to_stderr(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    return to_stderr
 
 
 @contextlib.contextmanager
