@@ -98,7 +98,7 @@ def test_published_figures_carry_their_source():
 @pytest.fixture(scope="module")
 def quick_ladder(tmp_path_factory):
     path = tmp_path_factory.mktemp("tune") / "tune_smoke.jsonl"
-    return path, runner.run_ladder("smoke", QUICK, device=CPU, path=path, profile=True)
+    return path, runner.run_ladder("smoke", QUICK, steps=1, device=CPU, path=path, profile=True)
 
 
 def test_a_ladder_measures_every_rung_with_every_field(quick_ladder):
@@ -120,7 +120,7 @@ def test_a_ladder_measures_every_rung_with_every_field(quick_ladder):
 
 def test_a_ladder_resumes_from_saved_rungs(quick_ladder):
     path, first = quick_ladder
-    again = runner.run_ladder("smoke", QUICK, device=CPU, path=path)
+    again = runner.run_ladder("smoke", QUICK, steps=1, device=CPU, path=path)
     assert again.measured == 0 and again.resumed == len(first.rows)
     assert [r["step_s"] for r in again.rows] == [r["step_s"] for r in first.rows]
 
@@ -136,19 +136,19 @@ def test_a_rung_that_changes_the_model_stops_the_ladder(tmp_path, monkeypatch):
         return m
 
     monkeypatch.setattr(runner, "build", drifting)
-    res = runner.run_ladder("smoke", "baseline,adamw,sdpa", device=CPU, path=tmp_path / "t.jsonl", profile=False)
+    res = runner.run_ladder("smoke", "baseline,adamw,sdpa", steps=1, device=CPU, path=tmp_path / "t.jsonl", profile=False)
     assert [r["rung"] for r in res.rows] == ["baseline", "adamw"]
     assert res.stopped is not None and "rung 'adamw' broke parity" in res.stopped and "tolerance" in res.stopped
 
 
 def test_cli_prints_one_row_per_rung_and_bad_input_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
-    r = perflab("tune", "--preset", "smoke", "--rungs", "baseline,numa", "--json")
+    r = perflab("tune", "--preset", "smoke", "--rungs", "baseline,numa", "--steps", "1", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert [x["rung"] for x in doc["rows"]] == ["baseline", "numa"]
     assert all(set(runner.FIELDS) <= set(x) for x in doc["rows"])
-    text = perflab("tune", "--preset", "smoke", "--rungs", "baseline,numa")
+    text = perflab("tune", "--preset", "smoke", "--rungs", "baseline,numa", "--steps", "1")
     assert text.returncode == 0 and "speedup_vs_baseline" in text.stdout and "resumed" not in text.stdout
     for args, msg in ((["--preset", "tpu"], "unknown preset 'tpu'"), (["--rungs", "flash"], "unknown rung 'flash'"),
                       (["--preset", "smoke", "--batch", "3"], "not a multiple"), (["--steps", "0"], "must be ≥ 1")):
