@@ -47,7 +47,7 @@ RUNGS: tuple[Rung, ...] = (
          "00 setup (matmul TFLOP/s per dtype)",
          "half the bytes per activation and, where the hardware multiplies bf16 natively (Tensor Cores, AMX), "
          "several times the matmul rate; without native bf16 every product is converted to fp32 and back"),
-    Rung("adamw", "fused/foreach AdamW", "AdamW(fused=True) where the device has it, else foreach=True",
+    Rung("adamw", "fused/foreach AdamW", "AdamW with fused=True where the device has it, else foreach=True",
          "09 profiling (launch overhead)",
          "the for-loop AdamW runs ~10 small ops per parameter tensor; foreach/fused run a few ops over all of them"),
     Rung("vocab64", "vocabulary padded to a multiple of 64", "token embedding (and tied output layer) padded with zero rows to "

@@ -443,7 +443,7 @@ def apply_rung(name: str, sc: StepConfig, tp: TunePreset, device: torch.device, 
                       {"native_bf16": ok})
     if name == "adamw":
         kind = "fused" if fused_adamw_available(device) else "foreach"
-        return Change(replace(sc, optimizer=kind), True, f"AdamW({kind}=True)")
+        return Change(replace(sc, optimizer=kind), True, f"AdamW with {kind}=True")
     if name == "vocab64":
         v, p = tp.cfg.vocab, padded_vocab(tp.cfg.vocab)
         if v == p:
