@@ -154,3 +154,16 @@ def test_cli_prints_one_row_per_rung_and_bad_input_is_one_line(monkeypatch, tmp_
                       (["--preset", "smoke", "--batch", "3"], "not a multiple"), (["--steps", "0"], "must be ≥ 1")):
         bad = perflab("tune", *args)
         assert bad.returncode == 2 and msg in bad.stderr and bad.stderr.count("\n") == 1, (args, bad.stderr)
+
+
+def test_the_report_part_summarises_the_ladder(monkeypatch, tmp_path):
+    from perflab.core.device import describe
+    from perflab.course import report as R
+
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    monkeypatch.setattr(R, "QUICK_TUNE_RUNGS", "baseline,numa")
+    assert "tune" in R.select_parts()
+    out = R.part_tune(R.Ctx(CPU, describe(CPU), quick=True))
+    figs = {f["key"]: f for f in out["figures"]}
+    assert figs["tune.speedup"]["value"] > 0 and figs["tune.baseline_tokens_per_s"]["unit"] == "tokens/s"
+    assert [r["rung"] for r in out["data"]["rows"]] == ["baseline", "numa"] and "smoke preset" in out["summary"]
