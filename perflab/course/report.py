@@ -16,6 +16,7 @@ A report is made of parts, each measured by the function of the lesson it comes 
 | collectives | all-reduce algbw/busbw under torchrun (gloo, NCCL on GPUs)   | perflab.dist.busbw (06) |
 | numa        | NUMA nodes, distances, GPUs' nodes, this process's cores     | perflab.numa.topology (08) |
 | dataloader  | the data wait per step against num_workers, with the model  | perflab.pipeline.loader (07) |
+| tune        | the capstone ladder: each rung's step time, MFU, memory, parity (quick: the smoke preset without compile) | perflab.tune.runner (11) |
 
 Each part is a point of a resumable sweep (perflab.core.results): its result is appended to
 `<results>/<host>/<device>/report[_quick].jsonl` as soon as it is measured, so running the report
@@ -315,6 +316,34 @@ def part_dataloader(ctx: Ctx) -> dict[str, Any]:
                        + f" (compute {compute_ms:g} ms, IO {io_ms:g} ms per sample × {batch})"}
 
 
+QUICK_TUNE_RUNGS = "baseline,adamw,sdpa,batch,loader"  # quick mode: seconds, no compile
+
+
+def part_tune(ctx: Ctx) -> dict[str, Any]:
+    from perflab.tune.ladder import default_preset
+    from perflab.tune.runner import run_ladder
+
+    if ctx.quick:
+        res = run_ladder("smoke", QUICK_TUNE_RUNGS, device=ctx.device, profile=False)
+    else:
+        res = run_ladder(default_preset(ctx.device.type), device=ctx.device)
+    rows = [{k: r.get(k) for k in ("rung", "step_s", "tokens_per_s", "mfu", "hfu", "mfu_basis", "peak_bytes",
+                                   "loss_delta", "parity_ok", "speedup_vs_baseline", "adopted", "applicable", "note")}
+            for r in res.rows]
+    final, base = res.final, res.baseline
+    figs = [figure("tune.baseline_tokens_per_s", f"ladder baseline tokens/s ({res.preset})", base["tokens_per_s"], "tokens/s"),
+            figure("tune.final_tokens_per_s", f"ladder final tokens/s ({res.preset})", final["tokens_per_s"], "tokens/s"),
+            figure("tune.speedup", f"ladder speed-up over its baseline ({res.preset})", final["speedup_vs_baseline"], "×")]
+    notes = [f"{r['rung']}: {r['note']}" for r in res.rows if not r.get("applicable", True)]
+    if res.stopped:
+        notes.append(f"stopped: {res.stopped}")
+    adopted = [r["rung"] for r in res.rows if r.get("adopted") and r["rung"] != "baseline"]
+    return {"figures": figs, "data": {"preset": res.preset, "rows": rows, "stopped": res.stopped}, "notes": notes,
+            "summary": f"{res.preset} preset: {final['speedup_vs_baseline']:.2f}× the baseline with "
+                       f"{', '.join(adopted) or 'no rung adopted'}; parity kept on every measured rung"
+                       if not res.stopped else f"{res.preset} preset: stopped ({res.stopped})"}
+
+
 PARTS: dict[str, tuple[str, Callable[[Ctx], dict[str, Any]]]] = {
     "device": ("Device and spec peaks", part_device),
     "matmul": ("Matmul TFLOP/s per dtype", part_matmul),
@@ -324,6 +353,7 @@ PARTS: dict[str, tuple[str, Callable[[Ctx], dict[str, Any]]]] = {
     "collectives": ("Collectives: all-reduce busbw", part_collectives),
     "numa": ("NUMA topology", part_numa),
     "dataloader": ("DataLoader: data wait vs num_workers", part_dataloader),
+    "tune": ("The capstone ladder: one training step made fast, rung by rung", part_tune),
 }
 
 

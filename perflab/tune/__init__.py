@@ -1,0 +1,23 @@
+"""Lesson 11 (the capstone): one training step made fast, rung by rung, each rung measured and checked.
+
+- `ladder`: the ladder as data (each rung: its name, what it changes, the lesson that explains it)
+  and the presets (a GPT-2-small-class step per device: full GPT-2 small on a GPU, a CPU size)
+- `runner`: applies rungs cumulatively to one step, measures each (step time, tokens/s, MFU/HFU,
+  peak bytes, loss parity against the baseline), saves each rung as it is measured and resumes
+- `waterfall`: where the baseline's time went (compute, data wait, host sync, launch overhead,
+  optimizer) from a profiled step, and how each rung moved it
+- `published`: published figures (nanoGPT, llm.c) with their sources (`data/published_tune.json`)
+- `plots`: lesson 11's figures (the waterfall)
+- `lab11`: the lab's checks (a rung plan that must beat the baseline with parity kept)
+
+Uses other topics' formulas, never their figures, widgets or lab checks: perflab.flops (exact
+FLOPs of a step, the measured matmul ceiling), perflab.memory (lesson 03's step-memory estimator
+and allocation probe), perflab.compiler (the dtype tolerance of loss parity), perflab.pipeline
+(a DataLoader built as lesson 07 builds it), perflab.numa (the topology lesson 08 reads) and
+perflab.profiling (lesson 09's trace diagnosis).
+"""
+
+from perflab._lazy import lazy_modules
+
+MODULES = ("ladder", "runner", "waterfall", "published", "plots", "lab11")
+__getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -1,0 +1,116 @@
+"""Checks for labs/11_capstone.ipynb: plan a ladder that beats the baseline with parity kept.
+
+The learner is given a preset's memory budget and a target speed-up, and writes
+* `plan`: the rungs to apply, in order (names from `perflab.tune.ladder.RUNG_NAMES`);
+* a prediction of each rung's gain (its speed-up over the step before it) before the plan runs,
+  through `perflab.course.predict` (a box per rung, or the papermill `predictions` parameter).
+
+`check_plan(plan, predictions)` checks the plan before anything runs; `check_result(plan, result,
+target=..., budget=..., reference=...)` grades what was measured: the ladder did not stop on a
+parity failure, the configuration it ends with is at least `target` times faster than the baseline
+and its peak memory fits the budget. It then says which rung the plan left out that was worth the
+most here, and how much, from `reference` (the whole ladder measured on the same preset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.core.grading import LabCheckError, record
+from perflab.tune.ladder import RUNG_NAMES, parse_rungs
+
+
+def _not_done(name: str) -> bool:
+    record(name, False)
+    print(f"… {name}: not done yet — write your plan in the cell above and run it again.")
+    return False
+
+
+def _passed(name: str, what: str) -> bool:
+    record(name, True)
+    print(f"✓ {name}: {what}")
+    return True
+
+
+def check_plan(plan: Sequence[str] | None, predictions: Mapping[str, Any] | None) -> bool:
+    """The plan names known rungs, each once, at least one beyond the baseline, and every rung in it
+    has a predicted gain (a number > 0: its speed-up over the step before it) written before it runs."""
+    name = "your plan"
+    if plan is None:
+        return _not_done(name)
+    if isinstance(plan, str) or not isinstance(plan, Sequence):
+        raise LabCheckError(f"{name}: plan must be a list of rung names such as ['sdpa', 'batch'], got "
+                            f"{type(plan).__name__}")
+    try:
+        rungs = parse_rungs(list(plan))
+    except InputError as e:
+        raise LabCheckError(f"{name}: {e}") from None
+    if len(rungs) < 2:
+        raise LabCheckError(f"{name}: the plan applies no rung beyond the baseline: choose rungs from "
+                            f"{', '.join(RUNG_NAMES[1:])}")
+    preds = dict(predictions or {})
+    missing = [r for r in rungs[1:] if preds.get(r) is None]
+    if missing:
+        raise LabCheckError(f"{name}: no prediction for {', '.join(missing)}: predict each rung's speed-up over the "
+                            "step before it (1.0 = no change) before it runs")
+    for r in rungs[1:]:
+        v = preds[r]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise LabCheckError(f"{name}: the prediction for {r!r} is {v!r}: write a speed-up factor > 0 "
+                                "(1.2 = 20 % faster, 0.9 = 10 % slower)")
+    return _passed(name, f"{len(rungs) - 1} rungs in order ({', '.join(rungs[1:])}), each with a prediction")
+
+
+def left_on_the_table(plan: Sequence[str], reference) -> tuple[str, float] | None:
+    """(rung, its speed-up over the step before it) of the rung the plan left out that helped most in
+    `reference` (a whole ladder on the same preset), or None when the plan left out nothing that helped."""
+    chosen = set(parse_rungs(list(plan)))
+    best = None
+    for r in reference.rows:
+        if r["rung"] in chosen or not r.get("adopted") or r["rung"] == "baseline":
+            continue
+        gain = float(r.get("speedup_vs_previous") or 1.0)
+        if best is None or gain > best[1]:
+            best = (r["rung"], gain)
+    return best
+
+
+def check_result(plan: Sequence[str] | None, result, *, target: float, budget: int | None, reference=None) -> bool:
+    """Grade the measured ladder of `plan`: parity on every rung, the target speed-up, the budget."""
+    name = "beat the baseline"
+    if plan is None or result is None:
+        return _not_done(name)
+    rungs = parse_rungs(list(plan))
+    measured = [r["rung"] for r in result.rows]
+    if tuple(measured) != rungs[: len(measured)] or not measured:
+        raise LabCheckError(f"{name}: the result measured {measured}, not your plan {list(rungs)}: run the plan's "
+                            "cell again after changing it")
+    table = ""
+    if reference is not None:
+        lot = left_on_the_table(rungs, reference)
+        table = (f" Left on the table: {lot[0]!r}, worth {lot[1]:.2f}× over the step before it in the whole "
+                 "ladder here." if lot else " The plan left out no rung that helped in the whole ladder here.")
+    if result.stopped:
+        raise LabCheckError(f"{name}: the ladder stopped: {result.stopped}")
+    bad = [r for r in result.rows if r.get("measured") and not r.get("parity_ok")]
+    if bad:
+        r = bad[0]
+        raise LabCheckError(f"{name}: rung {r['rung']!r} moved the loss by {r['loss_rel']:.1e} (relative), beyond "
+                            f"{r['tolerance']:.0e}: a faster step that trains a different model does not count")
+    if len(measured) < len(rungs):
+        raise LabCheckError(f"{name}: only {len(measured)} of {len(rungs)} rungs were measured: run the plan again "
+                            "(it resumes)")
+    final = result.final
+    if budget is not None and final["peak_bytes"] > budget:
+        raise LabCheckError(f"{name}: the configuration you end with ({final['rung']}) peaks at "
+                            f"{final['peak_bytes'] / 2**20:.1f} MiB, over the {budget / 2**20:.1f} MiB budget: a rung "
+                            "that needs more memory than you have is not a speed-up you can keep")
+    sp = float(final["speedup_vs_baseline"])
+    if sp < target:
+        raise LabCheckError(f"{name}: your ladder ends {sp:.2f}× faster than the baseline; the target is {target:g}×."
+                            + (table or " Add the rungs that attack the baseline's largest waterfall categories."))
+    return _passed(name, f"{sp:.2f}× the baseline (target {target:g}×), parity kept on every rung, peak "
+                         f"{final['peak_bytes'] / 2**20:.1f} MiB" + (f" of {budget / 2**20:.1f} MiB" if budget else "")
+                   + "." + table)
