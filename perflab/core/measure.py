@@ -118,7 +118,8 @@ def make_matmul(m: int, n: int, k: int, dtype: str | DType = "fp32", device: tor
         one = torch.ones((), device=dev)
 
         def fn():
-            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            return torch._scaled_mm(a, b,  # pyright: ignore[reportPrivateImportUsage]  # fp8 matmul has no public API yet
+                                     scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
         return fn, a, b
     a = torch.randn(m, k, generator=g, dtype=torch.float32).to(dev, dt.torch_dtype)
     b = torch.randn(k, n, generator=g, dtype=torch.float32).to(dev, dt.torch_dtype)
