@@ -138,7 +138,7 @@ def check_matmul(fn, a: torch.Tensor, b: torch.Tensor, dtype: DType, rows: int =
     return check_close(out[:r], ref, tol=tol, what=f"{dtype.name} matmul").rel_error
 
 
-def measure_matmul(m: int, n: int, k: int, dtype: str = "fp32", device: torch.device | str | None = None, *,
+def measure_matmul(m: int, n: int, k: int, dtype: str | DType = "fp32", device: torch.device | str | None = None, *,
                    warmup_ms: float = 25, rep_ms: float = 100, flush_l2: bool | None = None,
                    check: bool = True, min_reps: int = 5) -> MatmulResult:
     """Time one m×k by k×n matmul on `device` and report TFLOP/s against the device's peak.
