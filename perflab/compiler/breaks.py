@@ -78,6 +78,8 @@ def load_factory(spec: str):
             raise InputError(f"no such model file: {mod_name}")
         name = f"_perflab_user_{path.stem}"
         s = importlib.util.spec_from_file_location(name, path)
+        if s is None or s.loader is None:
+            raise InputError(f"cannot load {mod_name} as a Python module: give a .py file")
         module = importlib.util.module_from_spec(s)
         sys.modules[name] = module
         try:
@@ -98,10 +100,12 @@ def load_factory(spec: str):
 def example_input(model: torch.nn.Module, batch: int = 2, seq: int = 16) -> torch.Tensor:
     """Token ids for a model with a `dims['vocab']`, an `embed` embedding or a `cfg.vocab`."""
     vocab = getattr(model, "dims", {}).get("vocab") if hasattr(model, "dims") else None
-    if vocab is None and hasattr(model, "cfg"):
-        vocab = model.cfg.vocab
-    if vocab is None and isinstance(getattr(model, "embed", None), torch.nn.Embedding):
-        vocab = model.embed.num_embeddings
+    cfg = getattr(model, "cfg", None)
+    if vocab is None and cfg is not None:
+        vocab = cfg.vocab
+    embed = getattr(model, "embed", None)
+    if vocab is None and isinstance(embed, torch.nn.Embedding):
+        vocab = embed.num_embeddings
     if vocab is None:
         raise InputError("cannot tell the model's input: let the factory return (model, example_inputs)")
     return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
@@ -118,8 +122,10 @@ def explain_factory(spec: str) -> BreakReport:
         if isinstance(built, tuple) and len(built) == 2:
             model, inputs = built
             inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        else:
+        elif isinstance(built, torch.nn.Module):
             model, inputs = built, (example_input(built),)
+        else:
+            raise InputError(f"{spec} returned a {type(built).__name__}: return an nn.Module or (model, example_inputs)")
         return explain(model, *inputs)
 
 
@@ -143,7 +149,7 @@ def recompiles_over_lengths(model: torch.nn.Module, lengths, *, dynamic: bool | 
     torch._dynamo.reset()
     counter = RecompileCounter()
     compiled = torch.compile(model, backend=counter, dynamic=dynamic)
-    vocab = vocab or example_input(model).max().item() + 1
+    vocab = vocab or int(example_input(model).max().item()) + 1
     out = []
     for s in lengths:
         x = torch.randint(0, vocab, (batch, s), generator=torch.Generator().manual_seed(s))

@@ -184,7 +184,6 @@ def narayanan_table1_mfu():
     """
     import pandas as pd
 
-    from perflab.core.hardware import by_id
     from perflab.flops import transformer as tf
 
     meta = _published_raw()["narayanan_table1"]
@@ -212,7 +211,6 @@ def _spec_peak(accelerator: str, dtype: str) -> float:
 def handbook_estimate_example() -> dict[str, Any]:
     """The handbook's quick TFLOP/s estimate on its own BLOOM-style inputs, with HFU and MFU against
     the A100's spec peak: {inputs, hfu_tflops, mfu_tflops, peak_tflops, hfu, mfu, source}."""
-    from perflab.core.hardware import by_id
     from perflab.flops import transformer as tf
 
     ex = _published_raw()["handbook_estimate"]

@@ -250,6 +250,9 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    rope_cos: torch.Tensor  # buffers, registered when positions are rotary
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
@@ -347,6 +350,7 @@ def init_weights(model: Transformer) -> Transformer:
             if getattr(mod, "bias", None) is not None:
                 nn.init.zeros_(mod.bias)
     for blk in model.blocks:
+        assert isinstance(blk, Block)  # a Transformer's blocks are Blocks (build_model wraps none)
         nn.init.normal_(blk.attn.o.weight, 0.0, resid_std)
         nn.init.normal_(blk.mlp.down.weight, 0.0, resid_std)
     return model
