@@ -21,7 +21,8 @@ def pyproject_deps() -> set[str]:
     else:  # pragma: no cover
         pytest.skip("tomllib needs Python 3.11")
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return {_name(d) for d in data["project"]["dependencies"]}
+    test_extra = data["project"].get("optional-dependencies", {}).get("test", [])  # environment.yml has them too
+    return {_name(d) for d in [*data["project"]["dependencies"], *test_extra]}
 
 
 def environment_deps() -> set[str]:
