@@ -147,3 +147,14 @@ def test_side_stream_overlaps_on_a_gpu():
     assert same["host_in_copy_s"] < rows["pinned"]["host_in_copy_s"]
     cost = pinned.pin_cost(64 << 20)
     assert cost["is_pinned"] and cost["pin_s"] > 0
+
+
+def test_measured_table_and_pin_line_carry_units():
+    row = {"variant": "pinned", "h2d_gb_per_s": 24.81234, "host_in_copy_s": 2.5e-3, "compute_s": 4e-3, "step_s": 6.5e-3,
+           "predicted_step_s": 6.5e-3, "overlap": 0.0}
+    t = pinned.measured_table([row])
+    assert list(t.columns)[1] == "copy (GB/s)" and t.iloc[0]["copy (GB/s)"] == "24.8"
+    assert "ms" in t.iloc[0]["step"] and t.iloc[0]["overlap (of the shorter)"].endswith("%")
+    line = pinned.pin_cost_line({"bytes": 1 << 30, "pin_s": 0.2, "pin_gb_per_s": 5.37, "pinned_copy_s": 0.02,
+                                 "pin_over_copy": 10.0})
+    assert "1.07 GB" in line and "200 ms" in line and "10.0× the time of the pinned copy" in line

@@ -304,6 +304,28 @@ def pin_cost(nbytes: int) -> dict:
             "pinned_copy_s": copy_s, "pin_over_copy": pin_s / copy_s}
 
 
+def measured_table(rows: Sequence[dict[str, Any]]):
+    """`measure_variants`' rows for reading: units in the headers, three significant digits."""
+    import pandas as pd
+
+    from perflab.core import readout
+
+    return pd.DataFrame([{"variant": r["variant"], "copy (GB/s)": readout.num(r["h2d_gb_per_s"]),
+                          "host in the copy call": readout.seconds(r["host_in_copy_s"]),
+                          "compute alone": readout.seconds(r["compute_s"]), "step": readout.seconds(r["step_s"]),
+                          "step predicted": readout.seconds(r["predicted_step_s"]),
+                          "overlap (of the shorter)": readout.percent(r["overlap"])} for r in rows])
+
+
+def pin_cost_line(cost: dict[str, Any]) -> str:
+    """`pin_cost`'s result in one sentence."""
+    from perflab.core import readout
+
+    return (f"pinning {readout.nbytes(cost['bytes'])} took {readout.seconds(cost['pin_s'])} "
+            f"({readout.num(cost['pin_gb_per_s'])} GB/s), {readout.num(cost['pin_over_copy'])}× the time of the "
+            "pinned copy to the device")
+
+
 def measure_2x2(nbytes: int = 256 << 20, compute_n: int = 4096, reps: int = 10) -> list[dict]:
     """The four single-stream variants of `measure_variants` (pin_memory × non_blocking), keyed as
     the published 2×2 is; no side stream, so the device runs copy and compute in turn in all four."""
