@@ -96,3 +96,8 @@ def test_every_number_a_lesson_labels_published_comes_from_a_data_file():
                 assert value in known, f"{name}: {m.group()} is labelled Published but is in no data file"
     lessons = {"00", "06", "07", "10"}
     assert lessons <= {n[:2] for n in shown}, f"lessons without a published GPU figure: {lessons - {n[:2] for n in shown}}"
+
+
+def test_shown_reads_as_text_not_as_its_fields():
+    s = gpu_figures.show("nvlink_pair")
+    assert repr(s) == str(s) and not repr(s).startswith("Shown(")

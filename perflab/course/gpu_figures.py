@@ -83,7 +83,7 @@ def figure(fid: str) -> Figure:
     raise InputError(f"no published figure {fid!r}: use one of {', '.join(f.id for f in figures())}")
 
 
-@dataclass
+@dataclass(repr=False)
 class Shown:
     """A published figure, and optionally the learner's measurement, as two separate tables."""
 
@@ -102,6 +102,8 @@ class Shown:
         if self.fig.notes:
             lines.append(f"  Note: {self.fig.notes}")
         return "\n".join(lines)
+
+    __repr__ = __str__  # what a notebook prints as text/plain: the readable tables, not the fields
 
     def _repr_html_(self) -> str:
         def table(title: str, rows: list[tuple[str, str]], foot: str = "") -> str:
