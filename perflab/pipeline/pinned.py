@@ -280,9 +280,10 @@ def measure_variants(nbytes: int = 64 << 20, compute_n: int = 4096, steps: int =
 
 
 def pin_cost(nbytes: int) -> dict:
-    """Time to pin a tensor of `nbytes` (a page-locked allocation plus a copy into it) and the
-    rate in GB/s, against a pinned copy's own time to the device (CUDA only). Pinned pages stay in
-    RAM until freed: the OS cannot swap them out."""
+    """Time to pin a tensor of `nbytes` (a page-locked allocation, which torch's host allocator
+    caches and may reuse on a later call, plus a copy into it) and the rate in GB/s, against a
+    pinned copy's own time to the device (CUDA only). Pinned pages stay in RAM until freed: the OS
+    cannot swap them out."""
     if not torch.cuda.is_available():
         raise UnsupportedError("pinning needs a CUDA device; on a CPU it does nothing")
     from perflab.core.validate import positive_int
