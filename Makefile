@@ -8,7 +8,7 @@ LAB_PORT ?= 8888
 # Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-fast test-gpu lint clean-notebooks check-clean clean wheelhouse site release
+.PHONY: setup lab test test-fast test-gpu coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
 
 # perflab's extras (pyproject.toml) each target needs: the lessons need `course`, and `kernels` (Triton,
 # where its wheels exist) for lesson 04's compiled tiles and lesson 10's fused kernel
@@ -36,9 +36,29 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks"
 
-# On a GPU box: only the tests that need CUDA (they run within `make test` too).
+# On a GPU box: the tests that need CUDA (they run within `make test` too), then every lesson at
+# full size (smoke=False, the sizes a GPU runs), executed copies in results/gpu-lessons/. README, "GPU".
 test-gpu: setup
-	$(PY) -m pytest -m gpu
+	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU: torch sees none (make test runs the CPU side)')"
+	$(PY) -m pytest -m gpu -p no:xdist
+	@mkdir -p results/gpu-lessons
+	@for nb in notebooks/[0-9]*.ipynb; do \
+		echo "== $$nb at full size"; \
+		$(PY) -m papermill --no-progress-bar $$nb results/gpu-lessons/$$(basename $$nb) -p smoke False \
+			|| { echo "FAILED: $$nb (executed copy: results/gpu-lessons/$$(basename $$nb))"; exit 1; }; \
+	done
+
+# Line coverage of perflab/ over the unit tests (no notebooks), then the map of what never ran:
+# lines under CUDA branches apart from CPU-reachable ones (tools/coverage_map.py).
+coverage: setup
+	@mkdir -p results
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks" --cov=perflab --cov-report= \
+		--cov-report=json:results/coverage.json; status=$$?; \
+		$(PY) tools/coverage_map.py results/coverage.json; exit $$status
+
+# README's table of GPU-only code, regenerated from the source (tests/test_gpu_table.py checks it).
+gpu-table:
+	$(PYTHON) tools/gpu_table.py --write
 
 lint: setup
 	$(VENV)/bin/ruff check perflab tests tools

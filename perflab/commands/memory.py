@@ -146,6 +146,7 @@ def _measure(args) -> int:
     if args.recompute != "none":
         raise InputError("--measure takes --checkpointing (every block recomputed), not --recompute")
     cfg = model_config_from_args(args)
+    assert cfg is not None  # --preset was given, so there is a config
     rep = measure_step_phases(cfg, batch=args.batch or 8, seq=args.seq, dtype=args.precision or "fp32",
                               optimizer=args.optimizer, checkpointing=args.checkpointing, device=args.device)
     out = rep.summary()

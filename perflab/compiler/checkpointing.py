@@ -57,7 +57,10 @@ def apply(model: nn.Module, kind: str) -> nn.Module:
     if kind not in KINDS:
         raise InputError(f"unknown checkpointing {kind!r}: use one of {', '.join(KINDS)}")
     if kind != "none":
-        model.blocks = nn.ModuleList(Checkpointed(b, kind == "selective") for b in model.blocks)
+        blocks = getattr(model, "blocks", None)
+        if not isinstance(blocks, nn.ModuleList):
+            raise InputError(f"checkpointing wraps a model's `blocks` (an nn.ModuleList); {type(model).__name__} has none")
+        model.blocks = nn.ModuleList(Checkpointed(b, kind == "selective") for b in blocks)
     return model
 
 

@@ -62,6 +62,7 @@ class FixedLM(nn.Module):
     """A tiny Llama-like LM with real-valued RoPE: forward(idx[b, s]) -> logits[b, s, V]."""
 
     rope = staticmethod(rope_real)
+    angles: torch.Tensor  # a buffer
 
     def __init__(self, vocab: int = 256, hidden: int = 64, heads: int = 4, layers: int = 2, d_ff: int = 172,
                  seq_len: int = 128, seed: int = 0):

@@ -18,14 +18,17 @@ import socket
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
 
-try:  # torch is needed to measure, not to import this module
+if TYPE_CHECKING:
     import torch
-except ImportError:  # pragma: no cover
-    torch = None  # type: ignore[assignment]
+else:
+    try:  # torch is needed to measure, not to import this module
+        import torch
+    except ImportError:  # pragma: no cover
+        torch = None
 
 
 def pick_device(prefer: str | None = None) -> torch.device:

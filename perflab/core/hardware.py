@@ -220,8 +220,10 @@ class Peaks:
         v = self.get(dtype)
         if self.cpu_estimate is not None:
             return self.cpu_estimate.explain(dtype)
+        if self.spec is None:
+            return f"{dtype}: peak unknown" if v is None else f"{dtype}: {v:g} TFLOP/s dense ({self.source})"
         if v is None:
-            return f"{dtype}: peak unknown" if self.spec is None else f"{dtype}: no dense {dtype} figure for {self.spec.name} in the spec table (no such mode, or none published)"
+            return f"{dtype}: no dense {dtype} figure for {self.spec.name} in the spec table (no such mode, or none published)"
         return f"{dtype}: {v:g} TFLOP/s dense ({self.spec.name}; {self.spec.sources['peak_tflops']})"
 
     def as_dict(self) -> dict[str, Any]:

@@ -118,7 +118,8 @@ def make_matmul(m: int, n: int, k: int, dtype: str | DType = "fp32", device: tor
         one = torch.ones((), device=dev)
 
         def fn():
-            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            return torch._scaled_mm(a, b,  # pyright: ignore[reportPrivateImportUsage]  # fp8 matmul has no public API yet
+                                     scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
         return fn, a, b
     a = torch.randn(m, k, generator=g, dtype=torch.float32).to(dev, dt.torch_dtype)
     b = torch.randn(k, n, generator=g, dtype=torch.float32).to(dev, dt.torch_dtype)
@@ -137,7 +138,7 @@ def check_matmul(fn, a: torch.Tensor, b: torch.Tensor, dtype: DType, rows: int =
     return check_close(out[:r], ref, tol=tol, what=f"{dtype.name} matmul").rel_error
 
 
-def measure_matmul(m: int, n: int, k: int, dtype: str = "fp32", device: torch.device | str | None = None, *,
+def measure_matmul(m: int, n: int, k: int, dtype: str | DType = "fp32", device: torch.device | str | None = None, *,
                    warmup_ms: float = 25, rep_ms: float = 100, flush_l2: bool | None = None,
                    check: bool = True, min_reps: int = 5) -> MatmulResult:
     """Time one m×k by k×n matmul on `device` and report TFLOP/s against the device's peak.

@@ -11,9 +11,11 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `gradebook`: `perflab grade`, a class's lab notebooks run in fresh kernels, one gradebook
 - `release`: `perflab release`, the course for learners: no solutions, no outputs
 - `predict`: the learner's prediction written down before a measurement, compared and summarised
+- `gpu_figures`: published GPU figures with their source, shown beside (never mixed with) a measurement
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "gradebook", "release", "predict")
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "gradebook", "release", "predict",
+           "gpu_figures")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

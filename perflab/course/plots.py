@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import matplotlib
 
@@ -20,7 +21,7 @@ def _fig(ax=None, size=(7, 4)):
     return fig, ax
 
 
-def _known(x) -> bool:
+def _known(x: float | None) -> TypeGuard[float]:
     return x is not None and not (isinstance(x, float) and math.isnan(x)) and x > 0
 
 
@@ -34,12 +35,12 @@ def bars_vs_peak(labels: Sequence[str], measured: Sequence[float], peaks: Sequen
     first = True
     for i, (m, p) in enumerate(zip(measured, peaks)):
         if _known(p):
-            ax.hlines(p, i - 0.4, i + 0.4, colors="tab:red", linewidth=2, label=peak_label if first else None)
+            ax.hlines(p, i - 0.4, i + 0.4, colors="tab:red", linewidth=2, label=peak_label if first else "_nolegend_")
             first = False
             note = f"{m:.3g} {unit}\n{m / p:.0%} of peak"
         else:
             note = f"{m:.3g} {unit}\npeak unknown"
-        ax.text(i, max(m, p if _known(p) else 0) + 0.02 * top, note, ha="center", va="bottom", fontsize=8)
+        ax.text(i, max(m, p if _known(p) else 0.0) + 0.02 * top, note, ha="center", va="bottom", fontsize=8)
     ax.set_ylim(0, top * 1.25 if top else 1)
     ax.set_xticks(x, labels)
     ax.set_ylabel(unit)

@@ -215,7 +215,7 @@ def record(kind: str, device=None, *, smoke: bool = False, root: Path | str | No
     dev = torch.device(device) if device is not None else pick_device()
     info = describe(dev)
     p = recording_sizes(kind, smoke)
-    fast = {"rep_ms": 5, "warmup_ms": 1} if smoke else {}
+    fast: dict[str, Any] = {"rep_ms": 5, "warmup_ms": 1} if smoke else {}
     if kind == "waves":
         from perflab.gemm import shapes
 
@@ -225,7 +225,7 @@ def record(kind: str, device=None, *, smoke: bool = False, root: Path | str | No
                                      progress=progress, **({"rep_ms": 100, "warmup_ms": 25} if not smoke else fast))
         df = res.ok_frame()
         fit = shapes.fit_tile(list(df[p["dim"]]), list(df["median_s"]), p["dim"], p["fixed"], sms=sms)
-        rows = df[["m", "n", "k", "dtype", "median_s", "tflops", "peak_fraction"]].to_dict("records")
+        rows = df.loc[:, ["m", "n", "k", "dtype", "median_s", "tflops", "peak_fraction"]].to_dict("records")
         return record_reference("waves", rows, device=dev, params={**p, "sms": sms}, root=root,
                                 summary={"best_fit": fit.best, "fits": fit.table.head(5).to_dict("records")})
     if kind == "heads":
@@ -234,7 +234,7 @@ def record(kind: str, device=None, *, smoke: bool = False, root: Path | str | No
         res = attention.sweep_head_size(p["h"], b=p["b"], s=p["s"], dtype=p["dtype"], device=dev, min_d=p["min_d"],
                                         max_d=p["max_d"], name="reference_heads", progress=progress, **fast)
         df = res.ok_frame()
-        rows = df[["h", "a", "d", "b", "s", "dtype", "seconds", "tflops"]].to_dict("records")
+        rows = df.loc[:, ["h", "a", "d", "b", "s", "dtype", "seconds", "tflops"]].to_dict("records")
         return record_reference("heads", rows, device=dev, params=p, root=root)
     if kind == "swiglu":
         from perflab.gemm import swiglu

@@ -224,7 +224,7 @@ def part_waves(ctx: Ctx) -> dict[str, Any]:
         peak = peaks_for(ctx.info).get(dtype)
         model = shapes.staircase("n", values, fixed, sms=sms, peak_tflops=peak)
         data["model"] = {"sms": sms, "sms_source": where, "tile": "256x128",
-                         "predicted_tflops": [float(x) for x in model.get("predicted_tflops", [])],
+                         "predicted_tflops": [float(x) for x in model["predicted_tflops"]] if "predicted_tflops" in model else [],
                          "cliffs": shapes.cliffs("n", values, fixed, sms=sms)}
         if len(rows) >= 3:
             fit = shapes.fit_tile([r["n"] for r in rows], [r["median_s"] for r in rows], "n", fixed, sms=sms)
@@ -497,6 +497,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     for k in keys:
         x, y = fa.get(k), fb.get(k)
         ref = x or y
+        if ref is None:  # a key comes from one of the two reports
+            continue
         va = x.get("value") if x else None
         vb = y.get("value") if y else None
         ratio = (vb / va) if (isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va != 0) else None

@@ -13,7 +13,10 @@ line ("m must be ≥ 1 ...") instead of a traceback. ipywidgets is imported only
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from perflab.core.errors import PerflabError, one_line
 
@@ -140,13 +143,19 @@ def _outputs(result: Any) -> list[dict[str, Any]]:
 
     if result is None:
         return []
-    fmt = InteractiveShell.instance().display_formatter.format
+    from IPython.core.formatters import DisplayFormatter
+
+    formatter = InteractiveShell.instance().display_formatter
+    if not isinstance(formatter, DisplayFormatter):  # pragma: no cover - an InteractiveShell always has one
+        raise RuntimeError("IPython has no display formatter")
+    fmt = formatter.format
     out = []
     for item in result if isinstance(result, tuple) else (result,):
         fig = item if _is_figure(item) else getattr(item, "figure", None)
         obj = fig if _is_figure(fig) else item
-        if callable(getattr(obj, "readout", None)):  # a result object: its table, never its repr
-            r = obj.readout()
+        readout = getattr(obj, "readout", None)
+        if callable(readout):  # a result object: its table, never its repr
+            r: Any = readout()  # a perflab Readout: str() is its text, _repr_html_() its table
             out.append({"output_type": "display_data", "metadata": {},
                         "data": {"text/plain": str(r), "text/html": r._repr_html_()}})
         elif _is_figure(obj) or hasattr(obj, "to_html") or hasattr(obj, "_repr_html_"):
@@ -157,7 +166,7 @@ def _outputs(result: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _is_figure(x: Any) -> bool:
+def _is_figure(x: Any) -> TypeGuard[Figure]:
     try:
         from matplotlib.figure import Figure
 

@@ -117,9 +117,11 @@ def _agent_entry(argv: list[str], env: dict[str, str], log_path: str) -> None:
     os.dup2(null, 0)
     os.close(null)
     for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper's; a replaced stream may lack it
         try:
-            stream.reconfigure(line_buffering=True)
-        except (AttributeError, ValueError):
+            if reconfigure is not None:
+                reconfigure(line_buffering=True)
+        except ValueError:
             pass
     os.environ.clear()
     os.environ.update(env)
@@ -145,7 +147,9 @@ class ForkedAgent:
     def __init__(self, argv: list[str], env: dict[str, str], log_path) -> None:
         self._proc = _server().Process(target=_agent_entry, args=(list(argv), dict(env), str(log_path)))
         self._proc.start()
-        self.pid = self._proc.pid
+        if self._proc.pid is None:  # pragma: no cover - start() returns only once the child exists
+            raise RuntimeError("the agent process did not start")
+        self.pid: int = self._proc.pid
         self.returncode: int | None = None
         self.args = ["perflab.dist.agent", *argv]
 
@@ -158,6 +162,7 @@ class ForkedAgent:
         import subprocess
 
         self._proc.join(timeout)
-        if self.poll() is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        return self.returncode
+        rc = self.poll()
+        if rc is None:  # only after a timeout: join(None) returns once the child has exited
+            raise subprocess.TimeoutExpired(self.args, timeout if timeout is not None else 0.0)
+        return rc

@@ -79,10 +79,17 @@ def _flat_params(model):
     return torch.cat([p.detach().reshape(-1).float().cpu() for p in model.parameters()])
 
 
+def _grad(p):
+    """A parameter's gradient after backward; every parameter of these models takes part in the loss."""
+    if p.grad is None:
+        raise RuntimeError("a parameter has no gradient after backward: the model has an unused parameter")
+    return p.grad
+
+
 def _ddp(model, ctx, bucket_cap_mb: float):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    kw = {"device_ids": [ctx.device.index]} if ctx.device.type == "cuda" else {}
+    kw: dict[str, Any] = {"device_ids": [ctx.device.index]} if ctx.device.type == "cuda" else {}
     return DDP(model.to(ctx.device), bucket_cap_mb=bucket_cap_mb, **kw)
 
 
@@ -188,9 +195,14 @@ def bf16_compress_equivalent(process_group, bucket):
     import torch.distributed as dist
 
     group = process_group if process_group is not None else dist.group.WORLD
+    if group is None:
+        raise RuntimeError("bf16_compress_equivalent runs inside DDP: no process group is initialised")
     buffer = bucket.buffer()
     compressed = buffer.to(torch.bfloat16).div_(group.size())
-    fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+    work = dist.all_reduce(compressed, group=group, async_op=True)
+    if work is None:  # pragma: no cover - async_op=True always returns a Work
+        raise RuntimeError("all_reduce(async_op=True) returned no Work")
+    fut = work.get_future()
 
     def decompress(f):
         buffer.copy_(f.value()[0])
@@ -235,7 +247,7 @@ def comm_hooks(ctx, *, hooks: tuple[str, ...] = HOOKS, steps: int = 6, width: in
             if step == probe_step:
                 with model.no_sync():
                     _loss(model, x, y).backward()
-                exact = [p.grad.detach().clone() for p in model.parameters()]
+                exact = [_grad(p).detach().clone() for p in model.parameters()]
                 for g in exact:
                     dist.all_reduce(g)
                     g /= ctx.world_size
@@ -246,7 +258,7 @@ def comm_hooks(ctx, *, hooks: tuple[str, ...] = HOOKS, steps: int = 6, width: in
                 loss = _loss(model, x, y)
                 loss.backward()
                 if exact is not None:
-                    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+                    got = torch.cat([_grad(p).reshape(-1) for p in model.parameters()])
                     ref = torch.cat([g.reshape(-1) for g in exact])
                     rel_err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
                 opt.step()

@@ -39,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from perflab.core.errors import InputError, PerflabError
 from perflab.core.validate import positive_int
@@ -49,6 +49,20 @@ MAX_NPROC = 64
 MAX_NNODES = 8
 TAIL_CHARS = 20_000
 PYNVML_WARNING = "ignore:The pynvml package is deprecated:FutureWarning"
+
+
+class _Process(Protocol):
+    """What `launch` needs of an agent: a subprocess.Popen or a perflab.dist.agent.ForkedAgent."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | Any: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int | Any: ...
 
 
 class DistRunError(PerflabError):
@@ -274,7 +288,7 @@ class LaunchResult:
             msg = f"{'; '.join(parts) or 'no rank'} did not finish within {self.timeout_s:g} s"
             others = [r for r in waiting if r not in culprits]
             if others:
-                calls = sorted({r.waiting_in for r in others})
+                calls = sorted({r.waiting_in for r in others if r.waiting_in})
                 msg += f"; {_who([r.rank for r in others])} waiting for it in {', '.join(calls)}()"
             done = [r.rank for r in self.ranks if r.status == "ok"]
             if done:
@@ -420,7 +434,7 @@ def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, .
                                  rdzv_endpoint=str(run_dir / "rendezvous"), rdzv_id=run_dir.name,
                                  log_dir=run_dir / "logs" / f"node{i}", agent=launch_agent())
                 for i in range(nnodes)]
-    procs: list[subprocess.Popen] = []
+    procs: list[_Process] = []
     logs = []
     tracked: dict[int, Any] = {}
     t0 = time.monotonic()
@@ -468,7 +482,7 @@ def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, .
     return result
 
 
-def _track(procs: list[subprocess.Popen], run_dir: Path, tracked: dict[int, Any]) -> None:
+def _track(procs: list[_Process], run_dir: Path, tracked: dict[int, Any]) -> None:
     """Remember every descendant of the agents (ranks live in sessions of their own)."""
     import psutil
 
@@ -512,7 +526,7 @@ def _dump_stacks(run_dir: Path, tracked: dict[int, Any]) -> None:
     time.sleep(0.3)
 
 
-def _stop(procs: list[subprocess.Popen], tracked: dict[int, Any]) -> None:
+def _stop(procs: list[_Process], tracked: dict[int, Any]) -> None:
     """SIGTERM every agent's process group and every tracked rank, then SIGKILL what is left."""
     import psutil
 

@@ -229,7 +229,8 @@ class _ModuleTracker:
                 self._name_children(child, self.names[id(child)])
 
     def _pre(self, mod, _inputs) -> None:
-        seq = torch._C._autograd._get_sequence_nr() if torch._C._current_graph_task_id() == -1 else -1
+        outside_backward = torch._C._current_graph_task_id() == -1
+        seq = torch._C._autograd._get_sequence_nr() if outside_backward else -1  # pyright: ignore[reportAttributeAccessIssue]  # private binding, no stub
         self.stack.append((self._name(mod), seq))
 
     def _post(self, mod, _inputs, _output) -> None:
@@ -237,7 +238,7 @@ class _ModuleTracker:
             return
         name, start = self.stack.pop()
         if start >= 0:
-            end = torch._C._autograd._get_sequence_nr()
+            end = torch._C._autograd._get_sequence_nr()  # pyright: ignore[reportAttributeAccessIssue]  # private binding, no stub
             if end > start:
                 import bisect
 

@@ -184,30 +184,38 @@ def narayanan_table1_mfu():
     """
     import pandas as pd
 
-    from perflab.core.hardware import by_id
     from perflab.flops import transformer as tf
 
     meta = _published_raw()["narayanan_table1"]
-    peak = by_id(meta["accelerator"]).peak(meta["dtype"])
+    peak = _spec_peak(meta["accelerator"], meta["dtype"])
     df = pd.DataFrame(narayanan_table1())
     s, v = meta["seq"], meta["vocab"]
-    df["eq7/eq3"] = [tf.korthikanti_eq7(1, s, r.layers, r.hidden, v) / tf.narayanan_eq3(1, s, r.layers, r.hidden, v)
-                     for r in df.itertuples()]
+    df["eq7/eq3"] = [tf.korthikanti_eq7(1, s, layers, hidden, v) / tf.narayanan_eq3(1, s, layers, hidden, v)
+                     for layers, hidden in zip(df["layers"], df["hidden"])]
     df["HFU (published %)"] = 100 * df["peak_fraction"]
     df["MFU (eq. 7, %)"] = 100 * df["tflops_per_gpu"] / peak * df["eq7/eq3"]
     df.attrs["peak_tflops"] = peak
     return df
 
 
+def _spec_peak(accelerator: str, dtype: str) -> float:
+    """The spec table's dense peak for a published run's accelerator; the data file names only known ones."""
+    from perflab.core.hardware import by_id
+
+    peak = by_id(accelerator).peak(dtype)
+    if peak is None:
+        raise ValueError(f"published_runs.json: no {dtype} peak for {accelerator} in the spec table")
+    return peak
+
+
 def handbook_estimate_example() -> dict[str, Any]:
     """The handbook's quick TFLOP/s estimate on its own BLOOM-style inputs, with HFU and MFU against
     the A100's spec peak: {inputs, hfu_tflops, mfu_tflops, peak_tflops, hfu, mfu, source}."""
-    from perflab.core.hardware import by_id
     from perflab.flops import transformer as tf
 
     ex = _published_raw()["handbook_estimate"]
     i = ex["inputs"]
-    peak = by_id(ex["accelerator"]).peak(ex["dtype"])
+    peak = _spec_peak(ex["accelerator"], ex["dtype"])
     hw = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
     model = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
     return {"inputs": dict(i), "hfu_tflops": hw, "mfu_tflops": model, "peak_tflops": peak, "hfu": hw / peak,

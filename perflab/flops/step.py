@@ -162,9 +162,11 @@ def grad_accum_sweep(cfg, gas_values: Sequence[int], *, batch: int = 4, seq: int
     dev = torch.device(device) if device is not None else pick_device()
     s = seq if seq is not None else cfg.seq_len
 
+    opts: dict[str, Any] = {"warmup": 1, **kw}
+
     def one(p):
         r = measure_step(cfg, batch=p["batch"], seq=p["seq"], steps=p["steps"], grad_accum=p["gas"], device=dev,
-                         verify=False, **({"warmup": 1} | kw))
+                         verify=False, **opts)
         return {"tokens_per_s": r.tokens_per_s, "step_s": r.step_s, "optimizer_s": r.optimizer_s,
                 "forward_s": r.forward_s, "backward_s": r.backward_s, "mfu_spec": r.mfu_spec, "mfu_ceiling": r.mfu_ceiling,
                 "tokens_per_step": r.tokens_per_step}
@@ -201,7 +203,7 @@ class PythonGarbage:
 
     def __call__(self, runner=None, step: int = 0) -> None:
         for i in range(self.per_step):
-            rec = {"step": step, "i": i}
+            rec: dict[str, Any] = {"step": step, "i": i}
             rec["batch"] = {"owner": rec}  # a reference cycle
             if i < self.keep:
                 self.log.append(rec)
@@ -253,7 +255,7 @@ def gc_straggler_series(cfg, *, steps: int = 40, batch: int = 2, seq: int = 32, 
 
     def series(enabled: bool) -> GCSeries:
         model = build_model(cfg, device=dev, seed=seed)
-        hooks: dict[str, list[Callable]] = {"before_step": [garbage]}
+        hooks: dict[str, Sequence[Callable]] = {"before_step": [garbage]}
         if not enabled:
             def scheduled(runner, i):
                 if (i + 1) % collect_every == 0:

@@ -34,9 +34,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
+
+if TYPE_CHECKING:
+    from perflab.core.dtypes import DType
 
 STATS = ("mean", "median", "max")
 STRATEGIES = ("refine", "grid")
@@ -156,7 +159,7 @@ def _coarse_axis(length: int, points: int) -> tuple[list[int], int]:
     return idx, stride
 
 
-def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[int], *, dtype: str = "bf16",
+def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[int], *, dtype: str | DType = "bf16",
            device=None, strategy: str = "refine", stat: str = "mean", flush_l2: bool | None = None,
            warmup_ms: float = 20, rep_ms: float = 60, top: int = 3, coarse_points: int = 3, plane_limit: int = 1024,
            measure: Callable[[dict[str, Any]], dict[str, Any]] | None = None, path: Path | str | None = None,
@@ -186,18 +189,20 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
     dt = parse_dtype(dtype)
     dev = torch.device(device) if device is not None else pick_device()
     info = describe(dev)
-    measure_fn = measure
-    if measure_fn is None:
+    measure_fn: Callable[[dict[str, Any]], dict[str, Any]]
+    if measure is None:
         check_supported(dt, dev)
         from perflab.core.measure import validate_matmul
 
         validate_matmul(axes[0][-1], axes[1][-1], axes[2][-1], dt, dev)  # the largest point must fit
         flush = (dev.type == "cuda") if flush_l2 is None else bool(flush_l2)
 
-        def measure_fn(p):
+        def _measure_point(p: dict[str, Any]) -> dict[str, Any]:
             return measure_point(p["m"], p["n"], p["k"], p["dtype"], dev, flush_l2=flush, warmup_ms=warmup_ms,
                                  rep_ms=rep_ms)
+        measure_fn = _measure_point
     else:
+        measure_fn = measure
         flush = bool(flush_l2)
     file = Path(path) if path is not None else sweep_path(name or f"mamf_{dt.name}", info.slug)
     key = f"{stat}_tflops"
@@ -310,6 +315,8 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
     """Keep the highest ceiling found so far for this device and dtype (and the latest search)."""
     import torch
 
+    if result.best is None:
+        raise ValueError("save_ceiling_record needs a search that measured at least one point")
     path = ceiling_path(info.slug)
     doc = _read(path)
     rec = {**result.best, "dtype": result.dtype, "strategy": result.strategy, "device": info.name,
@@ -328,17 +335,17 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
     return path
 
 
-def ceiling_record(device=None, dtype: str = "bf16") -> dict[str, Any] | None:
+def ceiling_record(device=None, dtype: str | DType = "bf16") -> dict[str, Any] | None:
     """The best MAMF search result stored for `device` (default: perflab's pick) and dtype, or None."""
-    from perflab.core.device import describe
+    from perflab.core.device import DeviceInfo, describe
     from perflab.core.dtypes import parse_dtype
 
-    info = device if hasattr(device, "slug") else describe(device)
+    info = device if isinstance(device, DeviceInfo) else describe(device)
     entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
     return entry.get("best")
 
 
-def measured_ceiling(device=None, dtype: str = "bf16") -> float | None:
+def measured_ceiling(device=None, dtype: str | DType = "bf16") -> float | None:
     """The measured ceiling (TFLOP/s) for `device` and `dtype`: the best `perflab mamf` found, or None
     when no search has been run on this device yet. `device` may be a torch device, a name
     perflab.core.device.pick_device accepts, or a DeviceInfo."""

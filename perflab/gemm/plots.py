@@ -230,7 +230,7 @@ def swiglu_plan(h: int, radius: int = 100, step: int = 4, tokens: int = 8192, *,
         if any(sel):
             a1.scatter(table["d_ff"][sel], table["params_delta_pct"][sel], s=16, color=color,
                        label=f"Tensor Core rule ({dtype}): {verdict}")
-    base = table[table["baseline"]]
+    base = table.loc[table["baseline"]]
     a1.scatter(base["d_ff"], base["params_delta_pct"], s=80, facecolors="none", edgecolors="tab:red", linewidths=2,
                label=f"⌊8/3·h⌋ = {int(base['d_ff'].iloc[0])}")
     a1.axhline(0, color="gray", linewidth=0.8)

@@ -387,7 +387,7 @@ def check_alignment(m: int, n: int, k: int, dtype: str, arch: str) -> list[Align
         if rule.recommended is None:
             out.append(AlignmentCheck(dim, v, None, None, None, None, rule.note))
             continue
-        ok_req = v % rule.required == 0
+        ok_req = rule.required is not None and v % rule.required == 0
         ok_rec = v % rule.recommended == 0
         if ok_rec:
             reason = f"{dim}={v} is a multiple of {rule.recommended} ({rule.recommended_bytes} bytes of {rule.dtype})"

@@ -309,7 +309,7 @@ def candidate_table(h: int, radius: int = 100, step: int = 4, *, target=None, to
                "divisible by": largest_pow2_divisor(w), "baseline": w == base}
         if rule is not None and rule.recommended:
             row["Tensor Core rule"] = ("best" if w % rule.recommended == 0 else
-                                       "minimum" if w % rule.required == 0 else "fails")
+                                       "minimum" if rule.required and w % rule.required == 0 else "fails")
         if target is not None:
             row["model utilization"] = wave_model(tokens, w, h, sms=target.sms, tile=(128, 256)).utilization
         rows.append(row)
@@ -323,6 +323,6 @@ def from_published(record: dict[str, Any]):
     h = record["hidden"]
     df = pd.DataFrame(record["rows"])
     df["params_delta"] = 3 * h * df["d_ff"] - 8 * h * h
-    base = df[df["baseline"]]["tflops"].iloc[0]
+    base = df.loc[df["baseline"], "tflops"].iloc[0]
     df["speedup_vs_baseline"] = df["tflops"] / base
     return df

@@ -42,7 +42,7 @@ class ChildError(PerflabError):
     """A measuring subprocess failed or timed out; the message carries its output."""
 
 
-def _run_child(code: str, env: dict[str, str] | None = None, timeout: float = 180) -> dict[str, Any]:
+def _run_child(code: str, env: dict[str, str | None] | None = None, timeout: float = 180) -> dict[str, Any]:
     """Run `code` in a fresh Python; its last stdout line is JSON."""
     full_env = {**os.environ, **(env or {})}
     for k, v in (env or {}).items():
@@ -223,7 +223,7 @@ def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     segs = snap.get("segments", [])
-    traces = [t for dt in snap.get("device_traces", []) for t in dt]
+    traces: list[Any] = [t for dt in snap.get("device_traces", []) for t in dt]  # entries read by key
     # replay the trace to find the peak and what was alive then
     alive: dict[int, dict] = {}
     total = peak = 0

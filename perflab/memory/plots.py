@@ -199,9 +199,9 @@ def timeline_figure(report):
     for k, ((a0, a1), p) in enumerate(zip(ranges, report.predicted)):
         ax.axvspan((a0 - t0) / 1e6, (a1 - t0) / 1e6, color=palette[k % len(palette)], zorder=0)
         ax.hlines(p.peak_bytes / div, (a0 - t0) / 1e6, (a1 - t0) / 1e6, colors="tab:red", linestyles="--", linewidth=1,
-                  label="predicted peak of the phase" if k == 0 else None)
+                  label="predicted peak of the phase" if k == 0 else "_nolegend_")
         short = {"build": "build", "forward": "fwd", "backward": "bwd", "optimizer step": "step", "zero_grad": "zero"}
-        ax.text(((a0 + a1) / 2 - t0) / 1e6, 0, short.get(p.phase, p.phase) + (f" {p.iteration}" if p.iteration else ""),
+        ax.text(((a0 + a1) / 2 - t0) / 1e6, 0, (short.get(p.phase) or p.phase) + (f" {p.iteration}" if p.iteration else ""),
                 ha="center", va="bottom", fontsize=7, rotation=90)
     ax.set_xlabel("time (ms)")
     ax.set_ylabel(f"allocated ({uname})")

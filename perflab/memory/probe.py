@@ -143,8 +143,12 @@ class _CPUAllocations:
     def stop(self):
         with _quiet_stderr():
             self._prof.__exit__(None, None, None)
-        evs = self._prof.profiler.kineto_results.events()
-        mem = [(e.start_ns(), e.nbytes()) for e in evs if e.name() == "[memory]" and e.device_type() == _cpu_type()]
+        prof = self._prof.profiler
+        if prof is None or prof.kineto_results is None:  # pragma: no cover - set by __exit__ of a started profile
+            raise RuntimeError("the memory profiler recorded nothing")
+        evs = prof.kineto_results.events()
+        mem = [(e.start_ns(), e.nbytes())  # pyright: ignore[reportAttributeAccessIssue]  # bound in C++, missing from the stub
+               for e in evs if e.name() == "[memory]" and e.device_type() == _cpu_type()]
         mem.sort()
         self.events = mem
         self.ranges = sorted((e.start_ns(), e.end_ns(), e.name()) for e in evs if e.name().startswith("perflab-phase:"))
@@ -448,6 +452,9 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
     rows: list[dict[str, Any]] = []
     gc.collect()
     workspace = None
+    base = 0
+    tracing = True
+    cpu: _CPUAllocations | None = None
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
@@ -485,6 +492,7 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
             reset_rss_peak()
             row["rss_start_bytes"] = rss_bytes()
             tracemalloc.reset_peak()
+            assert cpu is not None  # set up above for every device but cuda
             with cpu.phase(f"{name}#{iteration}"):
                 yield
             row["rss_bytes"] = rss_bytes()

@@ -108,7 +108,8 @@ def plan(nproc: int, topo: Topology, *, allowed: list[int] | None = None) -> lis
             if home != g.numa_node:
                 notes[r] = f"GPU {g.index}'s node {g.numa_node} has no CPUs: nearest node {home}"
         elif g is not None and g.cpus:
-            home = max(usable, key=lambda u: (len(set(node_cpus[u]) & set(g.cpus)), -u))
+            local = set(g.cpus)
+            home = max(usable, key=lambda u: (len(set(node_cpus[u]) & local), -u))
             notes[r] = "GPU's node unknown (numa_node -1): the node of its local CPUs"
         else:
             home = usable[r % len(usable)]

@@ -189,7 +189,7 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
                 if w.end < g0 - slack_s:
                     continue
                 ov = max(min(w.end, g1) - max(w.start, g0 - slack_s), 0.0)
-                over[w.kind] += ov
+                over[w.kind or "wait"] += ov  # every wait and launch interval carries a kind
                 names.append(w)
             if len(over) > 1:  # a data, sync or collective wait explains the gap better than tiny ops around it
                 over.pop("launch_bound", None)

@@ -102,7 +102,8 @@ class WeightEMA:
                 for r in range(ema.shape[0]):
                     ema[r].lerp_(p[r], 1 - self.decay)
         else:
-            torch._foreach_lerp_([e for _, e in self.pairs], [p[: e.shape[0]] for p, e in self.pairs], 1 - self.decay)
+            torch._foreach_lerp_([e for _, e in self.pairs], [p[: e.shape[0]] for p, e in self.pairs],  # pyright: ignore[reportPrivateImportUsage]  # the fused op optimizers use; no public name
+                                 1 - self.decay)
 
 
 @dataclass
@@ -294,7 +295,7 @@ def comm_rank(rank: int, world: int, store_path: str, preset: str, fixed: bool, 
     from perflab.workload.models import preset as get_preset
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world,
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world,  # pyright: ignore[reportPrivateImportUsage]  # public, documented; absent from __all__
                             timeout=datetime.timedelta(seconds=timeout))
     try:
         _, _, loader, step = make_step(get_preset(preset), "comm", fixed=fixed, batch=batch, seq=seq, world=world)

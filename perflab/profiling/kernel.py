@@ -131,6 +131,6 @@ def compare(k: Kernel, rows: int = 4096, cols: int = 1024, rep_ms: float = 50) -
     diff = (k.fused_gelu_bias(x, b) - eager_gelu_bias(x, b)).abs().max().item()
     with profile(activities=[ProfilerActivity.CPU]) as p:
         k.fused_gelu_bias(x, b)
-    names = {e.name for e in p.events()}
+    names = {e.name for e in p.events() or []}
     return {"eager_s": eager.median_s, "fused_s": fused.median_s, "speedup": eager.median_s / fused.median_s,
             "max_abs_diff": diff, "in_trace": "perflab::fused_gelu_bias" in names}

@@ -9,6 +9,15 @@ from perflab.profiling.trace import load
 COLORS = {"data_wait": "tab:orange", "host_sync": "tab:red", "launch_bound": "tab:purple", "communication": "tab:blue"}
 
 
+def _tight(ax) -> None:
+    """tight_layout on the figure of `ax`; an axes in a subfigure is left to its parent's layout."""
+    from matplotlib.figure import Figure
+
+    fig = ax.figure
+    if isinstance(fig, Figure):
+        fig.tight_layout()
+
+
 def timeline(trace, *, title: str = "", ax=None, max_steps: int = 1):
     """The main thread's outermost ranges, DataLoader fetches and the device's ops, one lane each
     (the first `max_steps` profiled steps), in milliseconds from the first step's start."""
@@ -30,7 +39,7 @@ def timeline(trace, *, title: str = "", ax=None, max_steps: int = 1):
     ax.set_xlabel("ms from the step's start")
     dev = "GPU" if t.on_gpu else "device = main-thread compute ops (CPU)"
     ax.set_title(title or f"timeline ({dev})")
-    ax.figure.tight_layout()
+    _tight(ax)
     return ax
 
 
@@ -56,7 +65,7 @@ def breakdown(diagnoses: dict[str, Diagnosis], *, ax=None, threshold: float | No
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of the step")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=6, fontsize=8, frameon=False)
-    ax.figure.tight_layout()
+    _tight(ax)
     return ax
 
 
@@ -81,5 +90,5 @@ def ettr_curve(curve, *, optimal=None, young=None, ax=None, title: str = "", fir
     ax.set_ylabel("ETTR (%)")
     ax.set_title(title)
     ax.legend()
-    ax.figure.tight_layout()
+    _tight(ax)
     return ax

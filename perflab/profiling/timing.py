@@ -36,7 +36,7 @@ def pitfalls(n: int = 1024, reps: int = 10, device=None, rep_ms: float = 50) -> 
             torch.cuda.synchronize(dev)
 
     for _ in range(3):
-        a @ b
+        _ = a @ b
     sync()
 
     def median(xs):
@@ -47,17 +47,17 @@ def pitfalls(n: int = 1024, reps: int = 10, device=None, rep_ms: float = 50) -> 
     for _ in range(reps):
         sync()
         t0 = time.perf_counter()
-        a @ b
+        _ = a @ b
         no_sync.append(time.perf_counter() - t0)
         sync()
         t0 = time.perf_counter()
-        a @ b
+        _ = a @ b
         sync()
         with_sync.append(time.perf_counter() - t0)
         if cuda:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            a @ b
+            _ = a @ b
             e1.record()
             e1.synchronize()
             events.append(e0.elapsed_time(e1) / 1e3)

@@ -131,7 +131,7 @@ class Trace:
             raise InputError("the trace has no CPU ops (cat 'cpu_op'): its profiler recorded nothing. With a "
                              "schedule, export in on_trace_ready (a trace exported after the active steps is "
                              "empty); without one, profile with ProfilerActivity.CPU")
-        return max(busy, key=busy.get)
+        return max(busy, key=lambda tid: busy[tid])
 
     def _steps(self) -> list[Interval]:
         steps = [e for e in self.events if e.name.startswith("ProfilerStep#") and e.tid == self.main_tid]
@@ -261,19 +261,20 @@ def load(trace: str | Path | dict[str, Any] | list[Any] | Trace) -> Trace:
 
 def union_length(intervals: Iterable[Interval], lo: float, hi: float) -> float:
     """Seconds of [lo, hi] covered by at least one interval."""
-    total, cur_s, cur_e = 0.0, None, None
+    total = 0.0
+    cur: tuple[float, float] | None = None  # the merged interval being grown
     for iv in sorted(intervals, key=lambda i: i.start):
         s, e = max(iv.start, lo), min(iv.end, hi)
         if e <= s:
             continue
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
+        if cur is None or s > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = (s, e)
         else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
+            cur = (cur[0], max(cur[1], e))
+    if cur is not None:
+        total += cur[1] - cur[0]
     return total
 
 

@@ -250,6 +250,9 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    rope_cos: torch.Tensor  # buffers, registered when positions are rotary
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
@@ -344,9 +347,11 @@ def init_weights(model: Transformer) -> Transformer:
             nn.init.normal_(mod.weight, 0.0, INIT_STD)
         elif isinstance(mod, (nn.LayerNorm, RMSNorm)):
             nn.init.ones_(mod.weight)
-            if getattr(mod, "bias", None) is not None:
-                nn.init.zeros_(mod.bias)
+            bias = getattr(mod, "bias", None)
+            if isinstance(bias, torch.Tensor):
+                nn.init.zeros_(bias)
     for blk in model.blocks:
+        assert isinstance(blk, Block)  # a Transformer's blocks are Blocks (build_model wraps none)
         nn.init.normal_(blk.attn.o.weight, 0.0, resid_std)
         nn.init.normal_(blk.mlp.down.weight, 0.0, resid_std)
     return model

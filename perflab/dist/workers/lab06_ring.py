@@ -61,8 +61,10 @@ def watch_communication():
 
 def load(path: str, name: str):
     spec = importlib.util.spec_from_file_location("lab06_student", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a Python module")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    spec.loader.exec_module(mod)
     return getattr(mod, name)
 
 

@@ -157,7 +157,7 @@ def init_group(ctx: RankContext) -> None:
     if ctx.device.type == "cuda":
         kwargs["device_id"] = ctx.device
     if ctx.run_dir is not None:
-        kwargs["store"] = dist.FileStore(str(ctx.run_dir / "store"), ctx.world_size)
+        kwargs["store"] = dist.FileStore(str(ctx.run_dir / "store"), ctx.world_size)  # pyright: ignore[reportPrivateImportUsage]  # public, documented; absent from __all__
     else:
         kwargs["init_method"] = "env://"
     dist.init_process_group(**kwargs)

@@ -1,0 +1,103 @@
+"""Published GPU figures: every data file names its source, every published GPU figure its title,
+authors, URL, section, hardware and date, and every number a lesson labels Published comes from a
+data file (notebooks show them through perflab.course.gpu_figures, never typed in)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from perflab.core.errors import InputError
+from perflab.course import gpu_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_FILES = sorted((ROOT / "perflab").glob("*/data/*.json"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _walk(x):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield k, v
+            yield from _walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _walk(v)
+
+
+def _numbers(x) -> set[float]:
+    out: set[float] = set()
+    for _, v in _walk({"": x}):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.add(round(float(v), 6))
+    return out
+
+
+def test_every_data_file_names_its_source():
+    assert DATA_FILES
+    for path in DATA_FILES:
+        keys = {k.lower() for k, _ in _walk(json.loads(path.read_text()))}
+        assert any("source" in k for k in keys) or {"title", "url"} <= keys, f"{path.name} names no source"
+
+
+def test_every_published_gpu_figure_has_full_provenance():
+    figs = gpu_figures.figures()
+    assert len({f.id for f in figs}) == len(figs) >= 8
+    raw = json.loads((ROOT / "perflab/course/data/published_gpu.json").read_text())["figures"]
+    for f in raw:
+        for key in gpu_figures.REQUIRED:
+            assert f.get(key), f"{f.get('id')}: no {key}"
+        assert f["url"].startswith("https://"), f["id"]
+        assert all(isinstance(v["value"], (int, float)) and v["value"] > 0 and v["label"] for v in f["values"])
+        if f.get("repo_path"):  # owner/name@commit:path, the exact file read
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}:\S+", f["repo_path"]), f["id"]
+
+
+def test_the_figures_the_issue_names_are_there():
+    val = {f.id: dict(zip([v["label"] for v in f.values], f.numbers())) for f in gpu_figures.figures()}
+    assert val["mamf_bf16"]["NVIDIA H100 SXM"] == 794.5 and val["mamf_fp8"]["NVIDIA H100 SXM"] == 1402.6
+    assert val["allreduce_busbw"]["8x H200, NVLS"] == 473.1
+    assert val["pcie_h2d"] == {"host to device": 55.43, "device to host": 55.06}
+    assert val["compile_speedup_paper"]["training, geometric mean"] == 1.41
+    assert list(val["torchtitan_llama31_8b"].values()) == [5762, 6667, 8532]
+
+
+def test_show_keeps_the_measurement_apart_and_labels_the_published_part():
+    s = gpu_figures.show("pcie_h2d", measured={"host to device (pinned)": "12.3 GB/s"}, measured_on="cpu box")
+    text, page = str(s), s._repr_html_()
+    assert text.index("Measured here (cpu box)") < text.index("Published (not measured here)")
+    assert "55.43 GB/s" in text and "Stas Bekman" in text and "8x NVIDIA H200" in text
+    assert "<i>Published</i>" in page and page.count("<table>") == 2
+    assert "Measured" not in str(gpu_figures.show("pcie_h2d"))
+    mamf = dict(gpu_figures.figure("mamf_bf16").rows())
+    assert mamf["NVIDIA H100 SXM"] == "794.5 TFLOP/s (80% of the spec's 989)"
+    with pytest.raises(InputError, match="no published figure"):
+        gpu_figures.figure("h100_magic")
+
+
+def _cells():
+    for nb in NOTEBOOKS:
+        for cell in json.loads(nb.read_text())["cells"]:
+            yield nb.name, cell["cell_type"], "".join(cell["source"])
+
+
+def test_every_number_a_lesson_labels_published_comes_from_a_data_file():
+    known = set().union(*(_numbers(json.loads(p.read_text())) for p in DATA_FILES))
+    ids = {f.id for f in gpu_figures.figures()}
+    shown = set()
+    for name, kind, src in _cells():
+        for fid in re.findall(r"gpu_figures\.show\(\s*[\"']([\w-]+)[\"']", src):
+            assert fid in ids, f"{name}: no published figure {fid!r}"
+            shown.add(name)
+        if kind == "markdown" and "Published" in src:
+            for m in re.finditer(r"(?<![\w.-])\d[\d,]*\.\d+|(?<![\w.-])\d{3,}(?![\w.-])", src):
+                value = round(float(m.group().replace(",", "")), 6)
+                assert value in known, f"{name}: {m.group()} is labelled Published but is in no data file"
+    lessons = {"00", "06", "07", "10"}
+    assert lessons <= {n[:2] for n in shown}, f"lessons without a published GPU figure: {lessons - {n[:2] for n in shown}}"
+
+
+def test_shown_reads_as_text_not_as_its_fields():
+    s = gpu_figures.show("nvlink_pair")
+    assert repr(s) == str(s) and not repr(s).startswith("Shown(")
