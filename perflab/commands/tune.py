@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.cli import emit, positive_int
+from perflab.commands._args import emit, positive_int
 
 
 def register(sub) -> None:
