@@ -15,8 +15,8 @@ def test_stubs_are_not_done():
     def stub(*a, **k):
         raise NotImplementedError
 
-    assert lab.check_bytes_per_param(stub) is False
-    assert lab.check_step_peak(stub, device="cpu") is False
+    assert not lab.check_bytes_per_param(stub)
+    assert not lab.check_step_peak(stub, device="cpu")
 
 
 def test_wrong_formulas_raise():
