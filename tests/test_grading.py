@@ -64,7 +64,7 @@ def test_hint_names_a_known_mistake():
 
 def test_hint_says_which_input_is_ignored():
     with pytest.raises(LabCheckError, match="`b` changes.*ignores an input"):
-        grade("g", lambda a, b: 3 * a, CASES, reference=_ref)
+        grade("g", lambda a, b: 4 * a, CASES, reference=_ref)
 
 
 def test_hint_says_constant_factor():

@@ -252,11 +252,6 @@ def diagnose(student, cases: list[tuple[dict[str, Any], Any]], bad: tuple[dict[s
                 return hint
         except Exception:  # a mistake model that cannot handle these inputs does not match
             continue
-    if reference is not None:
-        key = _ignored_input(student, reference, inputs, rtol, atol)
-        if key is not None:
-            return (f"your answer does not change when `{key}` changes, but the right one does: the formula "
-                    f"ignores an input")
     results = []
     for inp, w in cases:
         try:
@@ -264,14 +259,19 @@ def diagnose(student, cases: list[tuple[dict[str, Any], Any]], bad: tuple[dict[s
         except Exception:  # the learner's function failing on another case: report only the first failure
             results.append((inp, w, None))
     right = sum(_close(g, w, rtol, atol) for _i, w, g in results if g is not None)
+    if 0 < right < len(results):
+        return (f"right on {right} of {len(results)} cases, wrong on this one: the formula fits only some shapes "
+                "(a special case, or an edge such as a ragged or non-power-of-two size)")
+    if reference is not None:
+        key = _ignored_input(student, reference, inputs, rtol, atol)
+        if key is not None:
+            return (f"your answer does not change when `{key}` changes, but the right one does: the formula "
+                    f"ignores an input")
     ratios = [_ratio(g, w) for _i, w, g in results]
     if right == 0 and all(r is not None for r in ratios) and ratios:
         r0 = ratios[0]
         if r0 and all(math.isclose(r, r0, rel_tol=1e-6) for r in ratios if r is not None):  # type: ignore[arg-type]  # checked not None above
             return f"every answer is {r0:.4g}× the right one: a constant factor is off (a convention or a unit)"
-    if 0 < right < len(results):
-        return (f"right on {right} of {len(results)} cases, wrong on this one: the formula fits only some shapes "
-                "(a special case, or an edge such as a ragged or non-power-of-two size)")
     return ""
 
 
