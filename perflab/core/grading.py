@@ -179,7 +179,7 @@ def fail(name: str, message: str) -> LabCheckError:
     return LabCheckError(f"{name}: {message}")
 
 
-def attempt(name: str, student, *args, what: str = "", forbidden: Sequence[Callable[..., Any]] = (), **kwargs):
+def attempt(name: str, student, *args, what: str = "", forbidden: Sequence[Callable[..., Any]] = (), **kwargs) -> Any:
     """Call the learner's function: its answer; NOT_DONE (and a "not done yet" line) while it is
     still the stub; LabCheckError when it returns None (a forgotten `return`) or calls one of the
     `forbidden` perflab functions."""
@@ -259,20 +259,21 @@ def diagnose(student, cases: list[tuple[dict[str, Any], Any]], bad: tuple[dict[s
         except Exception:  # the learner's function failing on another case: report only the first failure
             results.append((inp, w, None))
     right = sum(_close(g, w, rtol, atol) for _i, w, g in results if g is not None)
+    found = []
     if 0 < right < len(results):
-        return (f"right on {right} of {len(results)} cases, wrong on this one: the formula fits only some shapes "
-                "(a special case, or an edge such as a ragged or non-power-of-two size)")
+        found.append(f"right on {right} of {len(results)} cases, wrong on this one: the formula fits only some cases "
+                     "(a special case, or an edge such as a ragged or non-power-of-two size)")
     if reference is not None:
         key = _ignored_input(student, reference, inputs, rtol, atol)
         if key is not None:
-            return (f"your answer does not change when `{key}` changes, but the right one does: the formula "
-                    f"ignores an input")
+            found.append(f"your answer does not change when `{key}` changes, but the right one does: the formula "
+                         "ignores an input")
     ratios = [_ratio(g, w) for _i, w, g in results]
-    if right == 0 and all(r is not None for r in ratios) and ratios:
+    if not found and right == 0 and ratios and all(r is not None for r in ratios):
         r0 = ratios[0]
-        if r0 and all(math.isclose(r, r0, rel_tol=1e-6) for r in ratios if r is not None):  # type: ignore[arg-type]  # checked not None above
-            return f"every answer is {r0:.4g}× the right one: a constant factor is off (a convention or a unit)"
-    return ""
+        if r0 and all(math.isclose(r, r0, rel_tol=1e-6) for r in ratios if r is not None):
+            found.append(f"every answer is {r0:.4g}× the right one: a constant factor is off (a convention or a unit)")
+    return "; ".join(found)
 
 
 def grade(name: str, student: Callable[..., Any], cases: list[tuple[dict[str, Any], Any]], *,
