@@ -19,7 +19,7 @@ from perflab.memory import estimate
 from perflab.memory.estimate import activations_per_layer_bytes, bytes_per_param, model_state_bytes
 
 _FORBIDDEN = (bytes_per_param, model_state_bytes, activations_per_layer_bytes, estimate.model_activation_bytes,
-              estimate.loss_gradient_bytes)
+              estimate.loss_gradient_bytes, estimate.step_phases)
 
 _W = {"fp32": 4, "mixed": 6, "bf16": 2}
 _G = {"fp32": 4, "fp16": 2, "bf16": 2}
