@@ -213,30 +213,31 @@ def _ratio(got: Any, want: Any) -> float | None:
     return g / w if w and math.isfinite(g) else None
 
 
-def _perturbed(value: Any) -> Any:
+def _perturbed(value: Any) -> list[Any]:
+    """Other values of an input, to see whether an answer depends on it."""
     if isinstance(value, bool):
-        return not value
+        return [not value]
     if isinstance(value, int):
-        return value + 1 if value < 4 else value * 3 // 2 + 1
+        return sorted({value + 1, value * 3 // 2 + 1, max(1, value // 2), 2 * value + 3} - {value})
     if isinstance(value, float):
-        return value * 1.5 + 1e-3
-    return None
+        return [value * 1.5 + 1e-3, value / 3]
+    return []
 
 
 def _ignored_input(student, reference, inputs: dict[str, Any], rtol: float, atol: float) -> str | None:
     """The first input whose change moves the reference's answer but not the learner's."""
     for key, value in inputs.items():
-        new = _perturbed(value)
-        if new is None:
-            continue
-        moved = {**inputs, key: new}
-        try:
-            want0, want1 = reference(**inputs), reference(**moved)
-            got0, got1 = student(**inputs), student(**moved)
-        except Exception:  # a perturbed input the reference or the learner rejects says nothing
-            continue
-        if not _close(want0, want1, rtol, atol) and _close(got0, got1, 0.0, 0.0):
-            return key
+        for new in _perturbed(value):
+            moved = {**inputs, key: new}
+            try:
+                want0, want1 = reference(**inputs), reference(**moved)
+                got0, got1 = student(**inputs), student(**moved)
+            except Exception:  # a perturbed input the reference or the learner rejects says nothing
+                continue
+            if not _close(want0, want1, rtol, atol):
+                if _close(got0, got1, 0.0, 0.0):
+                    return key
+                break
     return None
 
 
@@ -246,18 +247,19 @@ def diagnose(student, cases: list[tuple[dict[str, Any], Any]], bad: tuple[dict[s
     """The hint for a wrong answer: the mistake it matches, or what its pattern over the cases shows."""
     inputs, want, got = bad
     tol = max(rtol, 1e-9)
-    for hint, wrong in mistakes:
-        try:
-            if _close(got, wrong(**inputs), tol, atol) and not _close(want, wrong(**inputs), tol, atol):
-                return hint
-        except Exception:  # a mistake model that cannot handle these inputs does not match
-            continue
     results = []
     for inp, w in cases:
         try:
             results.append((inp, w, student(**inp)))
         except Exception:  # the learner's function failing on another case: report only the first failure
             results.append((inp, w, None))
+    for hint, wrong in mistakes:  # a known mistake: it gives the learner's answer on every case
+        try:
+            if not _close(want, wrong(**inputs), tol, atol) and all(
+                    g is None or _close(g, wrong(**inp), tol, atol) for inp, _w, g in results):
+                return hint
+        except Exception:  # a mistake model that cannot handle these inputs does not match
+            continue
     right = sum(_close(g, w, rtol, atol) for _i, w, g in results if g is not None)
     found = []
     if 0 < right < len(results):
