@@ -3,8 +3,9 @@
     >>> ctx = start(smoke)          # prints the device, torch version and date; returns a Context
     >>> n = ctx.pick(full=8192, smoke=256, cpu=1024)
 
-`start` also calls `set_readable_display()`: tables show floats to 4 significant digits, so a
-lesson's DataFrames read like its printed numbers (no `744.431582` tokens/s).
+`start` also calls `set_readable_display()`: tables show floats to 4 significant digits without
+padded zeros, so a lesson's DataFrames read like its printed numbers (no `744.431582` tokens/s, no
+`0.8000`).
 """
 
 from __future__ import annotations
@@ -35,13 +36,22 @@ class Context:
         return full
 
 
-def set_readable_display(significant: int = 4) -> None:
-    """Make pandas show every float to `significant` digits (tables in this kernel, from now on)."""
-    import pandas as pd
-
+def trimmed(x: float, significant: int = 4) -> str:
+    """`x` to `significant` digits without padded zeros: 0.8 (not 0.8000), 1.2, 27, 0.0012, 1,234."""
     from perflab.core.readout import num
 
-    pd.set_option("display.float_format", lambda x: num(x, significant))
+    text = num(x, significant)
+    if "." in text and "e" not in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def set_readable_display(significant: int = 4) -> None:
+    """Make pandas show every float to `significant` digits, without padded zeros (tables in this
+    kernel, from now on)."""
+    import pandas as pd
+
+    pd.set_option("display.float_format", lambda x: trimmed(x, significant))
 
 
 def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -> Context:
