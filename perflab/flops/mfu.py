@@ -208,8 +208,8 @@ def handbook_estimate_example() -> dict[str, Any]:
     ex = _published_raw()["handbook_estimate"]
     i = ex["inputs"]
     peak = by_id(ex["accelerator"]).peak(ex["dtype"])
-    hw = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
-    model = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
+    hw = tf.handbook_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
+    model = tf.handbook_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
     return {"inputs": dict(i), "hfu_tflops": hw, "mfu_tflops": model, "peak_tflops": peak, "hfu": hw / peak,
             "mfu": model / peak, "source": ex["source"]}
 
