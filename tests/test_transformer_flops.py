@@ -22,6 +22,7 @@ from perflab.flops.transformer import (
     conventions_frame,
     exact_flops,
     flops_per_token,
+    handbook_tflops_estimate,
     korthikanti_eq7,
     korthikanti_eq8,
     megatron_gpt,
@@ -29,7 +30,6 @@ from perflab.flops.transformer import (
     narayanan_params_eq2,
     narayanan_training_days,
     palm_flops_per_token,
-    handbook_tflops_estimate,
 )
 from perflab.workload.models import (
     PRESETS,
