@@ -106,3 +106,14 @@ def test_reference_solution_passes():
     m, h = _step_values()
     assert lab.check_palm_flops(palm) and lab.check_mfu(mfu)
     assert lab.check_step_mfu(m, **STEP) and lab.check_step_mfu(h, kind="hfu", **STEP)
+
+
+def test_timing_by_calling_perflab_is_refused():
+    from perflab.flops.step import measure_step
+
+    def tokens_per_second(model, batch, seq, steps, device=None):
+        return measure_step(preset(model), batch=batch, seq=seq, steps=steps, warmup=1, ceiling=False,
+                            verify=False).tokens_per_s
+
+    with pytest.raises(LabCheckError, match="calls perflab"):
+        lab.check_tokens_per_second(tokens_per_second, batch=2, seq=16, steps=1)

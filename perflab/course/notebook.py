@@ -52,6 +52,7 @@ def set_readable_display(significant: int = 4) -> None:
     import pandas as pd
 
     pd.set_option("display.float_format", lambda x: trimmed(x, significant))
+    pd.set_option("display.max_colwidth", None)  # never cut a cell's text with "…"
 
 
 def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -> Context:

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from perflab.core.errors import PerflabError
-from perflab.core.grading import Verdict, fail, grade, record
+from perflab.core.grading import NOT_DONE, Verdict, attempt, fail, grade, record
 
 
 def _palm(n_params, layers, heads, head_dim, seq):
@@ -115,16 +115,15 @@ def check_tokens_per_second(student, model: str = "tiny-gpt", batch: int = 4, se
     optimizer) that the learner timed. Graded against perflab's own measurement of the same step: at
     most 2× perflab's fastest step (a forward-only timing, or a GPU timing without synchronisation,
     comes out several times faster) and at least 1/`tolerance` of its typical one."""
-    from perflab.flops.step import measure_step
+    from perflab.flops.step import grad_accum_sweep, measure_step
     from perflab.workload.models import preset
 
     name = "tokens/s of a training step"
-    try:
-        got = student(model=model, batch=batch, seq=seq, steps=steps, device=device)
-    except NotImplementedError:
-        print(f"… {name}: not done yet — fill in the function and run this cell again.")
+    got = attempt(name, student, what="the lab's model", forbidden=[measure_step, grad_accum_sweep], model=model, batch=batch, seq=seq,
+                  steps=steps, device=device)
+    if got is NOT_DONE:
         return record(name, False)
-    if got is None or not isinstance(got, (int, float)) or not math.isfinite(got) or got <= 0:
+    if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isfinite(got) or got <= 0:
         raise fail(name, f"expected a positive number of tokens per second, got {got!r}")
     # Timings on a shared machine are noisy, and noise only ever slows a step down. So the learner's
     # number may not exceed perflab's *best* step by much (that would mean work was skipped), and may
@@ -132,8 +131,8 @@ def check_tokens_per_second(student, model: str = "tiny-gpt", batch: int = 4, se
     # the comparison fails, up to four times.
     best = 0.0
     ratios = []
-    for attempt in range(4):
-        if attempt:
+    for round_ in range(4):
+        if round_:
             got = student(model=model, batch=batch, seq=seq, steps=steps, device=device)
         ref = measure_step(preset(model), batch=batch, seq=seq, steps=max(steps, 4), warmup=1, device=device,
                            ceiling=False, verify=False)
