@@ -35,3 +35,17 @@ def test_each_prediction_is_asked_before_it_is_revealed(path):
     assert last_code, "the lesson ends with its calibration"
     takeaways = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "Take-aways" in "".join(c["source"])]
     assert takeaways and takeaways[-1] > last_code[-1] - 2, "take-aways at the end"
+
+
+def test_lesson_00s_matmul_shares_match_the_published_table():
+    """Lesson 00 quotes the best bf16 matmul's share of the spec peak from the published MAMF table."""
+    from perflab.course import reference
+
+    rows = {r["accelerator"]: r["tflops"] / r["theory_tflops"] for r in reference.published("mamf")["rows"]
+            if r["dtype"] == "bf16"}
+    nvidia = [v for k, v in rows.items() if "A100" in k or "H100" in k or "GH200" in k]
+    amd = [v for k, v in rows.items() if "MI3" in k]
+    assert 0.795 <= min(nvidia) and max(nvidia) < 0.875, nvidia
+    assert 0.505 <= min(amd) and max(amd) < 0.605, amd
+    text = "".join("".join(c["source"]) for c in _cells(ROOT / "notebooks" / "00_setup_and_your_machine.ipynb"))
+    assert "about 80–87% on NVIDIA" in text and "51–60% on AMD" in text
