@@ -100,3 +100,13 @@ def test_tables_show_meaningful_digits_without_padded_zeros():
 
     assert [trimmed(x) for x in (0.8, 1.2, 27.0, 0.0012, 1234.5, 22.7, 3.14159, 0.0)] == \
         ["0.8", "1.2", "27", "0.0012", "1,234", "22.7", "3.142", "0"]
+
+
+def test_readable_tables_say_what_is_missing_and_why():
+    import pandas as pd
+
+    from perflab.course.notebook import readable
+
+    df = pd.DataFrame({"name": ["a", "b"], "fp8": [1979.0, None], "SMs": [132, 108]})
+    out = readable(df, {"fp8": "no fp8 on the datasheet"})
+    assert list(out["fp8"]) == ["1,979", "no fp8 on the datasheet"] and list(out["SMs"]) == ["132", "108"]

@@ -74,3 +74,21 @@ def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -
             print("No CUDA GPU here: measurements run on the CPU; GPU-only ideas are shown through the model "
                   "and, where perflab ships it, reference data recorded on a real GPU.")
     return Context(dev, info, peaks, bool(smoke))
+
+
+def readable(frame, missing: str | dict[str, str] = "not measured", significant: int = 4):
+    """`frame` with every number as text to `significant` digits (no padded zeros) and every missing
+    value replaced by what is missing and why: one phrase for all columns, or one per column."""
+    import math
+
+    def cell(col: str, v: Any) -> Any:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return missing.get(col, "–") if isinstance(missing, dict) else missing
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return v
+        return trimmed(v, significant)
+
+    out = frame.copy().astype(object)
+    for col in out.columns:
+        out[col] = [cell(col, v) for v in frame[col]]
+    return out
