@@ -300,7 +300,7 @@ def grade(name: str, student: Callable[..., Any], cases: list[tuple[dict[str, An
             more = f" Hint: {hints}." if hints else ""
             raise fail(name, f"for {_show(inputs)} you returned {_short(got)}, expected {_short(want)}{tol}.{more}")
     _RESULTS[name] = "passed"
-    print(f"✓ {name}: correct on {len(cases)} cases")
+    print(f"✓ {name}: correct on {len(cases)} case{'s' if len(cases) != 1 else ''}")
     return PASSED
 
 
@@ -433,7 +433,8 @@ class MultipleChoice:
                                   "section each question names; the options are shuffled for you, so guessing "
                                   "in order does not work.")
         _RESULTS[self.name] = "passed"
-        print(f"✓ {self.name}: all {len(self.questions)} right")
+        n = len(self.questions)
+        print(f"✓ {self.name}: " + (f"all {n} answers right" if n > 1 else "right"))
         return PASSED
 
 
