@@ -142,13 +142,15 @@ def _outputs(result: Any) -> list[dict[str, Any]]:
 
     if result is None:
         return []
-    fmt = InteractiveShell.instance().display_formatter.format
+    formatter: Any = InteractiveShell.instance().display_formatter  # set once IPython's shell exists
+    fmt = formatter.format
     out = []
     for item in result if isinstance(result, tuple) else (result,):
         fig = item if _is_figure(item) else getattr(item, "figure", None)
         obj = fig if _is_figure(fig) else item
-        if callable(getattr(obj, "readout", None)):  # a result object: its table, never its repr
-            r = obj.readout()
+        readout = getattr(obj, "readout", None)
+        if callable(readout):  # a result object: its table, never its repr
+            r: Any = readout()
             out.append({"output_type": "display_data", "metadata": {},
                         "data": {"text/plain": str(r), "text/html": r._repr_html_()}})
         elif _is_figure(obj) or hasattr(obj, "to_html") or hasattr(obj, "_repr_html_"):

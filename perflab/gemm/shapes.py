@@ -384,7 +384,7 @@ def check_alignment(m: int, n: int, k: int, dtype: str, arch: str) -> list[Align
     out = []
     for dim, v in (("m", m), ("n", n), ("k", k)):
         v = positive_int(dim, v)
-        if rule.recommended is None:
+        if rule.recommended is None or rule.required is None:
             out.append(AlignmentCheck(dim, v, None, None, None, None, rule.note))
             continue
         ok_req = v % rule.required == 0
