@@ -122,7 +122,7 @@ def test_split_node_rules_hold_on_every_lab_case():
 
 def test_lab_check_grades():
     assert lab08.check_split_node(split_node)
-    assert lab08.check_split_node(lambda cpus, n, sib: (_ for _ in ()).throw(NotImplementedError())) is False
+    assert not lab08.check_split_node(lambda cpus, n, sib: (_ for _ in ()).throw(NotImplementedError()))
     with pytest.raises(lab08.LabCheckError, match="rule 1"):
         lab08.check_split_node(lambda cpus, n, sib: [part[:-1] if r == n - 1 else part
                                                      for r, part in enumerate(split_node(cpus, n, sib))])

@@ -261,14 +261,14 @@ def test_lab09_checks():
     def stub(trace):
         raise NotImplementedError
 
-    assert lab09.check_name_cause(stub) is False
-    assert lab09.check_name_cause(_solution) is True
+    assert not lab09.check_name_cause(stub)
+    assert lab09.check_name_cause(_solution)
     with pytest.raises(LabCheckError):
         lab09.check_name_cause(lambda t: "data_wait")
     with pytest.raises(LabCheckError, match="one of"):
         lab09.check_name_cause(lambda t: "gremlins")
-    assert lab09.check_fixes({c: "?" for c in lab09.RIGHT_FIX}) is False
-    assert lab09.check_fixes(dict(lab09.RIGHT_FIX)) is True
+    assert not lab09.check_fixes({c: "?" for c in lab09.RIGHT_FIX})
+    assert lab09.check_fixes(dict(lab09.RIGHT_FIX))
     with pytest.raises(LabCheckError):
         lab09.check_fixes({**lab09.RIGHT_FIX, "data_wait": "e"})
 

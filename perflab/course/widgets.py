@@ -62,10 +62,13 @@ def toggle(description: str, value: bool = False, **kw):
 class Panel:
     """Controls + one output area, wired to `fn(**values)`."""
 
-    def __init__(self, fn: Callable[..., Any], title: str | None = None, **controls):
+    def __init__(self, fn: Callable[..., Any], title: str | None = None, *, busy: str | None = None, **controls):
+        """`busy`: what the panel does while `fn` runs ("measuring a matmul"); shown at once when a
+        control moves, so a learner sees that the panel is working and on what."""
         w = _ipywidgets()
 
         self.fn = fn
+        self.busy = busy
         self.controls = controls
         self.out = w.Output()
         self.last: Any = None
@@ -103,6 +106,8 @@ class Panel:
         import matplotlib.pyplot as plt
 
         self.calls += 1
+        if self.busy:
+            self.out.outputs = (_stream(f"… {self.busy} ({_describe(self.values)})"),)
         try:
             result = self.fn(**self.values)
             self.last, self.last_error = result, None
@@ -130,6 +135,10 @@ class Panel:
 
         display(self.widget)
         self.update()
+
+
+def _describe(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in values.items())
 
 
 def _stream(text: str) -> dict[str, Any]:
