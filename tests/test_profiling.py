@@ -238,10 +238,11 @@ def test_lab09_checks():
         lab09.check_name_cause(lambda t: "data_wait")
     with pytest.raises(LabCheckError, match="one of"):
         lab09.check_name_cause(lambda t: "gremlins")
-    assert lab09.check_fixes({c: "?" for c in lab09.RIGHT_FIX}) is False
-    assert lab09.check_fixes(dict(lab09.RIGHT_FIX)) is True
+    right = lab09.right_fix()
+    assert lab09.check_fixes({c: "?" for c in right}) is False
+    assert lab09.check_fixes(dict(right)) is True
     with pytest.raises(LabCheckError):
-        lab09.check_fixes({**lab09.RIGHT_FIX, "data_wait": "e"})
+        lab09.check_fixes({**right, "data_wait": next(k for k in "abcde" if k not in right.values())})
 
 
 # ----------------------------------------------------------------- HolisticTraceAnalysis on hand-built GPU-style traces

@@ -54,9 +54,10 @@ def uses_perflab(student: Any, forbidden: Sequence[Any]) -> list[str]:
     bad = {id(f): getattr(f, "__qualname__", getattr(f, "__name__", repr(f))) for f in forbidden}
     hits: list[str] = []
     if inspect.isclass(student):
-        for base in student.__mro__[1:]:
-            if id(base) in bad:
-                hits.append(bad[id(base)])
+        for k in student.__mro__:  # a direct base of one of the learner's own classes
+            if k.__module__.startswith("perflab."):
+                continue
+            hits += [bad[id(b)] for b in k.__bases__ if id(b) in bad]
         # a staticmethod that *is* perflab's function (rope = staticmethod(models.rope_real))
         for k in student.__mro__:
             if k.__module__.startswith("perflab."):
