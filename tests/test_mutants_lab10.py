@@ -51,7 +51,7 @@ class DeletesRescale(models.BrokenLM):
     rope = staticmethod(rope_ref)
 
     def forward(self, idx):
-        angles = self.angles[: idx.shape[1]]
+        angles = self.get_buffer("angles")[: idx.shape[1]]
         x = self.embed(idx)
         for blk in self.blocks:
             x = self.block(blk, x, angles)
@@ -62,7 +62,7 @@ class Reference(models.BrokenLM):
     rope = staticmethod(rope_ref)
 
     def forward(self, idx):
-        angles = self.angles[: idx.shape[1]]
+        angles = self.get_buffer("angles")[: idx.shape[1]]
         x = self.embed(idx)
         for blk in self.blocks:
             x = self.block(blk, x, angles)
@@ -73,7 +73,7 @@ class Reference(models.BrokenLM):
 
 class KeepsItem(Reference):  # the branch kept on a Python number: still a break
     def forward(self, idx):
-        angles = self.angles[: idx.shape[1]]
+        angles = self.get_buffer("angles")[: idx.shape[1]]
         x = self.embed(idx)
         for blk in self.blocks:
             x = self.block(blk, x, angles)
@@ -85,7 +85,7 @@ class KeepsItem(Reference):  # the branch kept on a Python number: still a break
 
 class WrongThreshold(Reference):  # an off-by-a-factor threshold: 1e5 where the original says 1e4
     def forward(self, idx):
-        angles = self.angles[: idx.shape[1]]
+        angles = self.get_buffer("angles")[: idx.shape[1]]
         x = self.embed(idx)
         for blk in self.blocks:
             x = self.block(blk, x, angles)
