@@ -71,7 +71,7 @@ MISTAKES = [
     ("an answer that ignores x0 (starts from 0)",
      _walked(lambda i, n, a, c, x0: _state(i, modulus(n), a, c, 0),
              lambda y, n, a, c, x0: _state(y, modulus(n), a, c, 0)),
-     "the walk starts at x0, the seed's start: F(0) = x0"),
+     "the walk starts at x0: F(0) = x0, not 0"),
     ("the naive LCG modulo n, (a·i + c) mod n",
      lambda i, n, a, c, x0: (a * i + c) % n,
      "an LCG modulo n has no full period unless n meets the Hull–Dobell conditions; use m, a power of two ≥ n"),
