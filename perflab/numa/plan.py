@@ -144,7 +144,8 @@ def plan_table(p: list[RankPlan]):
     """The plan as a DataFrame a person can copy: rank, GPU, node, CPUs (as a list), count, numactl."""
     import pandas as pd
 
-    return pd.DataFrame([{"rank": x.rank, "GPU": x.gpu, "node": x.node, "CPUs": format_cpulist(x.cpus),
+    return pd.DataFrame([{"rank": x.rank, "GPU": "none (CPU only)" if x.gpu is None else x.gpu, "node": x.node,
+                          "CPUs": format_cpulist(x.cpus),
                           "count": len(x.cpus), "numactl": x.numactl, "note": x.note} for x in p])
 
 
