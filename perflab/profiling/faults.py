@@ -34,6 +34,7 @@ import torch
 from perflab.core.errors import InputError
 from perflab.core.validate import positive_int
 from perflab.profiling.diagnose import Diagnosis, diagnose
+from perflab.profiling.quiet import quiet_profiler
 
 FAULTS = ("none", "loader", "sync", "launch", "comm")
 EXPECTED = {"none": None, "loader": "data_wait", "sync": "host_sync", "launch": "launch_bound", "comm": "communication"}
@@ -232,6 +233,7 @@ def _trace_path(trace_out, fault: str) -> Path:
     return Path(tempfile.mkdtemp(prefix="perflab-trace-")) / f"step_{fault}.json"
 
 
+@quiet_profiler()  # the profiler's own USDT/STAGE lines stay off the learner's stderr
 def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool = False, steps: int = 2,
                  batch: int = 4, seq: int = 64, trace_out: str | Path | None = None, sizes: FaultSizes = FaultSizes(),
                  record_shapes: bool = True, profile_memory: bool = False, with_stack: bool = False,
