@@ -121,7 +121,9 @@ def test_split_node_rules_hold_on_every_lab_case():
 
 
 def test_lab_check_grades():
-    from test_mutants_lab08 import reference  # the rule written out: calling plan.split_node is refused
+    from test_mutants_lab08 import (
+        reference,  # the rule written out: calling plan.split_node is refused
+    )
 
     assert lab08.check_split_node(reference)
     with pytest.raises(lab08.LabCheckError, match="perflab's own"):
