@@ -64,7 +64,7 @@ class LCGPermutation:
         if self.n > 1 << 62:
             raise InputError(f"n = {self.n} is larger than this permutation supports (2^62)")
 
-    # the generator's constants, derived from the seed
+    # the generator's constants, derived from the RNG seed argument
     @property
     def bits(self) -> int:
         return max(2, (self.n - 1).bit_length())
