@@ -128,7 +128,7 @@ def test_lab_check_grades():
     assert lab08.check_split_node(reference)
     with pytest.raises(lab08.LabCheckError, match="perflab's own"):
         lab08.check_split_node(split_node)
-    assert lab08.check_split_node(lambda cpus, n, sib: (_ for _ in ()).throw(NotImplementedError())) is False
+    assert not lab08.check_split_node(lambda cpus, n, sib: (_ for _ in ()).throw(NotImplementedError()))
     with pytest.raises(lab08.LabCheckError, match="rule 1"):
         lab08.check_split_node(lambda cpus, n, sib: [part[:-1] if r == n - 1 else part
                                                      for r, part in enumerate(reference(cpus, n, sib))])

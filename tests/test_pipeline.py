@@ -231,12 +231,12 @@ def test_lab07_check_passes_the_solution_and_rejects_wrong_answers(capsys):
     from perflab.core.grading import LabCheckError
     from perflab.pipeline import lab07
 
-    assert lab07.check_index(_solution) is True
+    assert lab07.check_index(_solution)
 
     def stub(**_):
         raise NotImplementedError
 
-    assert lab07.check_index(stub) is False and "not done yet" in capsys.readouterr().out
+    assert not lab07.check_index(stub) and "not done yet" in capsys.readouterr().out
     with pytest.raises(LabCheckError):
         lab07.check_index(lambda i, n, a, c, x0: i)  # a permutation, but not the LCG's
     with pytest.raises(LabCheckError):  # the LCG's state without cycle-walking: values ≥ n

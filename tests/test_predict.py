@@ -91,3 +91,8 @@ def test_widget_entry_wins_over_nothing_and_is_read_at_reveal_time():
     assert p.value is None
     box.value = "3.5"
     assert P.reveal(p, 7.0, device="d").record["predicted"] == 3.5
+
+
+def test_numbers_show_without_padded_zeros():
+    r = P.reveal(P.ask("05", "x", "speed-up", "×", given={"x": 1.2}), 1.5, device="d")
+    assert "1.2 ×" in str(r) and "1.5 ×" in str(r) and "1.20" not in str(r)

@@ -232,15 +232,15 @@ def test_lab09_checks():
     def stub(trace):
         raise NotImplementedError
 
-    assert lab09.check_name_cause(stub) is False
-    assert lab09.check_name_cause(_solution) is True
+    assert not lab09.check_name_cause(stub)
+    assert lab09.check_name_cause(_solution)
     with pytest.raises(LabCheckError):
         lab09.check_name_cause(lambda t: "data_wait")
     with pytest.raises(LabCheckError, match="one of"):
         lab09.check_name_cause(lambda t: "gremlins")
     right = lab09.right_fix()
-    assert lab09.check_fixes({c: "?" for c in right}) is False
-    assert lab09.check_fixes(dict(right)) is True
+    assert not lab09.check_fixes({c: "?" for c in right})
+    assert lab09.check_fixes(dict(right))
     with pytest.raises(LabCheckError):
         lab09.check_fixes({**right, "data_wait": next(k for k in "abcde" if k not in right.values())})
 

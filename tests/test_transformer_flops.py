@@ -22,6 +22,7 @@ from perflab.flops.transformer import (
     conventions_frame,
     exact_flops,
     flops_per_token,
+    handbook_tflops_estimate,
     korthikanti_eq7,
     korthikanti_eq8,
     megatron_gpt,
@@ -29,7 +30,6 @@ from perflab.flops.transformer import (
     narayanan_params_eq2,
     narayanan_training_days,
     palm_flops_per_token,
-    seed_tflops_estimate,
 )
 from perflab.workload.models import (
     PRESETS,
@@ -162,10 +162,10 @@ def test_seed_estimate_slightly_underestimates_eq3():
     so it comes out a little below Narayanan eq. 3 for the same run (1T row of Table 1)."""
     row = narayanan_table1()[-1]
     sec = narayanan_eq3(row["batch"], 2048, 128, 25600, 51200) / (row["gpus"] * row["tflops_per_gpu"] * 1e12)
-    est = seed_tflops_estimate(row["params_b"], 2048, row["batch"], sec, row["gpus"], recompute=True)
+    est = handbook_tflops_estimate(row["params_b"], 2048, row["batch"], sec, row["gpus"], recompute=True)
     assert 0.95 * row["tflops_per_gpu"] < est < row["tflops_per_gpu"]
-    assert seed_tflops_estimate(52, 2048, 1024, 127, 64, recompute=False) == pytest.approx(
-        0.75 * seed_tflops_estimate(52, 2048, 1024, 127, 64))
+    assert handbook_tflops_estimate(52, 2048, 1024, 127, 64, recompute=False) == pytest.approx(
+        0.75 * handbook_tflops_estimate(52, 2048, 1024, 127, 64))
 
 
 @pytest.mark.parametrize("name", ["gpt2-small", "megatron-22b", "gpt3-175b"])

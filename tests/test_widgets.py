@@ -77,3 +77,36 @@ def test_the_roofline_slider_refuses_a_size_it_cannot_measure_in_its_budget():
     assert rate > 0 and call_s == pytest.approx(2 * 128**3 / (rate * 1e12))
     fast, assumed = plots.predicted_call_s(4096, "fp32", dev, peak_tflops=1e6)  # a spec peak bounds the guess
     assert assumed == pytest.approx(0.5e6) and fast < 1e-6
+
+
+def test_a_busy_panel_says_what_it_measures_before_the_result():
+    from perflab.course.widgets import Panel, int_slider
+
+    seen = []
+    panel = None
+
+    def slow(n):
+        seen.append(tuple(o.get("text", "") for o in panel.out.outputs))
+        return f"n = {n}"
+
+    panel = Panel(slow, busy="measuring a matmul", n=int_slider("n", 4, 1, 8))
+    assert panel.set(n=5) == "n = 5"
+    assert seen and "measuring a matmul (n = 5)" in seen[-1][0]
+    assert "measuring" not in str(panel.out.outputs)  # replaced by the result
+
+
+def test_tables_show_meaningful_digits_without_padded_zeros():
+    from perflab.course.notebook import trimmed
+
+    assert [trimmed(x) for x in (0.8, 1.2, 27.0, 0.0012, 1234.5, 22.7, 3.14159, 0.0)] == \
+        ["0.8", "1.2", "27", "0.0012", "1,234", "22.7", "3.142", "0"]
+
+
+def test_readable_tables_say_what_is_missing_and_why():
+    import pandas as pd
+
+    from perflab.course.notebook import readable
+
+    df = pd.DataFrame({"name": ["a", "b"], "fp8": [1979.0, None], "SMs": [132, 108]})
+    out = readable(df, {"fp8": "no fp8 on the datasheet"})
+    assert list(out["fp8"]) == ["1,979", "no fp8 on the datasheet"] and list(out["SMs"]) == ["132", "108"]

@@ -8,9 +8,10 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `nbclean`: strip outputs and execution counts (what git holds)
 - `report`: `perflab report`, this machine measured the way the lessons measure it, and two reports compared
 - `report_html`: a report as one standalone HTML page, its figures embedded
+- `predict`: the learner's written prediction, revealed beside the measurement and summarised
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html")
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "predict")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

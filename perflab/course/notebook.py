@@ -3,8 +3,9 @@
     >>> ctx = start(smoke)          # prints the device, torch version and date; returns a Context
     >>> n = ctx.pick(full=8192, smoke=256, cpu=1024)
 
-`start` also calls `set_readable_display()`: tables show floats to 4 significant digits, so a
-lesson's DataFrames read like its printed numbers (no `744.431582` tokens/s).
+`start` also calls `set_readable_display()`: tables show floats to 4 significant digits without
+padded zeros, so a lesson's DataFrames read like its printed numbers (no `744.431582` tokens/s, no
+`0.8000`).
 """
 
 from __future__ import annotations
@@ -35,13 +36,23 @@ class Context:
         return full
 
 
-def set_readable_display(significant: int = 4) -> None:
-    """Make pandas show every float to `significant` digits (tables in this kernel, from now on)."""
-    import pandas as pd
-
+def trimmed(x: float, significant: int = 4) -> str:
+    """`x` to `significant` digits without padded zeros: 0.8 (not 0.8000), 1.2, 27, 0.0012, 1,234."""
     from perflab.core.readout import num
 
-    pd.set_option("display.float_format", lambda x: num(x, significant))
+    text = num(x, significant)
+    if "." in text and "e" not in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def set_readable_display(significant: int = 4) -> None:
+    """Make pandas show every float to `significant` digits, without padded zeros (tables in this
+    kernel, from now on)."""
+    import pandas as pd
+
+    pd.set_option("display.float_format", lambda x: trimmed(x, significant))
+    pd.set_option("display.max_colwidth", None)  # never cut a cell's text with "…"
 
 
 def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -> Context:
@@ -63,3 +74,21 @@ def start(smoke: bool = False, device: str | None = None, quiet: bool = False) -
             print("No CUDA GPU here: measurements run on the CPU; GPU-only ideas are shown through the model "
                   "and, where perflab ships it, reference data recorded on a real GPU.")
     return Context(dev, info, peaks, bool(smoke))
+
+
+def readable(frame, missing: str | dict[str, str] = "not measured", significant: int = 4):
+    """`frame` with every number as text to `significant` digits (no padded zeros) and every missing
+    value replaced by what is missing and why: one phrase for all columns, or one per column."""
+    import math
+
+    def cell(col: str, v: Any) -> Any:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return missing.get(col, "–") if isinstance(missing, dict) else missing
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return v
+        return trimmed(v, significant)
+
+    out = frame.copy().astype(object)
+    for col in out.columns:
+        out[col] = [cell(col, v) for v in frame[col]]
+    return out

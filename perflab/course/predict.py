@@ -33,7 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perflab.core.readout import num
+from perflab.core.readout import num as _num
+
+
+def num(x: float | int | None, sig: int = 3) -> str:
+    """`x` to `sig` significant digits without padded zeros: 1.2 (not 1.20), 0.5, 27."""
+    text = _num(x, sig)
+    if "." in text and "e" not in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 ON_THE_MARK = 0.10  # |predicted/measured − 1| within which a numeric prediction counts as right
 

@@ -53,10 +53,13 @@ def toggle(description: str, value: bool = False, **kw):
 class Panel:
     """Controls + one output area, wired to `fn(**values)`."""
 
-    def __init__(self, fn: Callable[..., Any], title: str | None = None, **controls):
+    def __init__(self, fn: Callable[..., Any], title: str | None = None, *, busy: str | None = None, **controls):
+        """`busy`: what the panel does while `fn` runs ("measuring a matmul"); shown at once when a
+        control moves, so a learner sees that the panel is working and on what."""
         import ipywidgets as w
 
         self.fn = fn
+        self.busy = busy
         self.controls = controls
         self.out = w.Output()
         self.last: Any = None
@@ -93,6 +96,8 @@ class Panel:
         import matplotlib.pyplot as plt
 
         self.calls += 1
+        if self.busy:
+            self.out.outputs = (_stream(f"… {self.busy} ({_describe(self.values)})"),)
         try:
             result = self.fn(**self.values)
             self.last, self.last_error = result, None
@@ -122,6 +127,10 @@ class Panel:
         self.update()
 
 
+def _describe(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in values.items())
+
+
 def _stream(text: str) -> dict[str, Any]:
     return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
 
@@ -133,13 +142,15 @@ def _outputs(result: Any) -> list[dict[str, Any]]:
 
     if result is None:
         return []
-    fmt = InteractiveShell.instance().display_formatter.format
+    formatter: Any = InteractiveShell.instance().display_formatter  # set once IPython's shell exists
+    fmt = formatter.format
     out = []
     for item in result if isinstance(result, tuple) else (result,):
         fig = item if _is_figure(item) else getattr(item, "figure", None)
         obj = fig if _is_figure(fig) else item
-        if callable(getattr(obj, "readout", None)):  # a result object: its table, never its repr
-            r = obj.readout()
+        readout = getattr(obj, "readout", None)
+        if callable(readout):  # a result object: its table, never its repr
+            r: Any = readout()
             out.append({"output_type": "display_data", "metadata": {},
                         "data": {"text/plain": str(r), "text/html": r._repr_html_()}})
         elif _is_figure(obj) or hasattr(obj, "to_html") or hasattr(obj, "_repr_html_"):

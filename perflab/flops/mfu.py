@@ -141,7 +141,7 @@ def matmul_ceiling(device=None, dtype: DType | str = "fp32", size: int | None = 
     try:
         from perflab.gemm import mamf
 
-        v = mamf.measured_ceiling(dev, dt)
+        v = mamf.measured_ceiling(dev, dt.name)
         if v:
             return Ceiling(float(v), "measured ceiling (maximum achievable matmul FLOPs search)", "mamf")
     except (ImportError, AttributeError):
@@ -151,7 +151,7 @@ def matmul_ceiling(device=None, dtype: DType | str = "fp32", size: int | None = 
     if key not in _CEILINGS:
         from perflab.core.measure import measure_matmul
 
-        r = measure_matmul(n, n, n, dt, dev, warmup_ms=50 if dev.type == "cuda" else 25,
+        r = measure_matmul(n, n, n, dt.name, dev, warmup_ms=50 if dev.type == "cuda" else 25,
                            rep_ms=300 if dev.type == "cuda" else (200 if n >= 1024 else 50))
         _CEILINGS[key] = Ceiling(r.tflops, f"measured matmul ceiling (largest square matmul measured here: {n}³ {dt})",
                                  "matmul", n)
@@ -191,8 +191,8 @@ def narayanan_table1_mfu():
     peak = by_id(meta["accelerator"]).peak(meta["dtype"])
     df = pd.DataFrame(narayanan_table1())
     s, v = meta["seq"], meta["vocab"]
-    df["eq7/eq3"] = [tf.korthikanti_eq7(1, s, r.layers, r.hidden, v) / tf.narayanan_eq3(1, s, r.layers, r.hidden, v)
-                     for r in df.itertuples()]
+    df["eq7/eq3"] = [tf.korthikanti_eq7(1, s, int(layers), int(hidden), v) / tf.narayanan_eq3(1, s, int(layers), int(hidden), v)
+                     for layers, hidden in zip(df["layers"], df["hidden"], strict=True)]
     df["HFU (published %)"] = 100 * df["peak_fraction"]
     df["MFU (eq. 7, %)"] = 100 * df["tflops_per_gpu"] / peak * df["eq7/eq3"]
     df.attrs["peak_tflops"] = peak
@@ -208,8 +208,10 @@ def handbook_estimate_example() -> dict[str, Any]:
     ex = _published_raw()["handbook_estimate"]
     i = ex["inputs"]
     peak = by_id(ex["accelerator"]).peak(ex["dtype"])
-    hw = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
-    model = tf.seed_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
+    if not peak:
+        raise ValueError(f"no {ex['dtype']} peak for {ex['accelerator']} in perflab's hardware table")
+    hw = tf.handbook_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
+    model = tf.handbook_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
     return {"inputs": dict(i), "hfu_tflops": hw, "mfu_tflops": model, "peak_tflops": peak, "hfu": hw / peak,
             "mfu": model / peak, "source": ex["source"]}
 

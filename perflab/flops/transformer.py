@@ -158,10 +158,12 @@ def palm_flops_per_token(n_params: float, layers: int, heads: int, head_dim: int
     return 6 * n_params + 12 * layers * heads * head_dim * seq
 
 
-def seed_tflops_estimate(model_billion: float, seqlen: int, global_batch: int, sec_per_iter: float,
+def handbook_tflops_estimate(model_billion: float, seqlen: int, global_batch: int, sec_per_iter: float,
                          gpus: int, recompute: bool = True) -> float:
-    """The handbook's quick TFLOP/s per GPU for a decoder transformer (seeds/000, "TFLOPS as a
-    performance metric"): model_B · 4 · 2 · seqlen · GBS / (sec · gpus · 1e3).
+    """The handbook's quick TFLOP/s per GPU for a decoder transformer (Stas Bekman, *Machine Learning
+    Engineering Open Book*, training/performance/README.md, "TFLOPS as a performance metric",
+    https://github.com/stas00/ml-engineering/tree/master/training/performance):
+    model_B · 4 · 2 · seqlen · GBS / (sec · gpus · 1e3), GBS the global batch in sequences.
 
     4 with activation recomputation (fwd + 2×bwd + recompute), 3 without; the 2 is FLOPs per
     parameter per token of a forward. It ignores attention and so slightly underestimates.

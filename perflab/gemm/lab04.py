@@ -10,22 +10,80 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perflab.core.grading import grade
+from perflab.core.grading import Verdict, grade
 from perflab.gemm import shapes
 
+# Exact multiples and one past them (the ragged edge), sizes smaller than a tile, non-square tiles
+# with m and n on different sides of a multiple, and non-power-of-two sizes.
 TILE_CASES = [(2304, 1536, 256, 128), (2304, 1537, 256, 128), (257, 256, 128, 128), (1, 1, 128, 128),
-              (4096, 10922, 128, 256), (100, 300, 64, 64)]
-WAVE_CASES = [(108, 108), (117, 108), (1, 132), (264, 132), (265, 132), (1000, 80)]
+              (4096, 10922, 128, 256), (100, 300, 64, 64), (384, 200, 128, 64), (129, 128, 64, 128)]
+# Exactly one wave, one tile over, fewer tiles than SMs, exact multiples, one past, non-power-of-two SM counts.
+WAVE_CASES = [(108, 108), (117, 108), (1, 132), (264, 132), (265, 132), (1000, 80), (107, 108), (216, 108)]
+
+_FORBIDDEN = (shapes.tile_count, shapes.wave_count, shapes.cliffs, shapes.ceil_div)
 
 
-def check_tiles(student: Callable[..., int]) -> bool:
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+TILE_MISTAKES = [
+    ("you rounded down: a ragged last tile still needs a whole tile (⌈size / tile⌉)",
+     lambda m, n, tile_m, tile_n: (m // tile_m) * (n // tile_n)),
+    ("off by one: size // tile + 1 adds a tile even when the size is an exact multiple; use ⌈size / tile⌉",
+     lambda m, n, tile_m, tile_n: (m // tile_m + 1) * (n // tile_n + 1)),
+    ("m and n swapped against the tile's sides: m is covered by tile_m rows, n by tile_n columns",
+     lambda m, n, tile_m, tile_n: _ceil(m, tile_n) * _ceil(n, tile_m)),
+    ("that divides the areas (m·n / (tile_m·tile_n)): ragged edges need whole tiles in each dimension",
+     lambda m, n, tile_m, tile_n: _ceil(m * n, tile_m * tile_n)),
+]
+
+WAVE_MISTAKES = [
+    ("you rounded down: a partial wave (fewer tiles than SMs left) still takes a whole wave",
+     lambda tiles, sms: tiles // sms),
+    ("off by one: tiles // SMs + 1 adds a wave when the tiles fill the SMs exactly; use ⌈tiles / SMs⌉",
+     lambda tiles, sms: tiles // sms + 1),
+    ("a wave count is a whole number: round tiles / SMs up", lambda tiles, sms: tiles / sms),
+]
+
+
+def check_tiles(student: Callable[..., int]) -> Verdict:
     cases = [({"m": m, "n": n, "tile_m": tm, "tile_n": tn}, shapes.tile_count(m, n, tm, tn)) for m, n, tm, tn in TILE_CASES]
-    return grade("tiles", student, cases, hint="each dimension needs ⌈size / tile⌉ tiles, even when the last is ragged")
+    return grade("tiles", student, cases, mistakes=TILE_MISTAKES, forbidden=_FORBIDDEN,
+                 reference=lambda m, n, tile_m, tile_n: _ceil(m, tile_m) * _ceil(n, tile_n),
+                 hint="each dimension needs ⌈size / tile⌉ tiles, even when the last is ragged")
 
 
-def check_waves(student: Callable[..., int]) -> bool:
+def check_waves(student: Callable[..., int]) -> Verdict:
     cases = [({"tiles": t, "sms": s}, shapes.wave_count(t, s)) for t, s in WAVE_CASES]
-    return grade("waves", student, cases, hint="a wave runs one tile per SM: ⌈tiles / SMs⌉")
+    return grade("waves", student, cases, mistakes=WAVE_MISTAKES, forbidden=_FORBIDDEN,
+                 reference=lambda tiles, sms: _ceil(tiles, sms), hint="a wave runs one tile per SM: ⌈tiles / SMs⌉")
+
+
+def _cliffs_with(m, k, n_values, tile, sms, *, waves=_ceil, tiles=None, first=False, early=False):
+    out, prev, prev_n = [], None, None
+    for n in sorted(n_values):
+        t = tiles(m, n, *tile) if tiles else _ceil(m, tile[0]) * _ceil(n, tile[1])
+        w = waves(t, sms)
+        if (prev is None and first) or (prev is not None and w > prev):
+            out.append(prev_n if early and prev_n is not None else n)
+        prev, prev_n = w, n
+    return tuple(out)
+
+
+CLIFF_MISTAKES = [
+    ("one step early: a cliff is the first n of the new wave, not the last n of the old one",
+     lambda m, k, n_values, tile, sms: _cliffs_with(m, k, n_values, tile, sms, early=True)),
+    ("the first n is no cliff: there is no previous wave count to compare it with",
+     lambda m, k, n_values, tile, sms: _cliffs_with(m, k, n_values, tile, sms, first=True)),
+    ("you rounded the waves down: a partial wave still takes a whole wave (⌈tiles / SMs⌉)",
+     lambda m, k, n_values, tile, sms: _cliffs_with(m, k, n_values, tile, sms, waves=lambda t, s: t // s)),
+    ("you rounded the tiles down: a ragged last tile still needs a whole tile",
+     lambda m, k, n_values, tile, sms: _cliffs_with(m, k, n_values, tile, sms,
+                                                    tiles=lambda m, n, a, b: (m // a) * (n // b))),
+    ("the tile's sides are (rows of m, columns of n): you used them the other way round",
+     lambda m, k, n_values, tile, sms: _cliffs_with(m, k, n_values, (tile[1], tile[0]), sms)),
+]
 
 
 def cliff_cases() -> list[tuple[dict[str, Any], list[int]]]:
@@ -35,15 +93,21 @@ def cliff_cases() -> list[tuple[dict[str, Any], list[int]]]:
         (2304, 4096, list(range(128, 4609, 1)), (256, 128), 108),  # NVIDIA's worked example
         (4096, 4096, list(range(128, 8193, 128)), (128, 256), 132),  # an H100 SXM
         (512, 512, list(range(16, 1025, 16)), (64, 64), 20),
+        (300, 100, list(range(8, 601, 8)), (64, 32), 7),  # non-square tile, non-power-of-two sizes and SMs
     ]:
         out.append(({"m": m, "k": k, "n_values": n_values, "tile": tile, "sms": sms},
                     shapes.cliffs("n", n_values, {"m": m, "k": k}, sms=sms, tile=tile)))
     return out
 
 
-def check_cliffs(student: Callable[..., Sequence[int]]) -> bool:
+def check_cliffs(student: Callable[..., Sequence[int]]) -> Verdict:
     cases = [(inp, tuple(want)) for inp, want in cliff_cases()]
-    return grade("predict_cliffs", lambda **kw: tuple(int(v) for v in student(**kw)), cases,
+
+    def answer(**kw):
+        got = student(**kw)
+        return got if got is None else tuple(int(v) for v in got)
+
+    return grade("predict_cliffs", answer, cases, mistakes=CLIFF_MISTAKES, forbidden=_FORBIDDEN,
                  hint="walk the n values in order and keep each n whose wave count is higher than the previous n's")
 
 

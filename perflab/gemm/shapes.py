@@ -384,7 +384,7 @@ def check_alignment(m: int, n: int, k: int, dtype: str, arch: str) -> list[Align
     out = []
     for dim, v in (("m", m), ("n", n), ("k", k)):
         v = positive_int(dim, v)
-        if rule.recommended is None:
+        if rule.recommended is None or rule.required is None:
             out.append(AlignmentCheck(dim, v, None, None, None, None, rule.note))
             continue
         ok_req = v % rule.required == 0
@@ -425,8 +425,9 @@ class CheckItem:
 
 
 CHECKLIST_SOURCE = ("Anthony et al., 'The Case for Co-Designing Model Architectures with Hardware' (arXiv:2401.14489), "
-                    "summary of recommendations; restated in the course's seed chapter 'final recommendations for "
-                    "model sizing'")
+                    "summary of recommendations; restated in Stas Bekman, 'Machine Learning Engineering Open Book', "
+                    "training/performance/README.md, 'Vector and matrix size divisibility → Final recommendations for "
+                    "model sizing' (https://github.com/stas00/ml-engineering/tree/master/training/performance)")
 
 
 def sizing_checklist(*, vocab: int, b: int, s: int, h: int, a: int, t: int = 1, d_ff: int | None = None,

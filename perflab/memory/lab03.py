@@ -14,8 +14,81 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from perflab.core.grading import LabCheckError, grade, record
+from perflab.core.grading import NOT_DONE, Verdict, attempt, fail, grade, record
+from perflab.memory import estimate
 from perflab.memory.estimate import activations_per_layer_bytes, bytes_per_param, model_state_bytes
+
+_FORBIDDEN = (bytes_per_param, model_state_bytes, activations_per_layer_bytes, estimate.model_activation_bytes,
+              estimate.loss_gradient_bytes, estimate.step_phases)
+
+_W = {"fp32": 4, "mixed": 6, "bf16": 2}
+_G = {"fp32": 4, "fp16": 2, "bf16": 2}
+_STATES = {"adamw": 2, "sgd": 1, "lion": 1}
+
+
+def _bpp(precision, optimizer, grad_dtype, *, weights=None, grads=None, states=None, state=None):
+    w = _W[precision] if weights is None else weights(precision)
+    g = _G[grad_dtype] if grads is None else grads
+    n = _STATES[optimizer] if states is None else states(optimizer)
+    sb = (2 if precision == "bf16" else 4) if state is None else state
+    return w + g + n * sb
+
+
+BPP_MISTAKES = [
+    ("mixed precision keeps an fp32 master copy (4 bytes) beside the 16-bit weights (2 bytes)",
+     lambda precision, optimizer, grad_dtype: _bpp(precision, optimizer, grad_dtype,
+                                                   weights=lambda p: {"fp32": 4, "mixed": 2, "bf16": 2}[p])),
+    ("pure bf16 keeps its optimizer states in 2 bytes too (no fp32 copy anywhere)",
+     lambda precision, optimizer, grad_dtype: _bpp(precision, optimizer, grad_dtype, state=4)),
+    ("the gradients take grad_dtype's size (2 bytes in fp16/bf16, 4 in fp32)",
+     lambda precision, optimizer, grad_dtype: _bpp(precision, optimizer, grad_dtype, grads=4)),
+    ("SGD with momentum and Lion keep one state per parameter, AdamW two (the optimizer matters)",
+     lambda precision, optimizer, grad_dtype: _bpp(precision, optimizer, grad_dtype, states=lambda o: 2)),
+    ("SGD here has momentum: one state per parameter, not zero",
+     lambda precision, optimizer, grad_dtype: _bpp(precision, optimizer, grad_dtype,
+                                                   states=lambda o: {"adamw": 2, "sgd": 0, "lion": 1}[o])),
+]
+
+
+def _zero(params, stage, dp, *, shift=0, master_partitioned=True):
+    st = stage + shift
+    weights, grads, master, moments = 2 * params, 2 * params, 4 * params, 8 * params
+    if st >= 1:
+        moments /= dp
+        if master_partitioned:
+            master /= dp
+    if st >= 2:
+        grads /= dp
+    if st >= 3:
+        weights /= dp
+    return weights + grads + master + moments
+
+
+ZERO_MISTAKES = [
+    ("one stage off: stage 1 partitions the optimizer states only, stage 2 adds the gradients, stage 3 the weights",
+     lambda params, stage, dp: _zero(params, stage, dp, shift=1)),
+    ("one stage off: stage 1 partitions the optimizer states only, stage 2 adds the gradients, stage 3 the weights",
+     lambda params, stage, dp: _zero(params, stage, dp, shift=-1)),
+    ("the fp32 master weights are one of the optimizer states (K = 12 = 4 + 4 + 4): stage 1 partitions them too",
+     lambda params, stage, dp: _zero(params, stage, dp, master_partitioned=False)),
+    ("stage 3 partitions the 16-bit weights too (2Ψ/dp)",
+     lambda params, stage, dp: _zero(params, min(stage, 2), dp)),
+]
+
+
+def _act(s, b, h, a):
+    return s * b * h * (34 + 5 * a * s / h)
+
+
+ACT_MISTAKES = [
+    ("the attention scores term 5as²b is missing (softmax output, its dropout mask and dropout output grow with s²)",
+     lambda s, b, h, a: 34 * s * b * h),
+    ("the scores are per head: 5·a·s²·b, with a heads", lambda s, b, h, a: 34 * s * b * h + 5 * s * s * b),
+    ("that counts 4 bytes per value: the paper's activations are 16-bit (2 bytes), dropout masks 1 byte",
+     lambda s, b, h, a: 2 * _act(s, b, h, a)),
+    ("the MLP keeps 19sbh and the two LayerNorms 4sbh: the constant is 34, not 24 (did you leave out the LayerNorms "
+     "and dropout masks?)", lambda s, b, h, a: s * b * h * (24 + 5 * a * s / h)),
+]
 
 PEAK_TOLERANCE = {"cpu": 0.05, "cuda": 0.10}  # fraction of the measured peak
 
@@ -27,35 +100,38 @@ def peak_tolerance(device=None) -> float:
     return PEAK_TOLERANCE.get(dev.type, 0.10)
 
 
-def check_bytes_per_param(fn) -> bool:
+def check_bytes_per_param(fn) -> Verdict:
     """Grade `fn(precision, optimizer, grad_dtype) -> bytes per parameter` (weights + master weights +
     gradients + optimizer states, no partitioning)."""
     combos = [("mixed", "adamw", "fp32"), ("mixed", "adamw", "fp16"), ("fp32", "adamw", "fp32"),
               ("bf16", "adamw", "bf16"), ("mixed", "sgd", "fp32"), ("fp32", "sgd", "fp32"), ("mixed", "lion", "bf16")]
     cases = [({"precision": p, "optimizer": o, "grad_dtype": g}, sum(bytes_per_param(p, o, g).values()))
              for p, o, g in combos]
-    return grade("bytes per parameter", fn, cases,
+    return grade("bytes per parameter", fn, cases, mistakes=BPP_MISTAKES, forbidden=_FORBIDDEN,
                  hint="mixed precision keeps a 16-bit copy (2) and an fp32 master copy (4); pure bf16 keeps "
                       "everything, optimizer states included, in 2 bytes; AdamW has two states, SGD with momentum "
                       "and Lion one")
 
 
-def check_zero(fn) -> bool:
+def check_zero(fn) -> Verdict:
     """Grade `fn(params, stage, dp) -> bytes per GPU` for mixed precision AdamW with fp16 gradients
     (the ZeRO paper's setting, K = 12)."""
     cases = [({"params": n, "stage": z, "dp": d}, sum(model_state_bytes(n, "mixed", "adamw", "fp16", z, d).values()))
-             for n, d in ((7.5e9, 64), (1.3e9, 8), (175e9, 1024)) for z in (0, 1, 2, 3)]
-    return grade("ZeRO memory per GPU", fn, cases, rtol=1e-9,
+             for n, d in ((7.5e9, 64), (1.3e9, 8), (175e9, 1024), (3e6, 6)) for z in (0, 1, 2, 3)]
+    cases.append(({"params": 1e9, "stage": 3, "dp": 1}, sum(model_state_bytes(1e9, "mixed", "adamw", "fp16", 3, 1).values())))
+    return grade("ZeRO memory per GPU", fn, cases, rtol=1e-9, mistakes=ZERO_MISTAKES, reference=lambda params, stage, dp: _zero(params, stage, dp),
+                 forbidden=_FORBIDDEN,
                  hint="stage 1 divides the KΨ optimizer part by dp, stage 2 also the 2Ψ of gradients, stage 3 also "
                       "the 2Ψ of weights")
 
 
-def check_activations(fn) -> bool:
+def check_activations(fn) -> Verdict:
     """Grade `fn(s, b, h, a) -> bytes` of one layer's activations without parallelism or
     recomputation (Korthikanti et al. 2022, eq. 1)."""
-    shapes = [(2048, 1, 12288, 96), (1024, 8, 768, 12), (4096, 1, 4096, 32), (128, 3, 256, 8)]
+    shapes = [(2048, 1, 12288, 96), (1024, 8, 768, 12), (4096, 1, 4096, 32), (128, 3, 256, 8), (100, 2, 96, 7)]
     cases = [({"s": s, "b": b, "h": h, "a": a}, activations_per_layer_bytes(s, b, h, a)) for s, b, h, a in shapes]
-    return grade("activations per layer", fn, cases, rtol=1e-9,
+    return grade("activations per layer", fn, cases, rtol=1e-9, mistakes=ACT_MISTAKES, reference=_act,
+                 forbidden=_FORBIDDEN,
                  hint="attention 11sbh + 5as²b, MLP 19sbh, two LayerNorms 4sbh (16-bit values, 1-byte dropout masks)")
 
 
@@ -85,30 +161,26 @@ def _measured_peak(cfg, batch: int, seq: int, device: str | None) -> int:
     return max(r["peak_bytes"] for r in rep.rows if r["iteration"] == 2)
 
 
-def check_step_peak(fn, device=None) -> bool:
+def check_step_peak(fn, device=None) -> Verdict:
     """Grade `fn(cfg, batch, seq) -> bytes`: the peak allocated bytes of a steady-state training
     step (fp32, torch's AdamW, loss = cross-entropy of fp32 logits) of `build_model(cfg)`, measured
     here, within `peak_tolerance(device)` (±5% on CPU, ±10% on GPU)."""
     cases = peak_cases(device)
     tol = peak_tolerance(device)
-    try:
-        fn(**cases[0])
-    except NotImplementedError:
-        return grade("step peak, measured", fn, [(cases[0], 0)])
+    name = "step peak, measured"
+    if attempt(name, fn, what="the first shape", forbidden=_FORBIDDEN + (measured_peak,), **cases[0]) is NOT_DONE:
+        return record(name, False)
     measured = [(c, measured_peak(device=device, **c)) for c in cases]
     for inputs, want in measured:
-        got = fn(**inputs)
-        if got is None:
-            raise LabCheckError("step peak: your function returned None; did you forget `return`?")
+        got = attempt(name, fn, what=str(inputs), forbidden=_FORBIDDEN + (measured_peak,), **inputs)
         if abs(got - want) > tol * want:
             cfg = inputs["cfg"]
-            raise LabCheckError(
-                f"step peak: for {cfg.name} b={inputs['batch']} s={inputs['seq']} you predicted {got / 2**20:.1f} MiB, "
+            raise fail(name,
+                f"for {cfg.name} b={inputs['batch']} s={inputs['seq']} you predicted {got / 2**20:.1f} MiB, "
                 f"the step measured {want / 2**20:.1f} MiB ({(got - want) / want:+.1%}; tolerance ±{tol:.0%}). "
                 "Hint: weights + gradients + AdamW's two states are 16 bytes per parameter; activations are what the "
                 "forward saves (section 4 of the lesson); and at the start of backward two fp32 b·s·V gradients of "
                 "the loss live next to every activation.")
-    record("step peak, measured", True)
     shapes = ", ".join(f"{inputs['cfg'].name}: {want / 2**20:.1f} MiB" for inputs, want in measured)
-    print(f"✓ step peak, measured: within ±{tol:.0%} on {len(measured)} shapes ({shapes})")
-    return True
+    print(f"✓ {name}: within ±{tol:.0%} on {len(measured)} shapes ({shapes})")
+    return record(name, True)
