@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, LabCheckError, attempt, record
+from perflab.core.grading import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
 
 
 def _codes(code: types.CodeType) -> Iterable[types.CodeType]:
@@ -140,13 +140,13 @@ def name_mistake(outputs: Sequence[tuple[dict[str, Any], Any]], mistakes: Sequen
 
 def grade_known(name: str, student: Callable[..., Any], cases: list[tuple[dict[str, Any], Any]], *,
                 mistakes: Sequence[Mistake] = (), rtol: float = 0.0, atol: float = 0.0, hint: str = "",
-                forbidden: Sequence[Any] = ()) -> bool:
+                forbidden: Sequence[Any] = ()) -> Verdict:
     """`grade` that names the mistake: see the module docstring. True when right, False for a stub."""
     outputs = []
     for inputs, _ in cases:
         got = attempt(name, student, what=str(inputs), **inputs)
         if got is NOT_DONE:
-            return False
+            return NOT_PASSED
         outputs.append((inputs, got))
     refuse_perflab(name, student, forbidden)
     wrong = [(inputs, got, want) for (inputs, got), (_, want) in zip(outputs, cases) if not close(got, want, rtol, atol)]
@@ -156,6 +156,5 @@ def grade_known(name: str, student: Callable[..., Any], cases: list[tuple[dict[s
         known = name_mistake(outputs, mistakes, rtol=rtol, atol=atol)
         why = f" This is {known[0]}: {known[2]}" if known else (f" Hint: {hint}" if hint else "")
         raise LabCheckError(f"{name}: for {inputs} you returned {got!r}, expected {want!r}{tol}.{why}")
-    record(name, True)
     print(f"✓ {name}: correct on {len(cases)} cases")
-    return True
+    return record(name, True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.core.grading import LabCheckError, record
+from perflab.core.grading import LabCheckError, record, Verdict
 from perflab.core.labguard import grade_known
 
 HEADER = '''"""Written by perflab.dist.lab06 from the learner's notebook cell."""
@@ -69,7 +69,7 @@ BUSBW_MISTAKES = [
 ]
 
 
-def check_ring_bytes(student: Callable[..., Any]) -> bool:
+def check_ring_bytes(student: Callable[..., Any]) -> Verdict:
     """ring_bytes_per_rank(numel, world_size, itemsize) → 2·(N−1)·K/N·itemsize.
 
     The cases include N = 1 (nothing moves), N that does not divide K (1000 elements on 3 ranks) and
@@ -84,7 +84,7 @@ def check_ring_bytes(student: Callable[..., Any]) -> bool:
                        hint="each of the 2·(N−1) steps sends one chunk of K/N elements; with N = 1 nothing moves")
 
 
-def check_busbw(student: Callable[..., Any]) -> bool:
+def check_busbw(student: Callable[..., Any]) -> Verdict:
     """busbw_gbps(op, nbytes, seconds, ranks) for all_reduce, all_gather, reduce_scatter, broadcast."""
     from perflab.dist import busbw
 
@@ -108,7 +108,7 @@ def _source(fn: Callable[..., Any]) -> str:
 
 
 def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels: tuple[int, ...] | None = None,
-                          timeout: float = 240.0, name: str | None = None) -> bool:
+                          timeout: float = 240.0, name: str | None = None) -> Verdict:
     """Run `student(x, rank, world_size)` on `nproc` gloo/NCCL ranks; compare with dist.all_reduce.
 
     The sizes are multiples of nproc (1024·nproc and 250·nproc elements by default), so every chunk
@@ -128,9 +128,8 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
     try:
         student(torch.arange(4.0), 0, 1)
     except NotImplementedError:
-        record(name, False)
         print(f"… {name}: not done yet — fill in the function and run this cell again.")
-        return False
+        return record(name, False)
     except Exception:  # noqa: BLE001 - a real attempt may need a process group even for one rank; the ranks will tell
         pass
     fn_name = getattr(student, "__name__", "ring_all_reduce")
@@ -163,8 +162,7 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
             if row["bytes_sent"] != want:
                 raise LabCheckError(f"{name}: rank {rank} sent {row['bytes_sent']} B for {k} float32 elements; a ring "
                                     f"sends 2·(N−1)·K/N·4 = {want} B per rank. Send one chunk per step, not the whole tensor.")
-    record(name, True)
     sizes = " and ".join(str(k) for k in numels)
     print(f"✓ {name}: equals dist.all_reduce on every rank ({sizes} elements), point-to-point only, "
           f"{ring_bytes_sent(numels[0], nproc, 4)[0]} B sent per rank for {numels[0]} elements = 2(N−1)K/N × 4 B")
-    return True
+    return record(name, True)

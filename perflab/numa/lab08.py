@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perflab.core.grading import LabCheckError, record
+from perflab.core.grading import LabCheckError, Verdict, record
 from perflab.numa.plan import core_groups
 
 CASES = [
@@ -69,7 +69,7 @@ def rule_problems(split, cpus, n_ranks, siblings) -> list[str]:
     return out
 
 
-def check_split_node(student: Callable) -> bool:
+def check_split_node(student: Callable) -> Verdict:
     from perflab.core.labguard import refuse_perflab
     from perflab.numa import plan
 
@@ -78,15 +78,13 @@ def check_split_node(student: Callable) -> bool:
         try:
             got = student(list(cpus), n, dict(sib))
         except NotImplementedError:
-            record("split_node", False)
             print("… split_node: not done yet — fill in the function and run this cell again.")
-            return False
+            return record("split_node", False)
         if not checked:
             refuse_perflab("split_node", student, [plan.split_node, plan.plan])
             checked = True
         problems = rule_problems(got, cpus, n, sib)
         if problems:
             raise LabCheckError(f"split_node, case '{name}': " + "; ".join(problems))
-    record("split_node", True)
     print(f"✓ split_node: every rule holds on {len(CASES)} nodes")
-    return True
+    return record("split_node", True)

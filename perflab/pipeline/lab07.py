@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perflab.core.grading import LabCheckError
+from perflab.core.grading import NOT_PASSED, PASSED, LabCheckError, Verdict
 from perflab.core.labguard import grade_known
 from perflab.pipeline.shuffle import LCGPermutation
 
@@ -78,7 +78,7 @@ MISTAKES = [
 ]
 
 
-def check_index(student: Callable[..., int]) -> bool:
+def check_index(student: Callable[..., int]) -> Verdict:
     """Grades `lcg_index`: the LCG's values first, then that it is a permutation and that shards partition it.
 
     The sizes include n = 1 (m = 4), powers of two (8, 64: no walk needed), sizes just above a power
@@ -90,7 +90,7 @@ def check_index(student: Callable[..., int]) -> bool:
         cases += [({"i": i, **kw}, ref[i]) for i in range(n)]
     if not grade_known("lcg_index", student, cases, mistakes=MISTAKES, forbidden=[LCGPermutation],
                        hint="F(j) is the state after j steps of x → (a·x + c) mod m from x0; walk: while y ≥ n, y = F(y)"):
-        return False
+        return NOT_PASSED
     for n, seed in CASES:
         kw = _params(n, seed)
         values = [student(i=i, **kw) for i in range(n)]
@@ -101,7 +101,7 @@ def check_index(student: Callable[..., int]) -> bool:
             if sorted(sum(shards, [])) != list(range(n)):
                 raise LabCheckError(f"lcg_index: for n = {n} the {world} shards overlap or leave gaps")
     print("✓ lcg_index: a permutation for every n tried, and shards of 2 and 3 partition it")
-    return True
+    return PASSED
 
 
 def index_or_none(student: Callable[..., int], **kw):

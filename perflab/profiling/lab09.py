@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.core.grading import _RESULTS, NOT_DONE, LabCheckError, attempt
+from perflab.core.grading import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
 from perflab.profiling.diagnose import NONE_THRESHOLD, diagnose
 from perflab.profiling.faults import EXPECTED
 from perflab.profiling.trace import Trace, load, synthetic_step
@@ -124,7 +124,7 @@ def _perflab_says(trace: Trace) -> str:
     return sig[0].cause if sig else "none"
 
 
-def check_name_cause(student: Callable[[Trace], str], folder: str | Path | None = None) -> bool:
+def check_name_cause(student: Callable[[Trace], str], folder: str | Path | None = None) -> Verdict:
     """Grade `name_cause` on the hand-built traces (one of them needs the 50 µs allowance), then on
     the live ones in `folder` (if given). A wrong answer's hint names what the rule missed."""
     name = "name_cause"
@@ -152,7 +152,7 @@ def check_name_cause(student: Callable[[Trace], str], folder: str | Path | None 
     for i, (label, trace, want, kind) in enumerate(cases):
         got = attempt(name, student, trace, what=f"the {label}")
         if got is NOT_DONE:
-            return False
+            return NOT_PASSED
         if i == 0:
             refuse_perflab(name, student, [_diag.diagnose, diagnose, _perflab_says])
         if got not in ANSWERS:
@@ -162,13 +162,12 @@ def check_name_cause(student: Callable[[Trace], str], folder: str | Path | None 
             if got == "none" and kind in ("wait", "launch_bound"):  # a real cause dismissed: the share is wrong?
                 hint += "; " + HINTS["none"]
             raise LabCheckError(f"{name}: the {label} says {want!r}, you said {got!r}. Hint: {hint}")
-    _RESULTS[name] = "passed"
     note = f" ({len(skipped)} live trace(s) too noisy to grade: {', '.join(skipped)})" if skipped else ""
     print(f"✓ {name}: correct on {len(cases)} traces{note}")
-    return True
+    return record(name, True)
 
 
-def check_fixes(fixes: dict[str, Any], learner: str | None = None) -> bool:
+def check_fixes(fixes: dict[str, Any], learner: str | None = None) -> Verdict:
     """`fixes`: cause → a letter of `fix_choices()` (this learner's order)."""
     name = "fixes"
     choices, right = fix_choices(learner), right_fix(learner)
@@ -176,18 +175,16 @@ def check_fixes(fixes: dict[str, Any], learner: str | None = None) -> bool:
         if set(fixes) - set(right):
             raise LabCheckError(f"{name}: unknown cause(s) {sorted(set(fixes) - set(right))}; "
                                 f"use {', '.join(right)}")
-        _RESULTS[name] = "not done"
         print(f"… {name}: not done yet — pick a letter for every cause.")
-        return False
+        return record(name, False)
     for cause, letter in fixes.items():
         if str(letter).lower() not in choices:
             raise LabCheckError(f"{name}: {letter!r} for {cause} is not one of {', '.join(choices)}")
         if str(letter).lower() != right[cause]:
             raise LabCheckError(f"{name}: ({letter}) does not remove {cause}'s idle time: "
                                 f"{choices[str(letter).lower()]!r} — think about what the device waits for")
-    _RESULTS[name] = "passed"
     print(f"✓ {name}: every cause has its fix")
-    return True
+    return record(name, True)
 
 
 def reveal(folder: str | Path) -> Any:
