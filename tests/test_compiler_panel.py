@@ -16,4 +16,4 @@ def test_gpu_only_modes_are_skipped_on_a_cpu_with_the_reason():
 
 
 def test_times_have_no_padded_zeros():
-    assert panel._t(0.00026) == "0.26 ms" and panel._t(0.24) == "240 ms" and panel._t(1.0) == "1 s"
+    assert panel.short_time(0.00026) == "0.26 ms" and panel.short_time(0.24) == "240 ms" and panel.short_time(1.0) == "1 s"

@@ -69,14 +69,14 @@ def compile_view(mode: str, dtype: str, dynamic: str, *, device: str | torch.dev
             eager.sort()
             comp.sort()
             rows.append({"seq": s, "recompiled": "yes" if frames[0] > before else "no",
-                         "graphs so far": frames[0], "first call (compile + run)": _t(first),
-                         "eager call": _t(eager[reps // 2]), "compiled call": _t(comp[reps // 2]),
+                         "graphs so far": frames[0], "first call (compile + run)": short_time(first),
+                         "eager call": short_time(eager[reps // 2]), "compiled call": short_time(comp[reps // 2]),
                          "speedup": f"{eager[reps // 2] / comp[reps // 2]:.2g}×"})
     torch._dynamo.reset()
     return pd.DataFrame(rows)
 
 
-def _t(s: float) -> str:
+def short_time(s: float) -> str:
     """Two or three significant digits, no padded zeros: 0.26 ms, 240 ms, 1.9 s, 110 s."""
     return f"{float(f'{s * 1e3:.2g}'):g} ms" if s < 1 else f"{float(f'{s:.2g}'):g} s"
 
