@@ -12,6 +12,7 @@ from typing import Any
 
 from perflab.core.readout import num
 
+
 def seconds(s: float) -> str:
     """Two significant digits, no padded zeros (a shared CPU's step times support no more)."""
     return f"{float(f'{s * 1e3:.2g}'):g} ms" if s < 1 else f"{float(f'{s:.2g}'):g} s"
