@@ -20,6 +20,7 @@ def test_explain_speed_follows_the_measurement():
     assert "Faster" in faster and "1.4×" in faster and "pays for itself after 1,000 steps" in faster
     slower = explain.explain_speed(Speed(0.010, 0.013, 3.0, "default"))
     assert "Slower" in slower and "never pays off" in slower
+    assert "Far slower" in explain.explain_speed(Speed(0.36, 3.4, 49.0, "default"))
     even = explain.explain_speed(Speed(0.010, 0.0098, 3.0, "default"))
     assert "Within ±10%" in even
     assert "eager kernels" in explain.explain_speed(Speed(0.01, 0.01, 0.5, "default"), backend="eager")

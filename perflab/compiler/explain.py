@@ -33,6 +33,10 @@ def explain_speed(sp: Any, *, backend: str = "inductor") -> str:
         lines.append("Faster: the inductor fused the many small elementwise ops of the forward and backward "
                      "(norms, activations, RoPE, the loss) into a few loops, so fewer passes over memory and fewer "
                      "dispatcher calls; the matmuls themselves were already library calls.")
+    elif s < 0.5:
+        lines.append("Far slower — more than a compiled wrapper's per-call cost explains: most likely the timed steps "
+                     "still compiled (a recompile, or the backward compiled on first use) or the machine was busy. "
+                     "Run the cell again: the compiled kernels are cached now.")
     elif s <= 1 - EVEN:
         lines.append("Slower: on this model the fused loops do not win back what the compiled wrapper costs per call "
                      "(guard checks, the AOTAutograd boundary) — typical when the step is dominated by a few large "
