@@ -169,13 +169,17 @@ def _half_split_rope(x, angles):
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
-class _ItemLeft(models.FixedLM):
+from test_mutants_lab10 import Reference as _Reference  # noqa: E402 - the lab's answer written out (perflab's FixedLM is refused)
+from test_mutants_lab10 import rope_ref as _rope_ref  # noqa: E402
+
+
+class _ItemLeft(_Reference):
     def forward(self, idx):
         x = super().forward(idx)
         return x / x.abs().max().item() * x.abs().max()  # same values, one .item() break left
 
 
-class _HalfSplit(models.FixedLM):
+class _HalfSplit(_Reference):
     rope = staticmethod(_half_split_rope)
 
 
@@ -187,8 +191,8 @@ class _Stub(models.BrokenLM):
 def test_lab10_passes_the_solution_and_says_not_done_for_the_stub(capsys):
     from perflab.compiler import lab10
 
-    assert lab10.check_rope(models.rope_real)
-    assert lab10.check_model(models.FixedLM)
+    assert lab10.check_rope(_rope_ref)
+    assert lab10.check_model(_Reference)
     assert not lab10.check_model(_Stub)
     assert not lab10.check_rope(lambda x, a: (_ for _ in ()).throw(NotImplementedError))
     assert capsys.readouterr().out.count("not done yet") == 2

@@ -121,12 +121,18 @@ def test_split_node_rules_hold_on_every_lab_case():
 
 
 def test_lab_check_grades():
-    assert lab08.check_split_node(split_node)
+    from test_mutants_lab08 import (
+        reference,  # the rule written out: calling plan.split_node is refused
+    )
+
+    assert lab08.check_split_node(reference)
+    with pytest.raises(lab08.LabCheckError, match="perflab's own"):
+        lab08.check_split_node(split_node)
     assert not lab08.check_split_node(lambda cpus, n, sib: (_ for _ in ()).throw(NotImplementedError()))
     with pytest.raises(lab08.LabCheckError, match="rule 1"):
         lab08.check_split_node(lambda cpus, n, sib: [part[:-1] if r == n - 1 else part
-                                                     for r, part in enumerate(split_node(cpus, n, sib))])
-    with pytest.raises(lab08.LabCheckError, match="rule [23]"):  # round-robin threads split cores
+                                                     for r, part in enumerate(reference(cpus, n, sib))])
+    with pytest.raises(lab08.LabCheckError, match="rule [235]"):  # round-robin: cores split, not neighbours
         lab08.check_split_node(lambda cpus, n, sib: [cpus[r::n] for r in range(n)])
 
 

@@ -267,10 +267,11 @@ def test_lab09_checks():
         lab09.check_name_cause(lambda t: "data_wait")
     with pytest.raises(LabCheckError, match="one of"):
         lab09.check_name_cause(lambda t: "gremlins")
-    assert not lab09.check_fixes({c: "?" for c in lab09.RIGHT_FIX})
-    assert lab09.check_fixes(dict(lab09.RIGHT_FIX))
+    right = lab09.right_fix()
+    assert not lab09.check_fixes({c: "?" for c in right})
+    assert lab09.check_fixes(dict(right))
     with pytest.raises(LabCheckError):
-        lab09.check_fixes({**lab09.RIGHT_FIX, "data_wait": "e"})
+        lab09.check_fixes({**right, "data_wait": next(k for k in "abcde" if k not in right.values())})
 
 
 # ----------------------------------------------------------------- HolisticTraceAnalysis on hand-built GPU-style traces

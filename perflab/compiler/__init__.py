@@ -11,6 +11,8 @@
   (`data/published_compile_mfu.json`: published figures)
 - `plots`: lesson 10's figures (eager vs compiled loss curves)
 - `lab10`: the lab's checks (remove a model's graph breaks, same logits)
+- `explain`: lesson 10's explain steps, computed from the measurement (speed, recompiles)
+- `panel`: lesson 10's panel (mode, dtype, dynamic shapes → call times and recompiles)
 
 The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise torch's default
 (`/tmp/torchinductor_$USER`); `speed.cache_dir()` says which and `speed.clear_cache()` empties it.
@@ -18,5 +20,5 @@ The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise to
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("models", "breaks", "speed", "parity", "checkpointing", "plots", "lab10")
+MODULES = ("models", "breaks", "speed", "parity", "checkpointing", "plots", "lab10", "explain", "panel")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -3,7 +3,9 @@
 A graph break ends the graph dynamo is capturing and hands control back to Python; the code
 after it is captured as another graph. Each break costs a host round trip and the fusions that
 would have crossed it. Note: how many breaks a construct causes depends on the torch version
-(complex-number RoPE broke graphs in older torch releases; recent releases capture it).
+(complex-number RoPE broke graphs in the torch the PyTorch blog post "Maximizing training throughput
+using PyTorch FSDP and torch.compile" used, pytorch.org/blog/maximizing-training-throughput/; recent
+releases capture it).
 """
 
 from __future__ import annotations

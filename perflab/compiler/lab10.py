@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from perflab.compiler import breaks, models, parity
-from perflab.core.grading import LabCheckError, record
+from perflab.core.grading import LabCheckError, Verdict, record
 
 DIMS = dict(vocab=64, hidden=32, heads=2, layers=1, d_ff=64, seq_len=16)
 SEED = 10
@@ -47,29 +47,54 @@ def inputs() -> list[torch.Tensor]:
     return [torch.randint(0, DIMS["vocab"], (2, s), generator=g) for s in (DIMS["seq_len"], DIMS["seq_len"] // 2)]
 
 
-def _not_done(name: str) -> bool:
-    record(name, False)
+LOUD_TOKEN, LOUD_GAIN = 3, 1e6
+
+
+def loud_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights with token LOUD_TOKEN's embedding × 1e6: its activations reach ~4e4, past
+    the forward's 1e4 threshold, so the rescale `x / scale` runs. (The RMSNorm after it is scale-free
+    except for its eps, and the rescale makes the other tokens' rows ~1e-6: there the eps decides, so
+    a forward that drops the rescale gives logits that differ by ~1.)"""
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    sd["embed.weight"][LOUD_TOKEN] *= LOUD_GAIN
+    return sd
+
+
+def loud_inputs() -> torch.Tensor:
+    """Token ids with one loud token in the first sequence."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    x = torch.randint(4, DIMS["vocab"], (2, DIMS["seq_len"] // 2), generator=g)
+    x[0, 0] = LOUD_TOKEN
+    return x
+
+
+def _not_done(name: str) -> Verdict:
     print(f"… {name}: not done yet — fill in the function and run this cell again.")
-    return False
+    return record(name, False)
 
 
-def _passed(name: str, what: str) -> bool:
-    record(name, True)
+def _passed(name: str, what: str) -> Verdict:
     print(f"✓ {name}: {what}")
-    return True
+    return record(name, True)
 
 
-def check_rope(student: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
+def check_rope(student: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Verdict:
     """`student(x, angles)` must equal `models.rope_complex(x, angles)` within the fp32 tolerance."""
+    from perflab.core.labguard import refuse_perflab
+
     name, tol = "rope_real", tolerance()
     g = torch.Generator().manual_seed(SEED)
-    for shape in ((2, 2, 8, 16), (1, 3, 5, 4)):
+    checked = False
+    for shape in ((2, 2, 8, 16), (1, 3, 5, 4), (3, 1, 7, 6)):
         x = torch.randn(*shape, generator=g)
         angles = models.rope_angles(shape[-2], shape[-1])
         try:
             got = student(x, angles)
         except NotImplementedError:
             return _not_done(name)
+        if not checked:
+            refuse_perflab(name, student, [models.rope_complex, models.rope_real])
+            checked = True
         if got is None:
             raise LabCheckError(f"{name}: returned None for x of shape {tuple(shape)}; did you forget `return`?")
         want = models.rope_complex(x, angles)
@@ -84,14 +109,16 @@ def check_rope(student: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) ->
                 f"{name}: for x of shape {tuple(shape)} the largest difference from the complex RoPE is {err:.2g} "
                 f"(allowed {tol:.0e}). Hint: the pairs are interleaved, (x[..., 0], x[..., 1]), (x[..., 2], x[..., 3]), "
                 f"...; pair i turns by angles[..., i]: (a, b) → (a·cos − b·sin, a·sin + b·cos)")
-    return _passed(name, "equal to the complex-number RoPE on 2 cases")
+    return _passed(name, "equal to the complex-number RoPE on 3 cases")
 
 
-def check_model(model_cls: Callable[..., torch.nn.Module]) -> bool:
+def check_model(model_cls: Callable[..., torch.nn.Module]) -> Verdict:
     """`model_cls(**DIMS)` with BrokenLM's weights: 0 graph breaks and the same logits."""
     name, tol = "no graph breaks", tolerance()
     original = given_model()
     original.verbose = False  # the original's print is a break of its own, not output
+    from perflab.core.labguard import refuse_perflab
+
     try:
         mine = model_cls(**DIMS)
     except NotImplementedError:
@@ -99,6 +126,7 @@ def check_model(model_cls: Callable[..., torch.nn.Module]) -> bool:
     except TypeError as exc:
         raise LabCheckError(f"{name}: {getattr(model_cls, '__name__', model_cls)}(**{DIMS}) failed ({exc}); "
                             "subclass BrokenLM and keep its constructor") from None
+    refuse_perflab(name, model_cls, [models.FixedLM, models.fixed_from, models.rope_real])
     try:
         mine.load_state_dict(original.state_dict())
     except RuntimeError as exc:
@@ -106,8 +134,8 @@ def check_model(model_cls: Callable[..., torch.nn.Module]) -> bool:
         raise LabCheckError(f"{name}: your model must have BrokenLM's parameters ({first[0] if first else exc}); "
                             "change the forward, not the layers") from None
     if hasattr(mine, "verbose"):
-        mine.verbose = True  # pyright: ignore[reportArgumentType]  # a plain flag; Module.__setattr__'s stub names only tensors and modules
         # as the given model: a print kept under `if self.verbose` is still a break
+        mine.verbose = True  # pyright: ignore[reportArgumentType] - a plain flag on the model, not a submodule
     mine.eval()
     xs = inputs()
     with torch.no_grad():
@@ -131,4 +159,18 @@ def check_model(model_cls: Callable[..., torch.nn.Module]) -> bool:
                     f"{name}: 0 breaks, but the logits differ from the original's by up to {err:.2g} for input ids "
                     f"of shape {tuple(x.shape)} (allowed {tol:.0e}, fp32). Removing a break must not change what "
                     "the model computes: check your RoPE and that every step of the original forward is still there")
-    return _passed(name, f"0 graph breaks, logits equal to the original's within {tol:.0e} on {len(xs)} inputs")
+        # inputs that reach the threshold: the rescale must still happen, as a tensor op
+        weights = loud_weights(original)
+        original.load_state_dict(weights)
+        mine.load_state_dict(weights)
+        loud = loud_inputs()
+        want, got = original(loud), mine(loud)
+        if not torch.allclose(got, want, rtol=tol, atol=tol):
+            err = (got - want).abs().max().item()
+            raise LabCheckError(
+                f"{name}: when the activations pass the 1e4 threshold (one token's embedding × {LOUD_GAIN:.0e}) your "
+                f"logits differ from the original's by up to {err:.2g} (allowed {tol:.0e}). This is a deleted "
+                "rescale: keep `x / scale` when the max exceeds 1e4, as data: "
+                "torch.where(scale > 1e4, x / scale, x) with scale a tensor")
+    return _passed(name, f"0 graph breaks, logits equal to the original's within {tol:.0e} on {len(xs) + 1} inputs, "
+                         "one past the rescale threshold")

@@ -1,6 +1,7 @@
 """Small Llama-like models for lesson 10: the same weights with graph breaks and without.
 
-`BrokenLM` carries four deliberate graph breaks of the kinds the seed met: a `print`, a
+`BrokenLM` carries four deliberate graph breaks of the kinds the PyTorch blog post "Maximizing training
+throughput using PyTorch FSDP and torch.compile" (pytorch.org/blog/maximizing-training-throughput/) met: a `print`, a
 `.item()` (a tensor read back to Python), data-dependent control flow on that value, and RoPE in
 complex numbers (`torch.polar` / `view_as_complex`). `FixedLM` computes the same function with
 real-valued RoPE and no host round trips: 0 breaks. `fixed_from(broken)` copies the weights over.

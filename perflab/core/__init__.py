@@ -13,6 +13,7 @@ nothing else from perflab.
 - `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
 - `roofline`: the roofline model and arithmetic intensity
 - `grading`: what every lab check uses (raise on a wrong answer, "not done yet" for a stub)
+- `labguard`: refuse a lab answer that calls perflab's own solution; name a known mistake
 - `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
 - `readout`: numbers and results formatted for a person (rounded, with units and the spread)
 """
@@ -20,5 +21,5 @@ nothing else from perflab.
 from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "timing", "results", "measure",
-           "roofline", "grading", "denormals", "readout")
+           "roofline", "grading", "denormals", "readout", "labguard")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.core.grading import LabCheckError, grade, record
+from perflab.core.grading import LabCheckError, record, Verdict
+from perflab.core.labguard import grade_known
 
 HEADER = '''"""Written by perflab.dist.lab06 from the learner's notebook cell."""
 import math
@@ -27,27 +28,74 @@ import torch.distributed as dist
 '''
 
 
-def check_ring_bytes(student: Callable[..., Any]) -> bool:
-    """ring_bytes_per_rank(numel, world_size, itemsize) → 2·(N−1)·K/N·itemsize."""
-    from perflab.dist.collectives import ring_bytes_formula
+RING_MISTAKES = [
+    ("the large-N limit 2·K·itemsize", lambda numel, world_size, itemsize: 2 * numel * itemsize,
+     "that is what a rank sends only as N grows; the exact count has the factor (N−1)/N"),
+    ("one phase only (reduce-scatter without the all-gather)",
+     lambda numel, world_size, itemsize: (world_size - 1) * numel / world_size * itemsize,
+     "a missing term: the all-gather sends as many chunks again, 2·(N−1) steps in all"),
+    ("elements, not bytes", lambda numel, world_size, itemsize: 2 * (world_size - 1) * numel / world_size,
+     "the answer ignores itemsize: multiply by the bytes per element"),
+    ("an off-by-one in the step count (2N−1 steps)",
+     lambda numel, world_size, itemsize: (2 * world_size - 1) * numel / world_size * itemsize,
+     "each of the two phases has N−1 steps: 2·(N−1) in all"),
+    ("integer division of the chunk", lambda numel, world_size, itemsize: 2 * (world_size - 1) * (numel // world_size)
+     * itemsize, "K/N is a real number here: when N does not divide K the chunks differ by one element; use K/N"),
+    ("the naive root's traffic 2·(N−1)·K·itemsize",
+     lambda numel, world_size, itemsize: 2 * (world_size - 1) * numel * itemsize,
+     "that is what the root sends and receives when everybody sends to it; a ring sends one chunk per step"),
+]
+
+BUSBW_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                 "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+def _busbw_with(factors: dict[str, Any], unit: float = 1e9):
+    return lambda op, nbytes, seconds, ranks: nbytes / seconds / unit * factors[op](ranks)
+
+
+BUSBW_MISTAKES = [
+    ("the algorithm bandwidth (algbw)", lambda op, nbytes, seconds, ranks: nbytes / seconds / 1e9,
+     "busbw is algbw times the op's factor: all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n, broadcast 1"),
+    ("GiB/s instead of GB/s", _busbw_with(BUSBW_FACTORS, 2**30), "a wrong convention: nccl-tests divide by 1e9"),
+    ("all-reduce's factor for every op", _busbw_with({k: BUSBW_FACTORS["all_reduce"] for k in BUSBW_FACTORS}),
+     "all-gather and reduce-scatter move half of an all-reduce's data: (n−1)/n; broadcast × 1"),
+    ("an inverted factor n/(2(n−1))", _busbw_with({k: (lambda f: lambda n: 1 / f(n))(f) for k, f in BUSBW_FACTORS.items()}),
+     "multiply algbw by the factor; do not divide"),
+    ("broadcast with (n−1)/n", _busbw_with(BUSBW_FACTORS | {"broadcast": lambda n: (n - 1) / n}),
+     "in a broadcast every byte crosses each link once: factor 1"),
+    ("all-reduce with (n−1)/n", _busbw_with(BUSBW_FACTORS | {"all_reduce": lambda n: (n - 1) / n}),
+     "a missing term: an all-reduce is a reduce-scatter plus an all-gather, 2(n−1)/n"),
+]
+
+
+def check_ring_bytes(student: Callable[..., Any]) -> Verdict:
+    """ring_bytes_per_rank(numel, world_size, itemsize) → 2·(N−1)·K/N·itemsize.
+
+    The cases include N = 1 (nothing moves), N that does not divide K (1000 elements on 3 ranks) and
+    a 2-byte dtype, so the named mistakes in RING_MISTAKES each give a different wrong number."""
+    from perflab.dist.collectives import naive_root_bytes, ring_bytes_formula
 
     cases = [({"numel": k, "world_size": n, "itemsize": s}, ring_bytes_formula(k, n, s))
-             for k, n, s in ((1024, 4, 4), (4096, 2, 2), (8000, 8, 4), (10**6, 16, 2), (12, 1, 4))]
-    return grade("ring bytes per rank", student, cases, rtol=1e-9,
-                 hint="each of the 2·(N−1) steps sends one chunk of K/N elements; with N = 1 nothing moves")
+             for k, n, s in ((1024, 4, 4), (4096, 2, 2), (8000, 8, 4), (10**6, 16, 2), (12, 1, 4), (1000, 3, 4),
+                             (7, 5, 8))]
+    return grade_known("ring bytes per rank", student, cases, rtol=1e-9, mistakes=RING_MISTAKES,
+                       forbidden=[ring_bytes_formula, naive_root_bytes],
+                       hint="each of the 2·(N−1) steps sends one chunk of K/N elements; with N = 1 nothing moves")
 
 
-def check_busbw(student: Callable[..., Any]) -> bool:
+def check_busbw(student: Callable[..., Any]) -> Verdict:
     """busbw_gbps(op, nbytes, seconds, ranks) for all_reduce, all_gather, reduce_scatter, broadcast."""
-    from perflab.dist.busbw import busbw_gbps
+    from perflab.dist import busbw
 
-    cases = [({"op": op, "nbytes": b, "seconds": t, "ranks": n}, busbw_gbps(op, b, t, n))
+    cases = [({"op": op, "nbytes": b, "seconds": t, "ranks": n}, busbw.busbw_gbps(op, b, t, n))
              for op, b, t, n in (("all_reduce", 2**30, 0.01, 8), ("all_reduce", 2**20, 1e-4, 2),
                                  ("all_gather", 2**28, 0.005, 4), ("reduce_scatter", 2**28, 0.004, 16),
-                                 ("broadcast", 2**26, 0.002, 8))]
-    return grade("bus bandwidth", student, cases, rtol=1e-6,
-                 hint="algbw = bytes / seconds / 1e9 (GB/s); all-reduce × 2(n−1)/n, all-gather and "
-                      "reduce-scatter × (n−1)/n, broadcast × 1")
+                                 ("broadcast", 2**26, 0.002, 8), ("all_reduce", 3 * 10**8, 0.02, 3))]
+    return grade_known("bus bandwidth", student, cases, rtol=1e-6, mistakes=BUSBW_MISTAKES,
+                       forbidden=[busbw.busbw_gbps, busbw.bus_factor, busbw.convert, busbw.algbw_gbps],
+                       hint="algbw = bytes / seconds / 1e9 (GB/s); all-reduce × 2(n−1)/n, all-gather and "
+                            "reduce-scatter × (n−1)/n, broadcast × 1")
 
 
 def _source(fn: Callable[..., Any]) -> str:
@@ -60,7 +108,7 @@ def _source(fn: Callable[..., Any]) -> str:
 
 
 def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels: tuple[int, ...] | None = None,
-                          timeout: float = 240.0, name: str | None = None) -> bool:
+                          timeout: float = 240.0, name: str | None = None) -> Verdict:
     """Run `student(x, rank, world_size)` on `nproc` gloo/NCCL ranks; compare with dist.all_reduce.
 
     The sizes are multiples of nproc (1024·nproc and 250·nproc elements by default), so every chunk
@@ -80,9 +128,8 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
     try:
         student(torch.arange(4.0), 0, 1)
     except NotImplementedError:
-        record(name, False)
         print(f"… {name}: not done yet — fill in the function and run this cell again.")
-        return False
+        return record(name, False)
     except Exception:  # noqa: BLE001 - a real attempt may need a process group even for one rank; the ranks will tell
         pass
     fn_name = getattr(student, "__name__", "ring_all_reduce")
@@ -115,8 +162,7 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
             if row["bytes_sent"] != want:
                 raise LabCheckError(f"{name}: rank {rank} sent {row['bytes_sent']} B for {k} float32 elements; a ring "
                                     f"sends 2·(N−1)·K/N·4 = {want} B per rank. Send one chunk per step, not the whole tensor.")
-    record(name, True)
     sizes = " and ".join(str(k) for k in numels)
     print(f"✓ {name}: equals dist.all_reduce on every rank ({sizes} elements), point-to-point only, "
           f"{ring_bytes_sent(numels[0], nproc, 4)[0]} B sent per rank for {numels[0]} elements = 2(N−1)K/N × 4 B")
-    return True
+    return record(name, True)

@@ -1,7 +1,7 @@
 """Can communication hide behind computation? The ratio t_comm / t_compute for DP, ZeRO-3, TP and PP.
 
 Source: the Ultra-Scale Playbook (nanotron / Hugging Face), section "A3: the math for
-compute/communication overlap" (seeds/004, section 计算/通信重叠需要的数学). Every function
+compute/communication overlap", huggingface.co/spaces/nanotron/ultrascale-playbook. Every function
 returns an `Overlap` with both times, their ratio (≤ 1: the communication can be hidden) and
 the closed form it reduces to. Shapes use the course's letters: h hidden size, s sequence length,
 b micro-batch, L layers; a transformer block has 16h² parameters (attention 4h², gated MLP 12h²).

@@ -8,9 +8,10 @@ effect measured where the machine has more than one node.
 - `effect`: local vs remote memory bandwidth and latency, host→device copies per node (multi-node)
 - `plots`: the topology and a plan drawn
 - `lab08`: the lab's checks
+- `panel`: lesson 08's panel (a topology and a rank count → plan and rank map); node vs total memory
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("topology", "smi_topo", "plan", "bound", "effect", "plots", "lab08")
+MODULES = ("topology", "smi_topo", "plan", "bound", "effect", "plots", "lab08", "panel")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

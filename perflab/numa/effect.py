@@ -2,7 +2,8 @@
 memory on the same node and on another, and host→device copies from each node.
 
 Only a machine with more than one NUMA node (with CPUs) has anything to show; on one node every
-function returns a skip with the reason, and the lesson shows published figures instead.
+function returns a skip with the reason (run the same calls on a two-socket server to see the
+difference there).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def skip_reason(topo: Topology) -> str | None:
     with_cpus = [n for n in topo.nodes if n.cpus]
     if len(with_cpus) < 2:
         return (f"this machine has {len(with_cpus)} NUMA node with CPUs: there is no remote memory to compare "
-                "(a 2-socket server has two; see the published topology instead)")
+                "(a 2-socket server has two: run the same measurement there)")
     if not __import__("shutil").which("numactl"):
         return "numactl is not installed (apt-get install numactl): it places the test's memory on a chosen node"
     return None

@@ -6,20 +6,27 @@ SMT, cores that do not divide evenly, CPU numbers with gaps):
 1. every CPU of the node goes to exactly one rank;
 2. a core's hardware threads (SMT siblings) go to the same rank;
 3. ranks get whole cores as evenly as they divide (their core counts differ by at most one);
-4. each rank's list names its cores' first threads before any second thread.
+4. each rank's list names its cores' first threads before any second thread;
+5. each rank's cores are neighbours: a consecutive block of the node's cores, in core order.
+   A round-robin deal (rank 0 gets cores 0, 4, 8, ...) spreads every rank over the whole node;
+   neighbouring cores often share a cache (the cores of one AMD EPYC core complex share its L3, for
+   example), and a block is also what `taskset -c 0-12` and a reader can follow.
+The learner's function may not call perflab's own split (`plan.split_node`, `plan.plan`).
+The cases cover SMT siblings numbered far apart (c, c + 52) and next to each other (2c, 2c + 1),
+a core count that does not divide by the ranks, and gaps in the numbering.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from perflab.core.grading import LabCheckError, record
+from perflab.core.grading import LabCheckError, Verdict, record
 from perflab.numa.plan import core_groups
 
 CASES = [
     # (name, cpus, n_ranks, siblings)
     ("4 cores, no SMT, 2 ranks", [0, 1, 2, 3], 2, {}),
-    ("the seed's node 0 (52 cores × 2 threads), 4 ranks", list(range(0, 52)) + list(range(104, 156)), 4,
+    ("node 0 of a 2-socket server (52 cores × 2 threads, siblings c and c + 104), 4 ranks", list(range(0, 52)) + list(range(104, 156)), 4,
      {c: [c, c + 104] for c in range(52)} | {c + 104: [c, c + 104] for c in range(52)}),
     ("6 cores × 2 threads, 4 ranks (uneven)", list(range(6)) + list(range(6, 12)), 4,
      {c: [c, c + 6] for c in range(6)} | {c + 6: [c, c + 6] for c in range(6)}),
@@ -52,20 +59,32 @@ def rule_problems(split, cpus, n_ranks, siblings) -> list[str]:
         if kinds and kinds != sorted(kinds, reverse=True):
             out.append(f"rule 4: rank {r}'s list {list(part)[:6]}... puts a second thread before a first one")
             break
+    order = {g[0]: i for i, g in enumerate(groups)}
+    for r in range(n_ranks):
+        idx = sorted(order[g[0]] for g in groups if owner.get(g[0]) == r)
+        if idx and idx != list(range(idx[0], idx[0] + len(idx))):
+            out.append(f"rule 5: rank {r}'s cores are not neighbours (core numbers {[groups[i][0] for i in idx][:6]}...): "
+                       "give each rank a consecutive block of cores, not a round-robin deal")
+            break
     return out
 
 
-def check_split_node(student: Callable) -> bool:
+def check_split_node(student: Callable) -> Verdict:
+    from perflab.core.labguard import refuse_perflab
+    from perflab.numa import plan
+
+    checked = False
     for name, cpus, n, sib in CASES:
         try:
             got = student(list(cpus), n, dict(sib))
         except NotImplementedError:
-            record("split_node", False)
             print("… split_node: not done yet — fill in the function and run this cell again.")
-            return False
+            return record("split_node", False)
+        if not checked:
+            refuse_perflab("split_node", student, [plan.split_node, plan.plan])
+            checked = True
         problems = rule_problems(got, cpus, n, sib)
         if problems:
             raise LabCheckError(f"split_node, case '{name}': " + "; ".join(problems))
-    record("split_node", True)
     print(f"✓ split_node: every rule holds on {len(CASES)} nodes")
-    return True
+    return record("split_node", True)

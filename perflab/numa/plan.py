@@ -1,6 +1,7 @@
 """Which cores each local rank gets, and binding a process to them.
 
-The rule (the seed's "give each process its own core group rather than a whole node"): rank r
+The rule (Stas Bekman, *Machine Learning Engineering*, chapter "Software Tune Up For The Best
+Performance", section NUMA affinity: bind each process to the CPUs of its GPU's NUMA node): rank r
 drives GPU r; the CPUs of that GPU's NUMA node are split evenly among the ranks whose GPUs sit on
 that node, whole physical cores first (a core's SMT sibling goes to the same rank), and no CPU
 goes to two ranks. A node without CPUs (memory only) lends its GPUs the nearest node's CPUs (by
@@ -144,7 +145,8 @@ def plan_table(p: list[RankPlan]):
     """The plan as a DataFrame a person can copy: rank, GPU, node, CPUs (as a list), count, numactl."""
     import pandas as pd
 
-    return pd.DataFrame([{"rank": x.rank, "GPU": x.gpu, "node": x.node, "CPUs": format_cpulist(x.cpus),
+    return pd.DataFrame([{"rank": x.rank, "GPU": "none (CPU only)" if x.gpu is None else x.gpu, "node": x.node,
+                          "CPUs": format_cpulist(x.cpus),
                           "count": len(x.cpus), "numactl": x.numactl, "note": x.note} for x in p])
 
 

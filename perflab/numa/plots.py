@@ -33,7 +33,14 @@ def draw_topology(topo: Topology, plan: list[RankPlan] | None = None, *, title: 
             color = cmap(owner[c] % 10) if c in owner else "lightgray"
             ax.add_patch(Rectangle((x0 + 0.3 + k * 0.3, height - 0.75 - r * 0.3), 0.26, 0.26, color=color,
                                    alpha=0.45 if c in second else 1.0))
+            if len(n.cpus) <= 32:  # few CPUs: number each square, so a small machine's figure reads alone
+                ax.text(x0 + 0.43 + k * 0.3, height - 0.62 - r * 0.3, str(c), fontsize=6, ha="center", va="center")
+        if len(n.cpus) <= 32:
+            ax.text(x0 + 0.3, height - 0.95 - (nrow - 1) * 0.3, "each square: one CPU (hardware thread), numbered",
+                    fontsize=7, va="top", color="dimgray")
         gpus = [g for g in topo.gpus if g.numa_node == n.id]
+        if not gpus:
+            ax.text(x0 + 0.3, 0.37, "no GPU on this node", fontsize=7, va="center", color="dimgray")
         for j, g in enumerate(gpus):
             ax.add_patch(Rectangle((x0 + 0.3 + j * 0.75, 0.15), 0.65, 0.45, color="#76b900" if g.vendor == "NVIDIA" else "tab:orange"))
             ax.text(x0 + 0.62 + j * 0.75, 0.37, f"GPU{g.index}", fontsize=7, ha="center", va="center", color="white")

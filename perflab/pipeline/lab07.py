@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perflab.core.grading import LabCheckError, grade
+from perflab.core.grading import NOT_PASSED, PASSED, LabCheckError, Verdict
+from perflab.core.labguard import grade_known
 from perflab.pipeline.shuffle import LCGPermutation
 
 CASES = [(1, 0), (2, 1), (5, 2), (8, 3), (13, 4), (64, 5), (100, 6), (129, 7)]
@@ -29,16 +30,67 @@ def _params(n: int, seed: int) -> dict:
     return {"n": n, "a": p.a, "c": p.c, "x0": p.x0}
 
 
-def check_index(student: Callable[..., int]) -> bool:
-    """Grades `lcg_index`: the LCG's values first, then that it is a permutation and that shards partition it."""
+def _state(j: int, m: int, a: int, c: int, x0: int) -> int:
+    """F(j), the state after j steps, by squaring the affine map (for the mistakes below)."""
+    acc_a, acc_c, pa, pc = 1, 0, a, c
+    while j:
+        if j & 1:
+            acc_a, acc_c = acc_a * pa % m, (acc_c * pa + pc) % m
+        pa, pc = pa * pa % m, (pc * pa + pc) % m
+        j >>= 1
+    return (acc_a * x0 + acc_c) % m
+
+
+def _walked(first, step):
+    def f(i, n, a, c, x0):
+        y = first(i, n, a, c, x0)
+        for _ in range(4 * n + 8):
+            if y < n:
+                return y
+            y = step(y, n, a, c, x0)
+        return y
+    return f
+
+
+MISTAKES = [
+    ("an off-by-one (perm[i] = F(i + 1))",
+     _walked(lambda i, n, a, c, x0: _state(i + 1, modulus(n), a, c, x0),
+             lambda y, n, a, c, x0: _state(y, modulus(n), a, c, x0)),
+     "F(0) = x0: entry i is the state after i steps, not i + 1"),
+    ("a wrong modulus (the power of two above n, not ≥ n)",
+     _walked(lambda i, n, a, c, x0: _state(i, 1 << max(2, n.bit_length()), a, c, x0),
+             lambda y, n, a, c, x0: _state(y, 1 << max(2, n.bit_length()), a, c, x0)),
+     "m is the smallest power of two ≥ n (at least 4): for n = 8, m = 8"),
+    ("a fold instead of a walk (F(i) mod n)",
+     lambda i, n, a, c, x0: _state(i, modulus(n), a, c, x0) % n,
+     "values ≥ n are walked on (y = F(y) until y < n); taking them mod n makes two entries equal"),
+    ("walking by one LCG step instead of F(y)",
+     _walked(lambda i, n, a, c, x0: _state(i, modulus(n), a, c, x0),
+             lambda y, n, a, c, x0: (a * y + c) % modulus(n)),
+     "cycle-walking applies the same map again: y = F(y), the state after y steps"),
+    ("an answer that ignores x0 (starts from 0)",
+     _walked(lambda i, n, a, c, x0: _state(i, modulus(n), a, c, 0),
+             lambda y, n, a, c, x0: _state(y, modulus(n), a, c, 0)),
+     "the walk starts at x0: F(0) = x0, not 0"),
+    ("the naive LCG modulo n, (a·i + c) mod n",
+     lambda i, n, a, c, x0: (a * i + c) % n,
+     "an LCG modulo n has no full period unless n meets the Hull–Dobell conditions; use m, a power of two ≥ n"),
+]
+
+
+def check_index(student: Callable[..., int]) -> Verdict:
+    """Grades `lcg_index`: the LCG's values first, then that it is a permutation and that shards partition it.
+
+    The sizes include n = 1 (m = 4), powers of two (8, 64: no walk needed), sizes just above a power
+    of two (5, 129: most states are walked) and others; the named MISTAKES each fail on one of them."""
     cases = []
     for n, seed in CASES:
         kw = _params(n, seed)
         ref = LCGPermutation(n, seed)
         cases += [({"i": i, **kw}, ref[i]) for i in range(n)]
-    if not grade("lcg_index", student, cases,
-                 hint="F(j) is the state after j steps of x → (a·x + c) mod m from x0; walk: while y ≥ n, y = F(y)"):
-        return False
+    if not grade_known("lcg_index", student, cases, mistakes=MISTAKES, forbidden=[LCGPermutation],
+                       hint="F(j) is the state after j steps of x → (a·x + c) mod m from x0; walk: while y ≥ n, y = F(y)"):
+        return NOT_PASSED
     for n, seed in CASES:
         kw = _params(n, seed)
         values = [student(i=i, **kw) for i in range(n)]
@@ -49,7 +101,7 @@ def check_index(student: Callable[..., int]) -> bool:
             if sorted(sum(shards, [])) != list(range(n)):
                 raise LabCheckError(f"lcg_index: for n = {n} the {world} shards overlap or leave gaps")
     print("✓ lcg_index: a permutation for every n tried, and shards of 2 and 3 partition it")
-    return True
+    return PASSED
 
 
 def index_or_none(student: Callable[..., int], **kw):

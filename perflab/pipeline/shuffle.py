@@ -2,7 +2,7 @@
 
 The generator is x_{j+1} = (a·x_j + c) mod m with m = 2^k the smallest power of two ≥ N (at least 4).
 Hull–Dobell: with a power-of-two modulus the period is the full m exactly when c is odd and
-a ≡ 1 (mod 4). Then F(j) = x_j, the state after j steps from the seed's x_0, is a bijection of
+a ≡ 1 (mod 4). Then F(j) = x_j, the state after j steps from x_0 (derived from the RNG seed), is a bijection of
 [0, m). F has a closed form, F(j) = a^j·x_0 + c·(a^j − 1)/(a − 1) mod m, computed in O(log m)
 by squaring the affine map (jump-ahead), so `perm[i]` needs nothing else.
 
@@ -64,7 +64,7 @@ class LCGPermutation:
         if self.n > 1 << 62:
             raise InputError(f"n = {self.n} is larger than this permutation supports (2^62)")
 
-    # the generator's constants, derived from the seed
+    # the generator's constants, derived from the RNG seed argument
     @property
     def bits(self) -> int:
         return max(2, (self.n - 1).bit_length())

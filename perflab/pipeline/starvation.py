@@ -10,9 +10,12 @@ Steady state. With W = 0 the main process loads every batch itself: the wait is 
 and the step is L + H₀ + C, where H₀ is the loader's own per-batch cost in the loop's process (the
 dataset's fixed per-sample work, the collate, the sleep's overshoot of the asked IO latency),
 measured from a real 0-worker handover by `loader.inline_overhead_s` — without it, 0-worker
-predictions come out a few milliseconds short of every measurement. With W ≥ 1 the workers together deliver W batches every L seconds, so the loop
-waits max(0, L/W − C) per step: enough workers hide loading entirely once L/W ≤ C (the seed's
-"with 2 workers, as long as preparing a batch takes less than 2 compute iterations").
+predictions come out a few milliseconds short of every measurement. With W ≥ 1 the workers
+together deliver W batches every L seconds, so the loop waits max(0, L/W − C) per step: enough
+workers hide loading entirely once L/W ≤ C. (Stas Bekman, *Machine Learning Engineering*, chapter
+"Software Tune Up For The Best Performance", section DataLoader, github.com/stas00/ml-engineering,
+training/performance/: 2 workers are usually enough unless the DataLoader is very slow; the model
+says when: with W = 2, once L ≤ 2C.)
 
 Warm-up. The first batch of an epoch waits S + L whatever W is; the prefetch queue then absorbs
 up to W × prefetch_factor batches of jitter. `simulate` plays the schedule step by step (issue,

@@ -12,6 +12,7 @@
 - `hta`: a cross-check with HolisticTraceAnalysis on GPU traces, where it is installed
 - `plots`: lesson 09's figures
 - `lab09`: the lab's checks
+- `quiet`: keep the profiler's own USDT/STAGE lines off stderr
 
 Uses `perflab.gemm` (lesson 04's measured matmul ceiling, for GEMM efficiency) and `perflab.dist`
 (the torchrun launcher, for the two-rank communication fault).
@@ -19,5 +20,5 @@ Uses `perflab.gemm` (lesson 04's measured matmul ceiling, for GEMM efficiency) a
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("trace", "diagnose", "faults", "comm_worker", "ops", "timing", "kernel", "ettr", "nsight", "hta", "plots", "lab09")
+MODULES = ("trace", "diagnose", "faults", "comm_worker", "ops", "timing", "kernel", "ettr", "nsight", "hta", "plots", "lab09", "quiet")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -34,6 +34,7 @@ import torch
 from perflab.core.errors import InputError
 from perflab.core.validate import positive_int
 from perflab.profiling.diagnose import Diagnosis, diagnose
+from perflab.profiling.quiet import quiet_profiler
 
 FAULTS = ("none", "loader", "sync", "launch", "comm")
 EXPECTED = {"none": None, "loader": "data_wait", "sync": "host_sync", "launch": "launch_bound", "comm": "communication"}
@@ -141,14 +142,15 @@ def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int 
     batches = make_batches(cfg, batch, seq, n=n_batches, seed=seed)
     delay = sizes.loader_ms / 1e3 if fault == "loader" else 0.0
     workers = 4 if (fault == "loader" and fixed) else 0
-    loader = torch.utils.data.DataLoader(_SlowStorage(batches, delay), batch_size=None, shuffle=False,
-                                         num_workers=workers, persistent_workers=workers > 0,
-                                         prefetch_factor=4 if workers else None)
-    if workers:  # start the (persistent) workers now, not inside the profiled steps; 4 on 2 cores is
-        import warnings  # deliberate: they mostly wait on "storage", so DataLoader's core-count warning does not apply
+    import warnings  # 4 workers on 2 cores is deliberate: they mostly wait on "storage", so DataLoader's
+    # core-count warning (given when the loader is made and when its workers start) does not apply
 
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="This DataLoader will create")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        loader = torch.utils.data.DataLoader(_SlowStorage(batches, delay), batch_size=None, shuffle=False,
+                                             num_workers=workers, persistent_workers=workers > 0,
+                                             prefetch_factor=4 if workers else None)
+        if workers:  # start the (persistent) workers now, not inside the profiled steps
             next(iter(loader))
     if fault == "sync" and not fixed:
         for m in model.modules():
@@ -233,6 +235,7 @@ def _trace_path(trace_out, fault: str) -> Path:
     return Path(tempfile.mkdtemp(prefix="perflab-trace-")) / f"step_{fault}.json"
 
 
+@quiet_profiler()  # the profiler's own USDT/STAGE lines stay off the learner's stderr
 def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool = False, steps: int = 2,
                  batch: int = 4, seq: int = 64, trace_out: str | Path | None = None, sizes: FaultSizes = FaultSizes(),
                  record_shapes: bool = True, profile_memory: bool = False, with_stack: bool = False,

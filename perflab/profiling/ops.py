@@ -147,7 +147,10 @@ def gemm_table(eff: dict[str, Any], n: int = 8):
 
     from perflab.core.readout import num, percent, seconds
 
-    return pd.DataFrame([{"GEMM (b×m×k×n)": r["gemm"], "calls per step": num(r["calls"]), "per step": seconds(r["seconds"]),
+    # the shape reads m×k×n (an mm/addmm) or b×m×k×n (a batched bmm/baddbmm); calls are per step, averaged
+    return pd.DataFrame([{"GEMM: op, m×k×n (b×m×k×n if batched)": r["gemm"],
+                          "calls per step": f"{r['calls']:g}" if abs(r["calls"] - round(r["calls"])) < 1e-9
+                          else num(r["calls"], 2), "per step": seconds(r["seconds"]),
                           "TFLOP/s": num(r["tflops"]), "of ceiling": percent(r["of ceiling"])}
                          for r in eff["gemms"][:n]])
 
