@@ -18,11 +18,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Whole solution functions the package has: the lab's check computes its expected answer with it
 # (perflab/flops/lab02.py), and `perflab mfu` and lesson 02 use it.
-TAUGHT_FUNCTIONS = {("perflab/flops/transformer.py", "palm_flops_per_token")}
+TAUGHT_FUNCTIONS = {("perflab/flops/transformer.py", "palm_flops_per_token"),
+                    # a check grades inputs drawn beyond the visible examples, so it computes the right
+                    # answer itself: these formulas are the lessons' own (lesson 01's MLP FLOPs and
+                    # FLOP/s, lesson 02's MFU and PaLM count, lesson 03's activation bytes); the release ships no worked lab
+                    ("perflab/flops/lab01.py", "reference_forward"), ("perflab/flops/lab01.py", "reference_tflops"),
+                    ("perflab/flops/lab02.py", "_mfu"), ("perflab/flops/lab02.py", "_palm"),
+                    ("perflab/memory/lab03.py", "_act")}
 
 # Statements of a solution that the package has on purpose, each for a reason a lesson gives.
 # Anything else that turns up fails the test.
 TAUGHT_IN_THE_PACKAGE = {
+    # the checks' own references (see TAUGHT_FUNCTIONS): each is a formula its lesson states
+    ("perflab/flops/lab01.py", "return 2 * batch * d_in * d_hidden + 2 * batch * d_hidden * d_out"),
+    ("perflab/flops/lab01.py", "return 2 * m * n * k / seconds / 1000000000000.0"),
+    ("perflab/flops/lab02.py", "return 6 * n_params + 12 * layers * heads * head_dim * seq"),
+    ("perflab/flops/lab02.py", "return tokens_per_s * flops_per_token / (n_devices * peak_tflops * 1000000000000.0)"),
+    ("perflab/memory/lab03.py", "return s * b * h * (34 + 5 * a * s / h)"),
+    # lesson 12 predicts every pipeline run with the bubble formula it teaches
+    ("perflab/shard/formulas.py", "return (p - 1) / (m + p - 1)"),
     # lesson 06 builds its own ring all-reduce (perflab.dist.collectives) and its bandwidth probe
     ("perflab/dist/collectives.py", "right, left = ((rank + 1) % n, (rank - 1) % n)"),
     ("perflab/dist/busbw.py", "right, left = ((rank + 1) % n, (rank - 1) % n)"),
@@ -57,9 +71,10 @@ def test_the_release_has_no_solution_code(release):
     # no solution function, whole, anywhere
     bodies = {}
     for sol in (ROOT / "labs" / "solutions").glob("*.ipynb"):
-        stubs = R._functions(ROOT / "labs" / sol.name)
-        bodies.update({"\n".join(R._statements(fn)): f"{sol.name}: {name}"
-                       for name, fn in R._functions(sol).items() if name in stubs})
+        stubs = {name: "\n".join(R._statements(fn)) for name, fn in R._functions(ROOT / "labs" / sol.name).items()}
+        # a function the learner fills in; a helper the lab gives whole (the same body in both) is no answer
+        bodies.update({body: f"{sol.name}: {name}" for name, fn in R._functions(sol).items()
+                       if name in stubs and (body := "\n".join(R._statements(fn))) != stubs[name]})
     whole = [f"{p.relative_to(folder)}: {fn.name} is {bodies[b]}" for p in folder.rglob("*") if p.suffix in (".py", ".ipynb")
              for fn in R._functions(p).values() if (b := "\n".join(R._statements(fn))) in bodies
              and (str(p.relative_to(folder)), fn.name) not in TAUGHT_FUNCTIONS]

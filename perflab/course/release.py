@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -60,8 +61,8 @@ def build_release(out: Path | str, root: Path | str | None = None) -> tuple[Path
     readme = dest / "README.md"
     if readme.is_file():
         text = readme.read_text()
-        for old, new in README_EDITS.items():
-            text = text.replace(old, new)
+        for old, new in README_EDITS.items():  # the sentence as written, wherever the README wraps its lines
+            text = re.sub(r"\s+".join(re.escape(word) for word in old.split()), new, text)
         readme.write_text(text)
     for top in TOP_DIRS:
         for path in sorted((src / top).rglob("*")) if (src / top).is_dir() else []:
