@@ -47,7 +47,8 @@ DATA = Path(__file__).with_name("data")
 
 
 def published_2x2():
-    """The seed's A100 80GB PCIe 2×2 table (seconds as published) as a DataFrame, with its source."""
+    """The published A100 80GB PCIe 2×2 table (seconds as published) as a DataFrame; its source
+    (Stas Bekman, Machine Learning Engineering, training/performance/) is in the data file."""
     import pandas as pd
 
     d = json.loads((DATA / "published.json").read_text())["pin_memory_non_blocking"]

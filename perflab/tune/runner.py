@@ -95,7 +95,7 @@ def padded_vocab(vocab: int, multiple: int = PAD_MULTIPLE) -> int:
 
 
 def build(cfg: ModelConfig, sc: StepConfig, device: torch.device) -> torch.nn.Module:
-    """The model of configuration `sc`: same initial weights for every configuration (seed 0)."""
+    """The model of configuration `sc`: same initial weights for every configuration (torch.manual_seed(0))."""
     if cfg.positions != "learned" or not cfg.tied:
         raise InputError("the tuning ladder runs GPT-shaped models (learned positions, tied embeddings)")
     model = build_model(cfg, device=device, seed=0)
