@@ -167,8 +167,9 @@ _PROMPTS = """(root) => Array.from(document.querySelectorAll(root + ' .jp-CodeCe
     .map(e => e.textContent.trim())"""
 _ERRORS = """(root) => Array.from(document.querySelectorAll(
     root + ' [data-mime-type="application/vnd.jupyter.error"], ' + root + ' .jupyter-widgets .jp-RenderedText'))
-    .map(e => e.textContent.trim()).filter(t => t.length && (t.includes('Traceback') || t.includes('Error')
-        || t.startsWith('⚠')))"""
+    .map(e => e.textContent.trim()).filter(t => t.length && (t.includes('Traceback') || t.includes('Error')))"""
+# (a panel's "⚠ ..." line is its designed one-line refusal, which a lesson may show on purpose; the
+# panel the test moves must not end in one)
 _WIDGET_FAILED = """(root) => Array.from(document.querySelectorAll(root + ' .jp-OutputArea-output'))
     .map(e => e.textContent).filter(t => t.includes('Error displaying widget') || t.includes('Loading widget...'))"""
 _STDERR = """(root) => Array.from(document.querySelectorAll(
@@ -296,6 +297,7 @@ def _move_widget(page, name: str, root: str, steps: Steps) -> float:
     assert after["controls"] != before["controls"], f"{name}: the control did not change ({did})\n{steps.where()}"
     errors = page.evaluate(_ERRORS, root)
     assert not errors, f"{name}: after {did}, the panel shows an error: {errors[0][:500]}\n{steps.where()}"
+    assert not after["text"].strip().startswith("⚠"), f"{name}: after {did}, the panel refused: {after['text'][:300]}"
     print(f"{name}: {did}: redrawn {redraw:.2f} s later")
     return redraw
 

@@ -124,10 +124,21 @@ def holder(path: Path) -> str:
     return ", ".join(parts) + what if parts else ""
 
 
+def _in_kernel() -> bool:
+    """True inside a Jupyter kernel (IPython's ZMQ shell is running), not merely when ipykernel was
+    imported: a process that imported it and then runs `perflab ... --json` must keep stdout clean."""
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+    except Exception:  # an IPython half imported: not a kernel
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def _say_default() -> Callable[[str, bool], None]:
     """Where the waiting readout goes: the notebook's output (stdout, redrawn with \\r) in a kernel,
     stderr elsewhere (so that `--json` output stays clean)."""
-    in_kernel = "ipykernel" in sys.modules
+    in_kernel = _in_kernel()
     stream = sys.stdout if in_kernel else sys.stderr
     redraw = in_kernel or stream.isatty()
     last = [0.0]

@@ -442,7 +442,7 @@ class Gradebook:
 
     def summary(self, width: int = 100) -> str:
         learners = sorted({r.learner for r in self.records})
-        lines = [f"Graded {len(self.records)} notebook(s) of {len(learners)} learner(s) in {self.seconds:.0f} s "
+        lines = [f"Graded {_count(len(self.records), 'notebook')} of {_count(len(learners), 'learner')} in {self.seconds:.0f} s "
                  f"({self.jobs} at a time, timeout {self.timeout:g} s each)"]
         head = f"{'lab':<22}" + "".join(f"{o:>10}" for o in OUTCOMES)
         lines += ["", head]
@@ -531,3 +531,8 @@ def _run(src: str, dst: str, cwd: str, limits_json: str, cpu_s: str) -> int:
 
 if __name__ == "__main__":  # the runner: python -m perflab.course.gradebook SRC DST CWD LIMITS CPU_S
     sys.exit(_run(*sys.argv[1:6]))
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 notebook', '3 notebooks'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
