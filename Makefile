@@ -8,7 +8,7 @@ LAB_PORT ?= 8888
 # Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-fast test-gpu coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
+.PHONY: setup lab test test-fast test-browser test-gpu coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
 
 # perflab's extras (pyproject.toml) each target needs: the lessons need `course`, and `kernels` (Triton,
 # where its wheels exist) for lesson 04's compiled tiles and lesson 10's fused kernel
@@ -31,6 +31,10 @@ JOBS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 2)
 
 test: setup
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup
+
+# Every lesson driven in a real browser (make test drives the most-used ones; tests/test_browser.py)
+test-browser: setup
+	PERFLAB_BROWSER_LESSONS=all $(PY) -m pytest tests/test_browser.py
 
 # Unit tests only (no notebook execution): seconds rather than minutes.
 test-fast: setup
