@@ -29,8 +29,14 @@ lab: setup
 # one at a time, so no two measurements share the GPU.
 JOBS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 2)
 
+# It also measures line coverage of perflab/ in the test processes (notebook kernels and torchrun
+# ranks are not traced) and prints the map of what never ran: CUDA-only lines apart from
+# CPU-reachable ones (tools/coverage_map.py); the test's exit status is kept.
 test: setup
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup
+	@mkdir -p results
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup --cov=perflab --cov-report= \
+		--cov-report=json:results/coverage.json; status=$$?; \
+		$(PY) tools/coverage_map.py --list 15 results/coverage.json || true; exit $$status
 
 # Every lesson driven in a real browser (make test drives the most-used ones; tests/test_browser.py)
 test-browser: setup
