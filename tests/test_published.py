@@ -101,3 +101,25 @@ def test_every_number_a_lesson_labels_published_comes_from_a_data_file():
 def test_shown_reads_as_text_not_as_its_fields():
     s = gpu_figures.show("nvlink_pair")
     assert repr(s) == str(s) and not repr(s).startswith("Shown(")
+
+
+def test_figures_kept_in_two_data_files_agree():
+    """MAMF (gemm's table and the GPU figures), nanoGPT's iteration times (lesson 11's file and the GPU
+    figures) and torchtitan's 8-GPU FSDP table (lesson 12's file and the GPU figures) are each kept
+    twice: the copies must say the same, or a lesson would show two different published numbers."""
+    val = {f.id: dict(zip([v["label"] for v in f.values], f.numbers())) for f in gpu_figures.figures()}
+    gemm = json.loads((ROOT / "perflab" / "gemm" / "data" / "published_shapes.json").read_text())["mamf"]["rows"]
+    both = 0
+    for row in gemm:
+        fig = val[f"mamf_{row['dtype']}"] if f"mamf_{row['dtype']}" in val else {}
+        if row["accelerator"] in fig:
+            assert fig[row["accelerator"]] == row["tflops"], (row["accelerator"], row["dtype"])
+            both += 1
+    assert both >= 4  # A100, H100 and MI300X bf16, H100 fp8 are in both
+    tune = {r["id"]: r["value"] for r in json.loads((ROOT / "perflab" / "tune" / "data" / "published_tune.json")
+                                                   .read_text())["rows"]}
+    assert [round(tune["nanogpt_eager"] * 1e3), round(tune["nanogpt_compiled"] * 1e3)] == \
+        list(val["compile_nanogpt"].values())
+    titan = json.loads((ROOT / "perflab" / "shard" / "data" / "torchtitan_benchmarks.json").read_text())
+    fsdp8 = next(t for t in titan["tables"] if t["id"] == "fsdp_8gpu")
+    assert [r[1] for r in fsdp8["rows"]] == list(val["torchtitan_llama31_8b"].values())
