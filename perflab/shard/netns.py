@@ -151,13 +151,20 @@ def two_node_launch(nproc_per_node: int = 2, timeout: float = 50.0) -> dict[str,
     outputs = [log.read_text(errors="replace") if log.exists() else "" for log in logs]
     shutil.rmtree(folder, ignore_errors=True)
     ranks = []
+    decoder = json.JSONDecoder()
     for node, text in enumerate(outputs):
-        for line in text.splitlines():
-            k = line.find(RESULT_PREFIX)
-            if k >= 0:
-                rec = json.loads(line[k + len(RESULT_PREFIX):])["result"]
+        # the node's ranks share one log: a record may share its line with another rank's output, so
+        # each is read as one JSON value from its prefix on; a record cut by another's is not counted
+        k = text.find(RESULT_PREFIX)
+        while k >= 0:
+            try:
+                rec = decoder.raw_decode(text, k + len(RESULT_PREFIX))[0]["result"]
+            except (ValueError, KeyError, TypeError):
+                rec = None
+            if isinstance(rec, dict):
                 rec["namespace_node"] = node
                 ranks.append(rec)
+            k = text.find(RESULT_PREFIX, k + len(RESULT_PREFIX))
     ranks.sort(key=lambda r: r["RANK"])
     return {"ok": not timed_out and all(p.returncode == 0 for p in procs) and len(ranks) == 2 * nproc_per_node,
             "timed_out": timed_out, "returncodes": [p.returncode for p in procs], "seconds": time.monotonic() - t0,
