@@ -29,11 +29,12 @@ lab: setup
 # one at a time, so no two measurements share the GPU.
 JOBS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 2)
 
-# It also measures line coverage of perflab/ in the test processes (notebook kernels and torchrun
-# ranks are not traced) and prints the map of what never ran: CUDA-only lines apart from
-# CPU-reachable ones (tools/coverage_map.py); the test's exit status is kept.
+# It also measures line coverage of perflab/ in the test processes and in the Python processes they
+# start (CLI runs, torchrun ranks, notebook kernels; pyproject.toml's [tool.coverage.run]) and prints
+# the map of what never ran: CUDA-only lines apart from CPU-reachable ones (tools/coverage_map.py);
+# the test's exit status is kept. Data a lingering child wrote after an earlier run is removed first.
 test: setup
-	@mkdir -p results
+	@mkdir -p results; rm -f .coverage .coverage.*
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup --cov=perflab --cov-report= \
 		--cov-report=json:results/coverage.json; status=$$?; \
 		$(PY) tools/coverage_map.py --list 15 results/coverage.json || true; exit $$status
@@ -61,7 +62,7 @@ test-gpu: setup
 # Line coverage of perflab/ over the unit tests (no notebooks), then the map of what never ran:
 # lines under CUDA branches apart from CPU-reachable ones (tools/coverage_map.py).
 coverage: setup
-	@mkdir -p results
+	@mkdir -p results; rm -f .coverage .coverage.*
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks" --cov=perflab --cov-report= \
 		--cov-report=json:results/coverage.json; status=$$?; \
 		$(PY) tools/coverage_map.py results/coverage.json; exit $$status

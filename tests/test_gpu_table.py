@@ -43,3 +43,40 @@ def test_scan_finds_guards_and_branches(tmp_path):
     assert found["both"].branch_lines == {9}
     assert found["elsewise"].branch_lines == {17}
     assert 6 in found["only"].branch_lines
+
+
+def test_scan_reads_early_returns_and_driver_names(tmp_path):
+    pkg = tmp_path / "perflab"
+    pkg.mkdir()
+    (pkg / "m.py").write_text(
+        "import torch\n"
+        "def timed():\n"
+        "    if not torch.cuda.is_available():\n"
+        "        return 'needs a GPU'\n"
+        "    torch.cuda.synchronize()\n"
+        "    return 1\n"
+        "def later(dev, xs):\n"
+        "    total = sum(xs)\n"
+        "    for x in xs:\n"
+        "        total += x\n"
+        "    total *= 2\n"
+        "    total -= 1\n"
+        "    if dev.type != 'cuda':\n"
+        "        return total\n"
+        "    torch.cuda.synchronize()\n"
+        "    return total + 1\n"
+        "def nvml_count():\n"
+        "    return 0\n"
+        "def early_else(dev):\n"
+        "    if dev.type != 'cuda':\n"
+        "        x = 1\n"
+        "    else:\n"
+        "        return 2\n"
+        "    return x\n")
+    found = {f.name: f for f in gpu_table.scan(pkg)}
+    assert found["timed"].gpu_only and found["timed"].branch_lines >= {5, 6}
+    # the guard sits after four statements' worth of work: a CUDA branch, not a GPU-only function
+    assert not found["later"].gpu_only and found["later"].branch_lines == {15, 16}
+    assert found["nvml_count"].gpu_only
+    # an `if` that does not leave the block guards nothing after it
+    assert found["early_else"].branch_lines == {23}

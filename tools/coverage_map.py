@@ -5,8 +5,8 @@
 Prints the line coverage per package, then splits the lines no test ran into those under a CUDA
 branch or in a GPU-only function (tools/gpu_table.py finds them: a CPU machine cannot run them)
 and the CPU-reachable rest, naming the functions with the most CPU-reachable lines never run. A
-function listed in tools/coverage_reasons.txt ("module:function  reason") is reported with its
-reason instead.
+function listed in a file of tools/coverage_reasons/ (one per package: "module:function  reason")
+is reported with its reason instead.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_table import ROOT, gpu_lines  # noqa: E402
 
-REASONS = ROOT / "tools" / "coverage_reasons.txt"
+REASONS = ROOT / "tools" / "coverage_reasons"
 
 
 def _reasons() -> dict[str, str]:
     out = {}
-    if REASONS.exists():
-        for line in REASONS.read_text().splitlines():
+    for path in sorted(REASONS.glob("*.txt")):
+        for line in path.read_text().splitlines():
             if line.strip() and not line.startswith("#"):
                 key, _, why = line.partition("  ")
                 out[key.strip()] = why.strip()
@@ -80,7 +80,7 @@ def summarize(report: dict, top: int = 15) -> str:
         out.append(f"CPU-reachable lines never run, by function (first {top} of {len(unexplained)}):")
         out += [f"  {n:4d}  {k}" for k, n in unexplained[:top]]
     if explained:
-        out.append("never run, with a listed reason (tools/coverage_reasons.txt):")
+        out.append("never run, with a listed reason (tools/coverage_reasons/):")
         out += [f"  {n:4d}  {k}: {reasons[k]}" for k, n in explained]
     return "\n".join(out)
 

@@ -6,7 +6,9 @@
 
 A function is **GPU only** when it refuses to run without CUDA (among its first statements an
 `if` on a test that names CUDA, such as `torch.cuda.is_available()` or `dev.type != "cuda"`,
-raises, or a `_require_gpu()` helper is called), or when its name says it is CUDA's.
+raises or returns, or a `_require_gpu()` helper is called), or when its name says it is CUDA's or
+NVIDIA's driver's (`cuda`, `nvml`, `nvidia`). Anywhere in a function, the statements after an
+`if <no CUDA>: return/raise` in the same block run only on a GPU.
 It **has a CUDA branch** when some `if` (or conditional expression) in it tests for CUDA or for
 `on_gpu`: the lines under that branch never run on a CPU. `gpu_lines` gives those line numbers to
 tools/coverage_map.py, which counts them apart from the CPU-reachable lines no test runs.
@@ -55,6 +57,12 @@ def _raises(body: list[ast.stmt]) -> bool:
     return any(isinstance(s, ast.Raise) for s in body)
 
 
+def _no_gpu_exit(stmt: ast.stmt) -> bool:
+    """`if <no CUDA>: ... raise/return`: what follows it in the same block needs a GPU."""
+    return (isinstance(stmt, ast.If) and _mentions_gpu(stmt.test) and _negated(stmt.test) and not stmt.orelse
+            and bool(stmt.body) and isinstance(stmt.body[-1], (ast.Raise, ast.Return)))
+
+
 @dataclass
 class Func:
     module: str
@@ -77,14 +85,20 @@ def _body_lines(stmts: list[ast.stmt]) -> set[int]:
 
 def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, set[int]]:
     body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    guard = any((isinstance(s, ast.If) and _mentions_gpu(s.test) and _negated(s.test) and _raises(s.body))
-                or _calls_require_gpu(s) for s in body[:4])
-    guard = guard or "cuda" in fn.name.lower()
+    guard = any(_no_gpu_exit(s) or _calls_require_gpu(s) for s in body[:4])
+    guard = guard or any(word in fn.name.lower() for word in ("cuda", "nvml", "nvidia"))
     lines: set[int] = set()
     for n in ast.walk(fn):
         if isinstance(n, ast.If) and _mentions_gpu(n.test):
             # the branch taken only with a GPU: the body of `if cuda`, the else of `if not cuda`
             lines |= _body_lines(n.orelse if _negated(n.test) else n.body)
+        for block in (getattr(n, "body", None), getattr(n, "orelse", None)):
+            if isinstance(block, list):
+                # `if not cuda: return/raise ...` leaves the rest of its block to a GPU
+                for i, s in enumerate(block):
+                    if _no_gpu_exit(s):
+                        lines |= _body_lines(block[i + 1:])
+                        break
     if guard:
         lines |= _body_lines(fn.body) - {fn.body[0].lineno} if fn.body else set()
     return guard, lines
