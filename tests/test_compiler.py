@@ -1,6 +1,7 @@
 """Lesson 10's package: graph breaks, recompiles, parity, checkpointing, the compile command.
 Compile-heavy paths use the 'eager'/'aot_eager' backends or a counting backend (no inductor)."""
 
+import dataclasses
 import json
 import math
 import os
@@ -249,3 +250,18 @@ def test_loss_curve_plot_labels_its_axes():
     left, right = fig.axes
     assert "loss" in left.get_ylabel() and "step" in left.get_xlabel() and "relative" in right.get_ylabel()
     assert len(left.get_lines()) == 2
+
+
+def test_speed_measure_says_each_phase_before_it_runs():
+    cfg = dataclasses.replace(preset("tiny-llama"), layers=1)
+    batches = make_batches(cfg, 2, 16, n=1)
+    said, built = [], []
+
+    def model():
+        built.append(len(said))  # how many phases were announced when each model was built
+        return build_model(cfg)
+
+    sp = speed.measure(model, batches, steps=1, backend="eager", progress=said.append)
+    assert [m[:4] for m in said] == ["1/2 ", "2/2 "] and "(eager)" in said[1]
+    assert built == [1, 2]  # each phase is announced before its model runs
+    assert sp.eager_step_s > 0 and sp.compiled_step_s > 0 and sp.compile_s >= 0

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,14 +115,20 @@ def time_steps(model, batches, steps: int, *, compile_kw: dict | None = None, wa
     return first, ts[len(ts) // 2]
 
 
-def measure(model_fn, batches, steps: int = 5, *, mode: str = "default", backend: str = "inductor") -> Speed:
+def measure(model_fn, batches, steps: int = 5, *, mode: str = "default", backend: str = "inductor",
+            progress: Callable[[str], None] | None = None) -> Speed:
     """Eager and compiled step time of fresh models from `model_fn()`. compile_s is the first
-    compiled call minus one steady compiled step (the cache as it is now: warm or cold)."""
+    compiled call minus one steady compiled step (the cache as it is now: warm or cold).
+    `progress`, if given, is told each phase as it starts (the compile can take tens of seconds)."""
+    say = progress or (lambda _msg: None)
+    say(f"1/2 eager: a warm-up step, then {steps} timed")
     _, eager = time_steps(model_fn(), batches, steps)
     torch._dynamo.reset()
     kw = {"backend": backend} if backend != "inductor" else {}
     if mode != "default":
         kw["mode"] = mode
+    say(f"2/2 compiled ({backend}): the first call compiles (cold cache: tens of seconds on a CPU), "
+        f"then a warm-up step and {steps} timed")
     first, comp = time_steps(model_fn(), batches, steps, compile_kw=kw)
     torch._dynamo.reset()
     return Speed(eager, comp, max(first - comp, 0.0), mode)
