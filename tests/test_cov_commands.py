@@ -1,0 +1,146 @@
+"""The CLI's error branches and less common paths: each bad input is one line with exit status 2,
+each optional flag does what its help says. In-process runs (tests/clirun.py), tiny sizes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+from clirun import perflab
+
+from perflab.commands import _args
+
+
+def _one_line_error(r, needle: str) -> None:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert needle in r.stderr, r.stderr
+
+
+HOURS = ["--hours", "1", "--gpus", "8", "--mtbf-hours", "100", "--ckpt-minutes", "1"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["flops", "--preset", "tiny-gpt", "--layers", "2.5"], "expected a whole number ≥ 1, got '2.5'"),
+    (["dataloader", "--io-ms", "abc"], "expected a number of milliseconds ≥ 0, got 'abc'"),
+    (["dataloader", "--transform-ms", "-1"], "must be ≥ 0 ms (got -1)"),
+    (["dataloader", "--workers", "x"], "expected a whole number of workers ≥ 0, got 'x'"),
+    (["dataloader", "--compute-ms", "0"], "--compute-ms must be > 0"),
+    (["ettr", *HOURS, "--restart-minutes", "abc"], "expected a number ≥ 0, got 'abc'"),
+    (["ettr", *HOURS, "--restart-minutes", "-2"], "must be a number ≥ 0 (got -2)"),
+    (["mamf", "--m-range", "1", "-1", "1"], "must be ≥ 0 (got -1)"),
+    (["memory", "--preset", "tiny-gpt", "--checkpointing"], "add --measure"),
+    (["memory", "--params", "7e9", "--gpus", "8", "--gas", "2", "--gbs", "64"], "give --gas or --gbs, not both"),
+    (["memory", "--params", "7e9", "--gpus", "8", "--dp", "3"], "--dp 3 disagrees with --gpus 8/(tp·pp = 1) = 8"),
+    (["memory", "--measure", "--preset", "tiny-gpt", "--precision", "mixed"], "give --precision fp32 or bf16"),
+    (["memory", "--measure", "--preset", "tiny-gpt", "--recompute", "full"], "takes --checkpointing"),
+    (["numa", "--nproc", "2"], "--nproc goes with --plan"),
+    (["profile", "--steps", "51"], "--steps 51 is more than 50"),
+    (["shard", "--microbatches", "a,b"], "expected whole numbers separated by commas, got 'a,b'"),
+    (["shuffle", "--n", "10", "--seed", "x"], "expected a whole number ≥ 0, got 'x'"),
+    (["shuffle", "--n", "10", "--start", "-1"], "must be ≥ 0 (got -1)"),
+    (["shuffle", "--n", "10", "--start", "10"], "--start 10 is past the end (n = 10)"),
+    (["mfu", "--tokens-per-s", "1000", "--preset", "tiny-gpt", "--device", "cpu", "--dtype", "fp8"],
+     "this device's fp8 peak is unknown: give --peak or --accelerator"),
+])
+def test_bad_input_is_one_line_with_status_2(args, needle):
+    _one_line_error(perflab(*args), needle)
+
+
+def test_positive_int_takes_whole_exponents_only():
+    assert _args.positive_int("1e3") == 1000 and _args.positive_int("4_096") == 4096
+    with pytest.raises(argparse.ArgumentTypeError, match="whole number ≥ 1, got '2.5'"):
+        _args.positive_int("2.5")
+
+
+def test_json_writes_nan_and_inf_as_null(capsys):
+    _args.emit({"a": math.nan, "b": [math.inf, 1.5]}, True)
+    assert json.loads(capsys.readouterr().out) == {"a": None, "b": [None, 1.5]}
+
+
+def test_numa_refuses_a_folder_that_is_not_sys(tmp_path):
+    _one_line_error(perflab("numa", "--sysfs", str(tmp_path)), "no devices/system folder there")
+
+
+def test_numa_plan_without_gpus_asks_for_nproc(tmp_path):
+    (tmp_path / "devices" / "system" / "node").mkdir(parents=True)  # a /sys with no node and no PCI GPU
+    _one_line_error(perflab("numa", "--plan", "--sysfs", str(tmp_path)), "no GPU found to plan for: give --nproc N")
+
+
+def test_a_sequence_longer_than_the_preset_stretches_its_context():
+    d = json.loads(perflab("flops", "--preset", "tiny-gpt", "--seq", "4096", "--json").stdout)
+    assert d["seq"] == 4096 and d["config"]["seq_len"] == 4096 and d["tokens_per_step"] == 4096
+    r = perflab("mfu", "--tokens-per-s", "1000", "--preset", "tiny-gpt", "--seq", "4096", "--peak", "100", "--json")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)
+    assert m["flops_counted_as"] == "exact for tiny-gpt at s=4096"
+    assert m["achieved_tflops"] == pytest.approx(1000 * d["flops_per_token"]["exact"] / 1e12)
+
+
+def test_memory_preset_with_new_heads_and_a_shape_without_batch():
+    r = perflab("memory", "--preset", "tiny-gpt", "--seq", "4096", "--heads", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    model = json.loads(r.stdout)["model"]
+    # more heads, same hidden size: the preset's K/V heads follow the new head count (no GQA left over)
+    assert model["heads"] == 8 and model["kv_heads"] == 8 and model["seq_len"] == 4096
+    # a shape and --seq but no --batch: activations for one sequence
+    r = perflab("memory", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "128", "--json")
+    assert r.returncode == 0, r.stderr
+    one = json.loads(r.stdout)
+    r2 = perflab("memory", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "128", "--batch", "1", "--json")
+    assert one["components_bytes"]["activations"] == json.loads(r2.stdout)["components_bytes"]["activations"] > 0
+
+
+def test_shuffle_measure_times_the_whole_permutation():
+    r = perflab("shuffle", "--n", "100", "--measure")
+    assert r.returncode == 0, r.stderr
+    assert "whole permutation:" in r.stdout and "MB (tracemalloc)" in r.stdout
+    d = json.loads(perflab("shuffle", "--n", "100", "--measure", "--json").stdout)
+    assert sorted(d["indices"]) == list(range(100)) and d["peak_bytes"] > 0 and d["seconds"] > 0
+
+
+def test_waves_says_when_the_gpu_has_no_mode_for_the_dtype():
+    r = perflab("waves", "--m", "1024", "--n", "1024", "--k", "1024", "--gpu", "a100-sxm-80gb", "--dtype", "fp8")
+    assert r.returncode == 0, r.stderr
+    assert "NVIDIA A100 SXM 80GB has no dense fp8 mode: no roofline" in r.stdout
+
+
+def test_profile_folder_with_no_usable_trace(tmp_path):
+    (tmp_path / "a.json").write_text("{")
+    (tmp_path / "b.json").write_text("[1, 2")
+    _one_line_error(perflab("profile", "--trace", str(tmp_path)), "no usable trace among the 2 in")
+
+
+def test_reference_record_prints_each_file_written(tmp_path):
+    r = perflab("reference", "record", "--what", "heads", "--smoke", "--allow-cpu", "--device", "cpu",
+                "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.strip().splitlines()[-1]
+    assert line.startswith("heads: wrote ") and Path(line.removeprefix("heads: wrote ")).is_file()
+
+
+def test_release_writes_a_folder_and_a_zip(tmp_path):
+    r = perflab("release", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert Path(d["zip"]).stat().st_size == d["zip_bytes"] > 0
+    assert d["labs"] and all(name.endswith(".ipynb") for name in d["labs"])
+    assert not (Path(d["folder"]) / "labs" / "solutions").exists()
+    text = perflab("release", str(tmp_path)).stdout
+    assert f"{len(d['labs'])} labs, no solutions, outputs cleared" in text and "MiB)" in text
+
+
+def test_grade_caps_jobs_reports_each_notebook_and_writes_csv(tmp_path):
+    subs = tmp_path / "subs"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / "01_flops.ipynb").write_text("not a notebook")
+    csv = tmp_path / "book.csv"
+    r = perflab("grade", str(subs), "--labs", "01", "--jobs", "999", "--csv", str(csv))
+    assert r.returncode == 0, r.stderr
+    assert "999 jobs asked" in r.stderr and "alice · 01_flops: error" in r.stderr
+    assert f"Gradebook written to {csv}" in r.stdout
+    rows = csv.read_text().splitlines()
+    assert len(rows) == 2 and "alice" in rows[1] and "error" in rows[1]
