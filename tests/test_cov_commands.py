@@ -144,3 +144,128 @@ def test_grade_caps_jobs_reports_each_notebook_and_writes_csv(tmp_path):
     assert f"Gradebook written to {csv}" in r.stdout
     rows = csv.read_text().splitlines()
     assert len(rows) == 2 and "alice" in rows[1] and "error" in rows[1]
+
+
+# ---------------------------------------------------------------- mamf: default ranges, --fresh, failures, interruption
+
+MAMF_CPU = ["--dtype", "fp32", "--device", "cpu", "--warmup-ms", "1", "--rep-ms", "2"]
+
+
+def test_mamf_smoke_ranges_and_fresh_sets_the_old_results_aside(monkeypatch, tmp_path):
+    _search_with(monkeypatch, _landscape)  # a model landscape in place of the timing: the flags are under test
+    env = {"PERFLAB_RESULTS": str(tmp_path)}
+    r = perflab("mamf", "--smoke", *MAMF_CPU, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["ranges"] == {ax: [64, 256, 4] for ax in "mnk"}
+    assert (d["best"]["m"], d["best"]["n"], d["best"]["k"]) == (256, 256, 256)
+    first = Path(d["results_file"])
+    assert first.is_file() and d["measured"] == d["evaluated"] > 0
+    again = json.loads(perflab("mamf", "--smoke", *MAMF_CPU, "--json", env=env).stdout)
+    assert again["measured"] == 0  # resumed: nothing measured twice
+    r = perflab("mamf", "--smoke", "--fresh", *MAMF_CPU, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    fresh = json.loads(r.stdout)
+    assert fresh["measured"] == fresh["evaluated"] == d["evaluated"]  # set aside: every shape measured again
+    kept = list(first.parent.glob(f"{first.stem}.*.jsonl"))
+    assert len(kept) == 1 and kept[0].read_text().count("\n") == d["evaluated"]
+
+
+def _landscape(p):
+    v = p["m"] * p["n"] * p["k"] / 1e6
+    return {"mean_tflops": v, "median_tflops": v, "max_tflops": v}
+
+
+def _search_with(monkeypatch, measure):
+    from perflab.gemm import mamf
+
+    real = mamf.search
+    monkeypatch.setattr(mamf, "search", lambda *a, **kw: real(*a, **{**kw, "measure": measure}))
+
+
+RANGES = ["--m-range", "16", "64", "16", "--n-range", "16", "64", "16", "--k-range", "16", "64", "16"]
+
+
+def test_mamf_says_when_no_shape_could_be_measured(monkeypatch, tmp_path):
+    def fails(p):
+        raise RuntimeError(f"no kernel for {p['m']}x{p['n']}x{p['k']}")
+
+    _search_with(monkeypatch, fails)
+    r = perflab("mamf", *RANGES, *MAMF_CPU, env={"PERFLAB_RESULTS": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("no shape could be measured (") and "tried): see " in r.stdout
+
+
+def test_mamf_interrupted_says_how_to_resume(monkeypatch, tmp_path):
+    calls = {"n": 0}
+
+    def stops(p):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt  # the learner presses stop mid-search
+        return _landscape(p)
+
+    _search_with(monkeypatch, stops)
+    r = perflab("mamf", *RANGES, *MAMF_CPU, env={"PERFLAB_RESULTS": str(tmp_path)})
+    assert r.returncode == 130, r.stderr
+    assert r.stdout.rstrip().endswith("interrupted: run the same command again to resume")
+
+
+# ---------------------------------------------------------------- kernel: the text report
+
+def _needs_triton():
+    from perflab.gemm import triton_matmul as tm
+
+    if not tm.available():
+        pytest.skip(str(tm.unavailable_reason()))
+
+
+KERNEL = ["kernel", "--tile", "32x32x16", "--warps", "2", "--dtype", "bf16"]  # the config test_triton_kernels caches
+
+
+def test_kernel_text_report_with_waves_and_a_run():
+    _needs_triton()
+    r = perflab(*KERNEL, "--target", "sm_80", "--m", "37", "--n", "45", "--k", "53", "--run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("32x32x16 w2 s3 bf16 compiled for sm_80")
+    assert lines[1].startswith("registers: ") and "per block" in lines[1]
+    assert lines[2].startswith("tensor_core_instructions: ") and "(mma in the PTX)" in lines[2]
+    assert lines[4].startswith("on NVIDIA A100") and "occupancy: " in lines[4]
+    assert lines[5].startswith("37×45×53: tiles: 4    waves: 1 of ")
+    assert lines[6].startswith("ran 37×45×53 on ") and lines[6].endswith(" ok")
+
+
+def test_kernel_text_report_for_a_target_without_limits():
+    _needs_triton()
+    r = perflab(*KERNEL, "--target", "sm_86")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == ("no per-SM limits for sm_86 in perflab's table (it has them for sm_80, "
+                                                 "A100, and sm_90, H100): occupancy and waves not computed")
+
+
+def test_kernel_text_report_for_a_kernel_that_cannot_launch(monkeypatch):
+    _needs_triton()
+    from perflab.core.errors import InputError
+    from perflab.gemm import compiled
+
+    def too_big(registers, shared_bytes, num_warps, limits):  # what occupancy() says of a kernel over a limit
+        raise InputError(f"shared memory per block {shared_bytes} is over {limits.name}'s limit: lower num_stages")
+
+    monkeypatch.setattr(compiled, "occupancy", too_big)
+    r = perflab(*KERNEL, "--target", "sm_80")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("cannot run: shared memory per block ")
+
+
+def test_kernel_without_triton_is_one_line(monkeypatch):
+    import sys
+
+    from perflab.gemm import triton_matmul as tm
+
+    monkeypatch.setitem(sys.modules, "triton", None)  # importlib finds no Triton
+    tm.unavailable_reason.cache_clear()  # the answer is kept per process
+    try:
+        _one_line_error(perflab(*KERNEL), "Triton is not installed here")
+    finally:
+        tm.unavailable_reason.cache_clear()
