@@ -312,3 +312,96 @@ def test_collectives_reports_a_job_that_did_not_finish(monkeypatch):
     assert r.stderr.startswith("perflab collectives: not every check passed: ") and r.stderr.count("\n") == 1
     d = json.loads(perflab("collectives", "--nproc", "2", "--backend", "gloo", "--json").stdout)
     assert d["ok"] is False and d["primitives"] == []
+
+
+def _ok_job(target, nproc, results):
+    from perflab.dist.torchrun import BackendChoice, LaunchResult, RankOutcome
+
+    return LaunchResult(target=target, nproc=nproc, nnodes=1, backend=BackendChoice("gloo", "cpu", "asked"),
+                        commands=[["torchrun", "-m", target]], seconds=1.0, timeout_s=60.0, timed_out=False,
+                        returncodes=[0], ranks=[RankOutcome(rank=r, status="ok", started=True, result=res)
+                                                for r, res in enumerate(results)])
+
+
+def test_shard_json_leaves_out_the_pipeline_timelines(monkeypatch):
+    from perflab.dist import torchrun
+
+    # GPipe on 2 stages, one micro-batch, F = 1 s and B = 2 s: stage 1 waits for stage 0's forward, stage 0
+    # for stage 1's backward; each stage is busy 3 s of 6 (bubble (p−1)/(m+p−1) = 1/2)
+    events = [[("F", 0.0, 1.0), ("B", 4.0, 6.0)], [("F", 1.0, 2.0), ("B", 2.0, 4.0)]]
+    results = [{"rank": r, "schedule": "gpipe",
+                "runs": [{"m": 1, "wall_s": 6.0, "busy_s": 3.0, "idle_s": 3.0, "bubble": 0.5, "max_in_flight": 1,
+                          "activation_bytes_per_microbatch": 1024, "activation_bytes_held": 1024,
+                          "events": events[r], "t0": 0.0}]} for r in range(2)]
+    monkeypatch.setattr(torchrun, "launch", lambda target, nproc, args, **kw: _ok_job(target, nproc, results))
+    r = perflab("shard", "--strategy", "pp", "--nproc", "2", "--microbatches", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    (run,) = d["details"]["runs"]
+    assert "events" not in run and run["formula"] == 0.5 and run["replayed_bubble"] == pytest.approx(0.5)
+    assert [row["bubble"] for row in d["rows"]] == [0.5, 0.5] and d["ok"]
+
+
+def test_swiglu_lists_the_widths_that_failed(monkeypatch, tmp_path):
+    from perflab.gemm import swiglu
+
+    real = swiglu.measure_width
+
+    def sometimes(tokens, h, d_ff, *a, **kw):
+        if d_ff == 172:
+            raise RuntimeError("no kernel for this width")
+        return real(tokens, h, d_ff, *a, **kw)
+
+    monkeypatch.setattr(swiglu, "measure_width", sometimes)
+    r = perflab("swiglu", "--hidden", "64", "--tokens", "32", "--widths", "168", "172", "--dtype", "fp32", "--device",
+                "cpu", "--rep-ms", "2", "--warmup-ms", "1", env={"PERFLAB_RESULTS": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("1 width(s) failed: ") and "172" in last and "no kernel for this width" in last
+
+
+def test_report_interrupted_keeps_what_it_wrote_and_exits_130(monkeypatch, tmp_path):
+    from perflab.course import report as R
+
+    def stop(ctx):
+        raise KeyboardInterrupt  # the person presses Ctrl-C during the part
+
+    monkeypatch.setitem(R.PARTS, "numa", ("NUMA topology", stop))
+    r = perflab("report", "--only", "numa", "--out", str(tmp_path), env={"PERFLAB_RESULTS": str(tmp_path / "res")})
+    assert r.returncode == 130, r.stderr
+    assert "interrupted: what was measured is kept in" in r.stderr
+    assert r.stdout.strip().splitlines()[-1] == f"wrote {tmp_path / 'report.json'} and {tmp_path / 'report.html'}"
+
+
+def test_dataloader_reports_a_worker_that_hangs():
+    r = perflab("dataloader", "--workers", "1", "--io-ms", "200", "--timeout", "0.05", "--batches", "2", "--batch", "1",
+                "--compute-ms", "1", "--device", "cpu")
+    assert r.returncode == 1, r.stderr
+    row = r.stdout.splitlines()[2]
+    assert row.split()[:2] == ["1", "failed:"] and "no batch within timeout=0.05 s" in row
+
+
+def test_compile_reports_speed_breaks_recompiles_and_parity(monkeypatch):
+    """The whole `perflab compile` report, with dynamo's "eager" backend in place of inductor: the same
+    graph capture and the same eager-vs-compiled comparisons, without inductor's code generation
+    (seconds instead of a minute on this machine)."""
+    import torch
+
+    from perflab.compiler import parity, speed
+
+    real_measure, real_check = speed.measure, parity.check
+    monkeypatch.setattr(speed, "measure", lambda fn, b, steps, *, mode: real_measure(fn, b, steps, mode=mode,
+                                                                                     backend="eager"))
+    monkeypatch.setattr(parity, "check", lambda model, b, steps, *, compile_kw: real_check(
+        model, b, steps, compile_kw={**compile_kw, "backend": "eager"}))
+    try:
+        r = perflab("compile", "--preset", "tiny-gpt", "--steps", "2")
+    finally:
+        torch._dynamo.reset()
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == f"tiny-gpt on {'cuda' if torch.cuda.is_available() else 'cpu'}, mode default, checkpointing none"
+    assert lines[1].startswith("step: eager ") and "break-even after" in lines[1]
+    assert lines[2] == "graph breaks: 0; recompiles: 0"
+    # the eager backend runs the captured graph with the same kernels: the losses agree to rounding
+    assert lines[3].startswith("parity over 2 steps: max |Δloss| ") and lines[3].endswith("(tolerance 1e-04: ok)")
