@@ -76,17 +76,6 @@ def cpu_explanation() -> str:
             "`perflab.pipeline.pinned.measure_variants()` measures all five variants on a GPU.")
 
 
-def locked_kib() -> int | None:
-    """The process's locked memory (VmLck, KiB) on Linux, or None."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmLck:"):
-                return int(line.split()[1])
-    except OSError:  # pragma: no cover
-        pass
-    return None
-
-
 def gb_per_s(nbytes: int, seconds: float) -> float:
     """Decimal gigabytes per second (1 GB = 1e9 bytes, as nvbandwidth and vendors count)."""
     if seconds <= 0:

@@ -21,7 +21,6 @@ almost always have opposite parity; `parity_alternation` measures it (≈ 0.5 fo
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -256,12 +255,3 @@ def measure_whole(kind: str, n: int, seed: int = 0, block: int = 1 << 16) -> dic
     if checksum != n * (n - 1) // 2:
         raise AssertionError(f"{kind}: the generated values are not a permutation of 0..{n - 1}")
     return {"kind": kind, "n": n, "seconds": seconds, "peak_bytes": int(peak + extra)}
-
-
-def rss_bytes() -> int | None:
-    """This process's resident set size now (Linux), or None."""
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # pragma: no cover
-        return None
