@@ -155,9 +155,22 @@ def test_track_and_dump_stacks_skip_unreadable_or_vanished_ranks(tmp_path, monke
     assert sent == [0.3]
 
 
-def test_stop_kills_what_ignores_sigterm(tmp_path):
-    stubborn = ["sh", "-c", "trap '' TERM; sleep 30 & wait"]
-    agent_proc = subprocess.Popen(stubborn, start_new_session=True)
+def test_stop_kills_an_agent_that_ignores_sigterm():
+    agent_proc = subprocess.Popen(["sh", "-c", "trap '' TERM; echo ready; sleep 30 & wait"], start_new_session=True,
+                                  stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent_proc.stdout is not None and agent_proc.stdout.readline().strip() == "ready"
+        T._stop([agent_proc], {})  # SIGTERM to its group, a second's grace, then SIGKILL
+        assert agent_proc.poll() == -signal.SIGKILL
+    finally:
+        if agent_proc.poll() is None:
+            agent_proc.kill()
+        agent_proc.wait()
+        if agent_proc.stdout is not None:
+            agent_proc.stdout.close()
+
+
+def test_stop_kills_a_rank_that_ignores_sigterm():
     rank = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                              "print('ready', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     short = subprocess.Popen(["sleep", "30"])
@@ -172,15 +185,21 @@ def test_stop_kills_what_ignores_sigterm(tmp_path):
                 raise psutil.NoSuchProcess(self.pid)
 
         tracked = {rank.pid: psutil.Process(rank.pid), short.pid: Vanishing(short.pid)}
-        T._stop([agent_proc], tracked)
-        assert agent_proc.poll() == -signal.SIGKILL
+        T._stop([], tracked)
         assert not tracked[rank.pid].is_running()  # killed, and reaped by _stop
     finally:
-        for p in (agent_proc, rank, short):
+        for p in (rank, short):
             if p.poll() is None:
                 p.kill()
             p.wait()
-    T._signal_group(agent_proc.pid, 0)  # the group is gone: nothing to signal, no error
+        if rank.stdout is not None:
+            rank.stdout.close()
+
+
+def test_signal_group_of_a_finished_job_is_no_error():
+    done = subprocess.Popen(["true"], start_new_session=True)
+    done.wait()
+    T._signal_group(done.pid, 0)  # its group is gone (signal 0 only asks whether it exists)
 
 
 def test_ctrl_c_during_a_launch_stops_everything_and_is_raised_again(monkeypatch):

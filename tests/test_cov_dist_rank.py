@@ -138,6 +138,14 @@ def test_ddp_worker_joins_without_the_memory_probe(one_rank):
     assert set(out["seconds"]) == {"init"} and dist.is_initialized()
 
 
+def test_comm_hooks_lets_a_refused_hook_through_unless_it_is_bf16(one_rank, monkeypatch):
+    from perflab.dist import ddp
+
+    monkeypatch.setattr(ddp, "_hook", lambda name, holder: (None, "not a function"))
+    with pytest.raises(TypeError, match="must be callable"):
+        ddp.comm_hooks(one_rank, hooks=("fp16",), steps=1, width=8, depth=1, mbs=2)
+
+
 def test_faulty_worker_hangs_on_its_rank(one_rank, monkeypatch, capsys):
     from perflab.dist.workers import faulty
 

@@ -4,6 +4,8 @@ no rank is started)."""
 
 from __future__ import annotations
 
+import json
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -264,3 +266,45 @@ def test_lab06_function_without_source_is_refused():
     exec("def ring(x, rank, world_size):\n    return x.clone()\n", namespace)  # no file behind it
     with pytest.raises(LabCheckError, match="could not read its source; define it with `def`"):
         lab.check_ring_all_reduce(namespace["ring"], nproc=2)
+
+
+def test_busbw_op_and_size_spellings_at_the_edges():
+    assert B.normalize_op("Scat-ter") == "scatter"  # no alias needed: the name without separators
+    for bad in ("K", "1kk"):
+        with pytest.raises(InputError, match="write bytes like 4096, 64K, 1M or 1G"):
+            B.parse_size(bad)
+
+
+def _fake_busbw_launch(lines, ok):
+    """A torchrun job that wrote `lines` to the worker's --out file and finished (ok) or not."""
+    def launch(target, nproc, args, **kw):
+        out = args[args.index("--out") + 1]
+        with open(out, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+        ranks = [RankOutcome(r, "ok" if ok else ("raised" if r == 1 else "stopped"),
+                             error=None if ok or r != 1 else "RuntimeError: Connection closed by peer")
+                 for r in range(nproc)]
+        return LaunchResult(target, nproc, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0, 60.0, False,
+                            [0 if ok else 1], ranks=ranks)
+    return launch
+
+
+def test_busbw_measure_reports_a_job_that_measured_nothing(monkeypatch):
+    import perflab.dist.torchrun as T
+
+    monkeypatch.setattr(T, "launch", _fake_busbw_launch(["{half a row"], ok=False))
+    with pytest.raises(T.DistRunError, match="rank 1 raised RuntimeError: Connection closed by peer"):
+        B.measure("all_reduce", 2, ["1K"], backend="gloo")
+
+
+def test_busbw_sweep_records_wrong_and_missing_sizes(monkeypatch):
+    import perflab.dist.torchrun as T
+
+    wrong = json.dumps({"bytes": 1024, "correct": False, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "seconds": 1e-6})
+    monkeypatch.setattr(T, "launch", _fake_busbw_launch([wrong, "not json"], ok=False))
+    run = B.measure_sweep("all_reduce", 2, ["1K", "4K"], backend="gloo", name="test_cov_busbw_bad", progress=False)
+    by_size = {r["bytes"]: r for r in run.rows}
+    assert by_size[1024]["status"] != "ok"
+    assert "all_reduce of 1024 B gave a wrong result on some rank" in by_size[1024]["reason"]
+    assert "not measured: rank 1 raised RuntimeError: Connection closed by peer" in by_size[4096]["reason"]
+    assert not run.ok
