@@ -184,7 +184,7 @@ def test_stop_kills_a_rank_that_ignores_sigterm():
             def kill(self):
                 raise psutil.NoSuchProcess(self.pid)
 
-        tracked = {rank.pid: psutil.Process(rank.pid), short.pid: Vanishing(short.pid)}
+        tracked = {short.pid: Vanishing(short.pid), rank.pid: psutil.Process(rank.pid)}
         T._stop([], tracked)
         assert not tracked[rank.pid].is_running()  # killed, and reaped by _stop
     finally:
