@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -150,7 +151,7 @@ def test_track_and_dump_stacks_skip_unreadable_or_vanished_ranks(tmp_path, monke
             raise psutil.NoSuchProcess(os.getpid())
 
     sent = []
-    monkeypatch.setattr(T.time, "sleep", lambda s: sent.append(s))
+    monkeypatch.setattr(T, "time", SimpleNamespace(sleep=sent.append))  # this module's clock only
     T._dump_stacks(tmp_path, {os.getpid(): Vanished()})  # rank 1 is not tracked, rank 2 is gone: no signal
     assert sent == [0.3]
 

@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import sys
 from argparse import Namespace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -159,7 +160,7 @@ def test_faulty_worker_hangs_on_its_rank(one_rank, monkeypatch, capsys):
         if len(naps) > 2:
             raise Stopped  # what the launcher's SIGTERM does to the real rank
 
-    monkeypatch.setattr(faulty.time, "sleep", sleep)
+    monkeypatch.setattr(faulty, "time", SimpleNamespace(sleep=sleep))  # this module's clock only
     with pytest.raises(Stopped):
         faulty.body(one_rank, raise_on=None, hang_on=0, work_s=0.0)
     assert naps == [0.0, 1.0, 1.0]
