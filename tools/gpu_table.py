@@ -100,7 +100,7 @@ def _scan_function(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[bool, se
                         lines |= _body_lines(block[i + 1:])
                         break
     if guard:
-        lines |= _body_lines(fn.body) - {fn.body[0].lineno} if fn.body else set()
+        lines |= _body_lines(body)  # all but the docstring
     return guard, lines
 
 

@@ -1,0 +1,123 @@
+"""The measuring core's edges no lesson reaches on this machine: other CPUs' vector units, input
+checks, the lab-grading objects' read-outs, TF32's switch, readouts of missing values."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from perflab.core import dtypes, grading, readout, roofline, validate
+from perflab.core.device import CPUFacts
+from perflab.core.errors import InputError
+from perflab.core.grading import LabCheckError, MultipleChoice, Summary, Verdict
+from perflab.core.hardware import cpu_flops_per_cycle, cpu_peak_estimate
+from perflab.core.measure import tf32_mode
+
+X86 = CPUFacts(model="test CPU", vendor="GenuineIntel", arch="x86_64", family=6, cpu_model=85, logical_cpus=4,
+               physical_cores=2, usable_cpus=4, usable_cores=2, flags=frozenset(), clock_mhz=2000.0,
+               clock_source="test", numa_nodes={0: "0-3"}, l2_bytes_per_core=None, l3_bytes=None)
+
+
+@pytest.mark.parametrize("arch, flags, fp32, words", [
+    ("x86_64", {"avx"}, 16, "AVX without FMA"),
+    ("x86_64", {"sse2"}, 8, "SSE"),
+    ("aarch64", set(), 16, "NEON"),
+])
+def test_vector_unit_rules_of_other_cpus(arch, flags, fp32, words):
+    per, basis = cpu_flops_per_cycle(dataclasses.replace(X86, arch=arch, flags=frozenset(flags)))
+    assert per["fp32"] == fp32 and per["fp64"] == fp32 // 2 and words in basis
+
+
+def test_arm_bf16_doubles_and_x86_fp16_units():
+    per, _ = cpu_flops_per_cycle(dataclasses.replace(X86, arch="aarch64", flags=frozenset({"bf16"})))
+    assert per["bf16"] == 2 * per["fp32"]
+    per, _ = cpu_flops_per_cycle(dataclasses.replace(X86, flags=frozenset({"avx512f", "amx_fp16"})))
+    assert per["fp16"] == 1024
+
+
+def test_an_unknown_architecture_has_no_rule_and_no_peak():
+    facts = dataclasses.replace(X86, arch="riscv64")
+    per, why = cpu_flops_per_cycle(facts)
+    assert per == {} and "riscv64" in why
+    assert cpu_peak_estimate(facts, threads=2) is None
+
+
+@pytest.mark.parametrize("value, want", [(4.0, 4), ("+8", 8), (" 16 ", 16)])
+def test_positive_int_takes_whole_numbers_written_otherwise(value, want):
+    assert validate.positive_int("batch", value) == want
+
+
+@pytest.mark.parametrize("value", [2.5, "eight", None, True])
+def test_positive_int_refuses_what_is_not_a_whole_number(value):
+    with pytest.raises(InputError, match=f"batch must be a whole number ≥ 1 \\(got {value!r}\\)"):
+        validate.positive_int("batch", value)
+
+
+def test_multiple_of_suggests_the_neighbours():
+    with pytest.raises(InputError, match="m=40 must be a multiple of 16: try 32 or 48"):
+        validate.positive_int("m", 40, multiple_of=16)
+    with pytest.raises(InputError, match="m=10 must be a multiple of 16: try 16$"):
+        validate.positive_int("m", 10, multiple_of=16)
+
+
+def test_tf32_mode_sets_and_restores_the_switch():
+    before = torch.backends.cuda.matmul.allow_tf32
+    with tf32_mode(not before):
+        assert torch.backends.cuda.matmul.allow_tf32 is (not before)
+    assert torch.backends.cuda.matmul.allow_tf32 is before
+
+
+def test_dtype_reasons_for_apple_gpus_and_other_devices():
+    assert "Apple GPUs" in dtypes.unsupported_reason("fp64", torch.device("mps"))
+    assert dtypes.unsupported_reason("bf16", torch.device("mps")) is None
+    assert "device type 'meta'" in dtypes.unsupported_reason("fp32", torch.device("meta"))
+
+
+def test_verdict_compares_hashes_and_prints():
+    assert Verdict(True) == Verdict(True) and Verdict(False) == False  # noqa: E712 - a check's result against a bool
+    assert Verdict(True).__eq__("yes") is NotImplemented
+    assert len({Verdict(True), Verdict(True), Verdict(False)}) == 2
+    assert repr(Verdict(True)) == "Verdict(passed)" and repr(Verdict(False)) == "Verdict(not done)"
+
+
+def test_an_empty_summary_says_so():
+    assert str(Summary()) == "no checks ran yet" and Summary()._repr_html_() == "<p>no checks ran yet</p>"
+
+
+def test_multiple_choice_refuses_a_broken_key_and_reads_a_string_of_letters(capsys):
+    with pytest.raises(ValueError, match="one correct option per question"):
+        MultipleChoice("q", ["a?", "b?"], ["x", "y", "z"], correct=[0])
+    with pytest.raises(ValueError, match="outside the options"):
+        MultipleChoice("q", ["a?"], ["x", "y"], correct=[2])
+    quiz = MultipleChoice("fixes", ["slow input?", "too many syncs?"], ["more workers", "drop .item()", "bigger batch"],
+                          correct=[0, 1], user="alice")
+    assert quiz.check(", ".join(quiz.answer_key()))
+    with pytest.raises(LabCheckError, match="2 answers needed, one letter per question, got 1"):
+        quiz.check("a")
+    text = str(quiz)
+    assert text.startswith("fixes\nquestions:\n  1. slow input?") and "options:" in text
+    assert all(f"  {ltr}) " in text for ltr in "abc")
+
+
+def test_roofline_refuses_an_unknown_elementwise_op():
+    with pytest.raises(ValueError, match="op must be 'add' or 'mul'"):
+        roofline.elementwise_flops_and_bytes(1024, 4, "div")
+
+
+def test_readouts_of_missing_and_extreme_values():
+    assert readout.num(True) == "True" and readout.num(float("nan")) == "n/a"
+    assert readout.num(float("inf")) == "∞" and readout.num(float("-inf")) == "-∞"
+    assert readout.seconds(None) == "n/a" and readout.seconds(2.5) == "2.50 s" and readout.seconds(3e-9) == "3.00 ns"
+    assert readout.nbytes(None) == "–"
+    r = readout.Readout("t", [("a", "1")], ["noisy: spread 30 %"])
+    assert r.noisy and r.as_dict() == {"a": "1"}
+
+
+def test_grading_learner_falls_back_without_a_user_name(monkeypatch):
+    import getpass
+
+    def no_user():
+        raise KeyError("uid not found")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert grading.learner() == "learner"
