@@ -168,3 +168,22 @@ def test_a_lock_folder_nobody_can_use_is_said_once_and_the_measurement_goes_on(t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("perflab: measuring without taking turns: cannot create the lock folder")
     assert "set PERFLAB_LOCK_DIR to a folder every user can write" in err[0]
+
+
+def test_devices_lock_takes_every_devices_lock(tmp_path, monkeypatch):
+    """A two-GPU job holds both GPUs: a measurement on the second one waits too."""
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv(lock.HELD_ENV, raising=False)
+    code = ("import sys\nfrom perflab.core.lock import device_lock, LockTimeout\n"
+            "try:\n    with device_lock(sys.argv[1], timeout=0.3): print('free')\n"
+            "except LockTimeout as e: print('busy')")
+    env = {k: v for k, v in os.environ.items() if k != lock.HELD_ENV}
+    env["PYTHONPATH"] = str(ROOT)
+    with lock.devices_lock(["mps", "cpu"]):
+        # another user's process (not a child of the job: no inherited hold) finds both busy
+        for dev in ("cpu", "mps"):
+            out = subprocess.run([sys.executable, "-c", code, dev], env=env, capture_output=True, text=True, timeout=30)
+            assert out.stdout.strip() == "busy", (dev, out.stderr)
+        with lock.device_lock("mps", timeout=0.2):  # the job itself re-enters without waiting
+            pass
+    assert lock.HELD_ENV not in os.environ

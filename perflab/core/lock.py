@@ -155,12 +155,20 @@ def _say_default() -> Callable[[str, bool], None]:
     return say
 
 
+def _held_by_parent() -> bool:
+    """A process that started this one holds the locks (this is its torchrun rank, DataLoader worker
+    or child command): measure under its turn. A lock this process holds itself does not count, so
+    that `devices_lock` takes every device's lock, not only the first."""
+    held = os.environ.get(HELD_ENV, "")
+    return bool(held) and not held.startswith(f"{os.getpid()}:")
+
+
 @contextlib.contextmanager
 def device_lock(device: object = "cpu", *, label: str = "", timeout: float | None = None,
                 say: Callable[[str, bool], None] | None = None) -> Iterator[float]:
     """Hold `device`'s lock for the body; yields the seconds it waited. Several devices: nest them
     in a fixed order (see `devices_lock`)."""
-    if not enabled() or os.environ.get(HELD_ENV):
+    if not enabled() or _held_by_parent():
         yield 0.0
         return
     key = device_key(device)
@@ -220,7 +228,7 @@ def device_lock(device: object = "cpu", *, label: str = "", timeout: float | Non
         with _guard:
             _held[key] = 1
         before = os.environ.get(HELD_ENV)
-        os.environ[HELD_ENV] = key
+        os.environ[HELD_ENV] = f"{os.getpid()}:{key}"
         try:
             yield waited
         finally:
