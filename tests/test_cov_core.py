@@ -121,3 +121,72 @@ def test_grading_learner_falls_back_without_a_user_name(monkeypatch):
 
     monkeypatch.setattr(getpass, "getuser", no_user)
     assert grading.learner() == "learner"
+
+
+def test_device_info_rows_skip_missing_values_and_show_small_sizes():
+    from perflab.core.device import DeviceInfo, _fmt_bytes
+
+    info = DeviceInfo("cuda", "test GPU", 1, {"l2_bytes": 4096, "driver": None, "links": []})
+    assert info.torch_device == torch.device("cuda", 1)
+    assert info.table() == [("device", "cuda:1"), ("name", "test GPU"), ("l2", "4 KiB")]
+    assert _fmt_bytes(2048) == "2 KiB"
+
+
+def test_memory_sizes_from_text_and_without_proc(monkeypatch):
+    from perflab.core import device
+
+    assert device._parse_size("") is None and device._parse_size("unknown") is None
+    assert device._parse_size("512K") == 512 * 2**10
+    monkeypatch.setattr(device, "_read", lambda path: None)  # no /proc (macOS): psutil's figures instead
+    mem = device._meminfo()
+    assert mem["MemTotal"] >= mem["MemAvailable"] > 0
+    assert device.free_memory_bytes("mps") is None
+
+
+def test_sweep_summary_says_how_to_resume_and_torn_lines_are_skipped(tmp_path):
+    from perflab.core.results import SweepResult, _jsonable, load_rows
+
+    s = SweepResult(tmp_path / "x.jsonl", [], measured=2, skipped=1, failed=0, interrupted=True)
+    assert s.summary().endswith("interrupted: run the same sweep again to resume")
+    p = tmp_path / "rows.jsonl"
+    p.write_text('{"a": 1}\n{"a": 2\n\n{"a": 3}\n')  # a line torn by a crash mid-write
+    assert load_rows(p) == [{"a": 1}, {"a": 3}]
+    assert _jsonable(torch.tensor(2.5)) == 2.5 and _jsonable(torch.device("cpu")) == "cpu"
+
+
+def test_results_go_to_the_checkout_or_the_users_cache(monkeypatch, tmp_path):
+    from perflab.core import results
+
+    monkeypatch.delenv("PERFLAB_RESULTS", raising=False)
+    checkout = results.course_checkout()
+    assert checkout is not None and results.results_root() == checkout / "results"
+    monkeypatch.setattr(results, "course_checkout", lambda: None)  # an installed copy
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert results.results_root() == tmp_path / ".cache" / "perflab" / "results"
+
+
+def test_timing_tolerances_and_refusals():
+    from perflab.core import timing
+
+    assert timing.default_tolerance(torch.float64) == 1e-10
+    assert timing.default_tolerance(torch.int8) == 1e-1
+    with pytest.raises(ValueError, match="warmup_ms must be ≥ 0 and rep_ms > 0"):
+        timing.bench(lambda: None, rep_ms=0, device="cpu")
+
+
+def test_bench_can_flush_the_cache_on_a_cpu_too(monkeypatch):
+    from perflab.core import timing
+
+    monkeypatch.setattr(timing, "FLUSH_BYTES", 2**20)  # small: the rule, not the size, is under test
+    monkeypatch.setattr(timing, "_flush_buffers", {})
+    x = torch.ones(256)
+    t = timing.bench(lambda: x.add_(1), warmup_ms=1, rep_ms=5, device="cpu", flush_l2=True)
+    assert t.median_s > 0 and x[0] > 1
+    assert timing._flush_buffer(torch.device("cpu")).numel() * 4 == timing.FLUSH_BYTES
+
+
+def test_fp8_is_refused_on_a_cpu_before_any_operand_is_built():
+    from perflab.core.measure import make_matmul
+
+    with pytest.raises(Exception, match="fp8 matmuls need an NVIDIA GPU"):
+        make_matmul(64, 64, 64, "fp8", device="cpu")
