@@ -3,6 +3,8 @@ panel saying why a choice is predicted only, and byte read-outs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from perflab.core.errors import InputError
@@ -20,7 +22,7 @@ def test_measuring_child_returns_its_last_json_line_and_drops_unset_variables(mo
 def test_measuring_child_failures_carry_its_output():
     with pytest.raises(gpu.ChildError, match=r"(?s)failed \(exit 1\): .*ZeroDivisionError"):
         gpu._run_child("1 / 0", timeout=60)
-    with pytest.raises(gpu.ChildError, match="did not finish in 1 s; its output: 'started"):
+    with pytest.raises(gpu.ChildError, match=re.escape("did not finish in 1 s; its output: 'started\\n'")):
         gpu._run_child("import time\nprint('started', flush=True)\ntime.sleep(30)", timeout=1)
 
 

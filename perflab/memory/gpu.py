@@ -52,7 +52,8 @@ def _run_child(code: str, env: dict[str, str | None] | None = None, timeout: flo
         r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                            env={k: v for k, v in full_env.items() if v is not None}, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"")[-2000:] if isinstance(e.stdout, bytes) else (e.stdout or "")[-2000:]
+        raw = e.stdout or ""  # bytes even with text=True (subprocess.TimeoutExpired keeps them raw)
+        out = (raw.decode(errors="replace") if isinstance(raw, bytes) else raw)[-2000:]
         raise ChildError(f"the measuring subprocess did not finish in {timeout:.0f} s; its output: {out!r}") from None
     lines = [ln for ln in r.stdout.strip().splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
