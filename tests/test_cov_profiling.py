@@ -72,3 +72,53 @@ def test_ettr_inputs_must_be_positive_numbers(v, words):
     with pytest.raises(InputError) as e:
         ettr._pos("hours", v)
     assert words in str(e.value)
+
+
+def test_missing_build_tools_are_said(monkeypatch):
+    from perflab.profiling import kernel
+
+    monkeypatch.setattr(kernel.shutil, "which", lambda name: None)
+    assert kernel.compiler_missing() == "no C++ compiler on PATH (install g++ or clang)"
+    assert kernel.build().skip == "no C++ compiler on PATH (install g++ or clang)"
+    monkeypatch.setattr(kernel.shutil, "which", lambda name: None if name == "ninja" else f"/usr/bin/{name}")
+    monkeypatch.setattr(kernel.importlib.util, "find_spec", lambda name: None)
+    assert kernel.compiler_missing() == "ninja is not installed (torch.utils.cpp_extension needs it)"
+
+
+def test_ettr_refusals_name_the_models_and_the_gpu_count():
+    with pytest.raises(InputError, match="model must be one of exact, first_order \\(got 'linear'\\)"):
+        ettr.optimal_interval(1.0, 5.0, 100.0, model="linear")
+    with pytest.raises(InputError, match="model must be one of exact, first_order"):
+        ettr.sweep_intervals(8, 1000.0, 1.0, 5.0, [10, 20], model="linear")
+    with pytest.raises(InputError, match="gpus must be a whole number ≥ 1 \\(got 2.5\\)"):
+        ettr.ettr(24, 2.5, 1000.0, 1.0, 5.0)
+    given = ettr.ettr(24, 8, 1000.0, 1.0, 5.0, interval_minutes=30)
+    assert 0 < given.ettr < 1
+
+
+def test_lab09_fix_quiz_refuses_unknown_causes_and_letters():
+    from perflab.core.grading import LabCheckError
+    from perflab.profiling import lab09
+
+    right = lab09.right_fix("alice")
+    with pytest.raises(LabCheckError, match="unknown cause\\(s\\) \\['gremlins'\\]"):
+        lab09.check_fixes({**dict.fromkeys(right, "?"), "gremlins": "a"}, learner="alice")
+    with pytest.raises(LabCheckError, match="'zz' for .* is not one of"):
+        lab09.check_fixes({**right, next(iter(right)): "zz"}, learner="alice")
+
+
+def test_hta_cross_check_skips_a_cpu_trace_and_says_why(tmp_path):
+    from perflab.profiling import hta
+
+    p = tmp_path / "cpu.json"
+    p.write_text(json.dumps(trace.synthetic_step(None, steps=1)))
+    out = hta.cross_check(p)
+    assert set(out) == {"skipped"} and "no GPU kernels" in out["skipped"]
+
+
+def test_the_sync_faults_check_stops_on_non_finite_activations():
+    import torch
+
+    faults._host_check_hook(None, None, torch.ones(4))  # finite: reads back and goes on
+    with pytest.raises(FloatingPointError, match="non-finite activations"):
+        faults._host_check_hook(None, None, torch.tensor([1.0, float("nan")]))
