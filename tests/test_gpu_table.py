@@ -65,6 +65,10 @@ def test_scan_reads_early_returns_and_driver_names(tmp_path):
         "        return total\n"
         "    torch.cuda.synchronize()\n"
         "    return total + 1\n"
+        "def either(device):\n"
+        "    if not torch.cuda.is_available() or device != 'cuda':\n"
+        "        return 'no'\n"
+        "    return torch.cuda.device_count()\n"
         "def nvml_count():\n"
         "    return 0\n"
         "def early_else(dev):\n"
@@ -78,5 +82,6 @@ def test_scan_reads_early_returns_and_driver_names(tmp_path):
     # the guard sits after four statements' worth of work: a CUDA branch, not a GPU-only function
     assert not found["later"].gpu_only and found["later"].branch_lines == {15, 16}
     assert found["nvml_count"].gpu_only
+    assert found["either"].gpu_only and 20 in found["either"].branch_lines  # `no CUDA or ...: return` guards too
     # an `if` that does not leave the block guards nothing after it
-    assert found["early_else"].branch_lines == {23}
+    assert found["early_else"].branch_lines == {27}

@@ -38,9 +38,11 @@ def _mentions_gpu(node: ast.AST) -> bool:
 
 
 def _negated(test: ast.AST) -> bool:
-    """A test true when there is *no* GPU (`not ...cuda...`, `x != "cuda"`)."""
+    """A test true when there is *no* GPU (`not ...cuda...`, `x != "cuda"`, or such tests joined by `or`)."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return True
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(_mentions_gpu(v) and _negated(v) for v in test.values)
     return isinstance(test, ast.Compare) and any(isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)) for op in test.ops)
 
 
