@@ -68,3 +68,14 @@ def test_lab10_model_check_on_stubs_and_models_that_do_not_fit(capsys):
 
     with pytest.raises(LabCheckError, match="your model must have BrokenLM's parameters"):
         lab10.check_model(Smaller)
+
+
+def test_count_executions_counts_each_line_per_call(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = tmp_path / "perflab_count_mod.py"
+    src.write_text("def child(x):\n    return x + 1\n\n\ndef parent(x):\n    for _ in range(3):\n        x = child(x)\n"
+                   "    return x\n")
+    import perflab_count_mod as m
+
+    counts = breaks.count_executions(m.parent, (0,), {}, [(str(src), 2), (str(src), 8)])
+    assert counts == {(str(src), 2): 3, (str(src), 8): 1}
