@@ -100,6 +100,10 @@ def lab(browser_ready, tmp_path_factory):
                JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"))
     for name in ("JUPYTER_TOKEN", "MPLBACKEND"):  # a learner's kernel: Jupyter's own token, inline figures
         env.pop(name, None)
+    # no line coverage in the server and its kernels: tests/test_notebooks.py measures the lessons'
+    # code already, and under the tracer the server and every lesson here run slower
+    for name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
+        env.pop(name, None)
     port = _free_port()
     cmd = [sys.executable, "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
            "--ServerApp.port_retries=0", "--ServerApp.open_browser=False", "--LabApp.news_url=None",
