@@ -190,3 +190,10 @@ def test_fp8_is_refused_on_a_cpu_before_any_operand_is_built():
 
     with pytest.raises(Exception, match="fp8 matmuls need an NVIDIA GPU"):
         make_matmul(64, 64, 64, "fp8", device="cpu")
+
+
+def test_an_apple_gpu_is_described_without_asking_the_device():
+    from perflab.core.device import describe
+
+    info = describe("mps")  # a description from torch and the OS only: it works on any machine
+    assert info.kind == "mps" and info.name.startswith("Apple GPU (") and info.index is None
