@@ -96,3 +96,21 @@ def test_planner_refusals_and_rank_problems():
     assert plan.check_plan(bad, topo) == ["rank 0 gets CPU 9999, which is not in the topology",
                                           f"CPU {cpu} is given to ranks 0 and 1", "rank 2 gets no CPU"]
     assert plan.check_plan(plan.plan(2, topo), topo) == []
+
+
+def test_more_ranks_than_cores_share_cores_thread_by_thread():
+    siblings = {0: [0, 2], 2: [0, 2], 1: [1, 3], 3: [1, 3]}  # 2 cores, 2 threads each
+    assert plan.split_node([0, 1, 2, 3], 2, siblings) == [[0, 2], [1, 3]]  # whole cores while they last
+    assert plan.split_node([0, 1, 2, 3], 4, siblings) == [[0], [1], [2], [3]]  # then one thread each
+    with pytest.raises(InputError, match="5 ranks need at least 5 CPUs; 4 are available"):
+        plan.split_node([0, 1, 2, 3], 5, siblings)
+
+
+def test_bound_binds_with_sched_setaffinity_and_runs_a_module(tmp_path):
+    (tmp_path / "perflab_rank_mod.py").write_text("import os\nprint('module ran on', sorted(os.sched_getaffinity(0)))\n")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "PERFLAB_BIND_WITH": "sched_setaffinity"}
+    r = subprocess.run([sys.executable, "-m", "perflab.numa.bound", "perflab_rank_mod"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "(node 0; sched_setaffinity)" in r.stdout and "module ran on" in r.stdout
