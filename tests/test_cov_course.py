@@ -128,3 +128,30 @@ def test_a_report_part_whose_table_and_figure_cannot_be_drawn_still_shows_the_re
             "data": {"rows": "not rows"}, "notes": ["a note"], "wall_s": 1.0, "measured": "today"}
     html = H._section("waves", part)
     assert "figure not drawn:" in html and "a note" in html and "best 1 TFLOP/s" in html
+
+
+def test_prediction_repr_and_a_record_that_cannot_be_written(tmp_path, monkeypatch):
+    from perflab.course import predict
+
+    p = predict.Prediction("10", "k", "speed-up here", unit="×")
+    assert repr(p) == "Predict: speed-up here [×] — not entered yet"
+    p2 = predict.Prediction("10", "k", "speed-up here", unit="×", given=1.5)
+    assert repr(p2) == "Predict: speed-up here [×] — 1.5"
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    (ro / "predictions.jsonl").mkdir()  # a folder where the record file should be: the write fails
+    monkeypatch.setenv("PERFLAB_RESULTS", str(ro))
+    predict._append({"lesson": "10"})  # the lesson goes on; the record stays in memory
+    monkeypatch.setattr("perflab.core.device.describe", lambda *a: (_ for _ in ()).throw(RuntimeError("no device")))
+    assert predict._device_name() == "unknown"
+
+
+def test_lesson_context_picks_the_full_size_on_a_gpu():
+    import torch
+
+    from perflab.course.notebook import Context
+
+    gpu = Context(torch.device("cuda"), None, None, smoke=False)
+    cpu = Context(torch.device("cpu"), None, None, smoke=False)
+    assert gpu.pick(full=4096, smoke=64, cpu=512) == 4096 and cpu.pick(full=4096, smoke=64, cpu=512) == 512
+    assert cpu.pick(full=4096, smoke=64) == 4096  # no CPU size given: the full one
