@@ -197,3 +197,37 @@ def test_an_apple_gpu_is_described_without_asking_the_device():
 
     info = describe("mps")  # a description from torch and the OS only: it works on any machine
     assert info.kind == "mps" and info.name.startswith("Apple GPU (") and info.index is None
+
+
+def test_diagnose_copes_with_a_learner_function_and_mistake_models_that_raise():
+    def student(n, flag):
+        if n > 100:
+            raise ValueError("too big for my formula")
+        return 2 * n
+
+    def bad_model(n, flag):
+        raise ZeroDivisionError
+
+    cases = [({"n": 4, "flag": True}, 12), ({"n": 200, "flag": True}, 600)]
+    hint = grading.diagnose(student, cases, ({"n": 4, "flag": True}, 12, 8), rtol=1e-9, atol=0,
+                            mistakes=[("never", bad_model)], reference=lambda n, flag: 3 * n if flag else n)
+    # the case the learner's function fails on is left out, the mistake model that raises is skipped
+    assert hint == ("your answer does not change when `flag` changes, but the right one does: the formula "
+                    "ignores an input")
+
+
+def test_perturbed_inputs_of_each_kind_and_an_ignored_flag():
+    assert grading._perturbed(True) == [False] and grading._perturbed("text") == []
+
+    def student(n, flag):
+        return 3 * n  # ignores the flag
+
+    key = grading._ignored_input(student, lambda n, flag: 3 * n if flag else n, {"n": 4, "flag": True}, 1e-9, 0)
+    assert key == "flag"
+
+    def picky(n, flag):
+        if n != 4:
+            raise ValueError("only 4")
+        return 12
+
+    assert grading._ignored_input(picky, lambda n, flag: 3 * n, {"n": 4, "flag": True}, 1e-9, 0) is None
