@@ -231,3 +231,41 @@ def test_perturbed_inputs_of_each_kind_and_an_ignored_flag():
         return 12
 
     assert grading._ignored_input(picky, lambda n, flag: 3 * n, {"n": 4, "flag": True}, 1e-9, 0) is None
+
+
+def test_labguard_finds_perflab_answers_however_a_learner_reaches_them():
+    from perflab.core import labguard
+    from perflab.numa import plan
+
+    class Mine(plan.RankPlan):  # a learner's class deriving from a perflab answer
+        pass
+
+    class Wrapped:
+        split = staticmethod(plan.split_node)  # perflab's function kept as a staticmethod
+
+    assert labguard.uses_perflab(Mine, [plan.RankPlan]) == ["RankPlan"]
+    assert labguard.uses_perflab(Wrapped, [plan.split_node]) == ["split_node"]
+    assert labguard.uses_perflab(plan.split_node, [plan.split_node]) == ["split_node"]  # perflab's own function
+
+    def make():
+        late = None  # an empty closure cell at definition time is skipped, not an error
+
+        def inner():
+            return late
+
+        late = 1
+        return inner
+
+    assert labguard.uses_perflab(make(), [plan.split_node]) == []
+    assert labguard.close("a", "a", 1e-9, 0) and not labguard.close("a", "b", 1e-9, 0)
+
+
+def test_name_mistake_skips_a_mistake_formula_that_raises():
+    from perflab.core import labguard
+
+    def raises(x):
+        raise ZeroDivisionError
+
+    found = labguard.name_mistake([({"x": 2}, 4)], [("broken", raises, "never"), ("doubled", lambda x: 2 * x, "halve it")],
+                                  rtol=1e-9, atol=0)
+    assert found is not None and found[0] == "doubled"
