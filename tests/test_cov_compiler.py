@@ -79,3 +79,12 @@ def test_count_executions_counts_each_line_per_call(tmp_path, monkeypatch):
 
     counts = breaks.count_executions(m.parent, (0,), {}, [(str(src), 2), (str(src), 8)])
     assert counts == {(str(src), 2): 3, (str(src), 8): 1}
+
+
+def test_clear_cache_empties_the_folder_the_inductor_uses(tmp_path, monkeypatch):
+    from perflab.compiler import speed
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    (tmp_path / "inductor" / "fxgraph").mkdir(parents=True)
+    assert speed.cache_dir() == tmp_path / "inductor"
+    assert speed.clear_cache() == tmp_path / "inductor" and not (tmp_path / "inductor").exists()

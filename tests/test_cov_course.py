@@ -155,3 +155,16 @@ def test_lesson_context_picks_the_full_size_on_a_gpu():
     cpu = Context(torch.device("cpu"), None, None, smoke=False)
     assert gpu.pick(full=4096, smoke=64, cpu=512) == 4096 and cpu.pick(full=4096, smoke=64, cpu=512) == 512
     assert cpu.pick(full=4096, smoke=64) == 4096  # no CPU size given: the full one
+
+
+def test_reference_files_that_are_broken_or_of_another_kind_are_skipped(tmp_path):
+    from perflab.course import reference as ref
+
+    (tmp_path / "waves__a.json").write_text("{broken")
+    (tmp_path / "waves__b.json").write_text(json.dumps({"kind": "mamf", "provenance": {}, "rows": []}))
+    (tmp_path / "waves__c.json").write_text(json.dumps({"kind": "waves", "provenance": {"device": "cpu"},
+                                                        "params": {}, "rows": [], "summary": {}}))
+    assert ref.load_references("waves", tmp_path) == []  # a CPU run is not GPU reference data
+    assert [r.path.name for r in ref.load_references("waves", tmp_path, gpu_only=False)] == ["waves__c.json"]
+    assert ref.load_references("waves", tmp_path / "none") == []
+    assert ref._jsonable(2) == 2.0 and ref._jsonable(object).startswith("<class")

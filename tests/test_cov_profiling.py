@@ -122,3 +122,14 @@ def test_the_sync_faults_check_stops_on_non_finite_activations():
     faults._host_check_hook(None, None, torch.ones(4))  # finite: reads back and goes on
     with pytest.raises(FloatingPointError, match="non-finite activations"):
         faults._host_check_hook(None, None, torch.tensor([1.0, float("nan")]))
+
+
+def test_timing_pitfall_table_reads_each_method_with_units():
+    from perflab.profiling import timing
+
+    rows = [{"method": "no sync", "seconds": 2e-6, "TFLOP/s": 1.2e3, "what it measures": "the launch only"},
+            {"method": "failed", "seconds": None, "TFLOP/s": None, "what it measures": "nothing"}]
+    t = timing.pitfall_table(rows)
+    assert t.to_dict("records") == [
+        {"method": "no sync", "time": "2.00 µs", "TFLOP/s": "1,200", "what it measures": "the launch only"},
+        {"method": "failed", "time": "—", "TFLOP/s": "—", "what it measures": "nothing"}]
