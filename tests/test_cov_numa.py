@@ -71,7 +71,7 @@ def test_bound_runs_the_rank_under_numactl(tmp_path, fake_numactl):
     assert "[perflab.numa.bound] rank 0: numactl --physcpubind=" in r.stdout and "rank body ran" in r.stdout
 
 
-def test_bound_runs_unbound_when_the_plan_is_impossible(tmp_path, monkeypatch):
+def test_bound_runs_unbound_when_the_plan_is_impossible(tmp_path):
     target = tmp_path / "rank.py"
     target.write_text("import sys\nprint('args', sys.argv[1:])\n")
     r = _bound(tmp_path, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4096"}, target)

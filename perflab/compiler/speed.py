@@ -119,7 +119,7 @@ def measure(model_fn, batches, steps: int = 5, *, mode: str = "default", backend
             progress: Callable[[str], None] | None = None) -> Speed:
     """Eager and compiled step time of fresh models from `model_fn()`. compile_s is the first
     compiled call minus one steady compiled step (the cache as it is now: warm or cold).
-    `progress`, if given, is told each phase as it starts (the compile can take tens of seconds)."""
+    `progress`, if given, is told each phase as it starts (with a cold cache the compile is the longest)."""
     say = progress or (lambda _msg: None)
     say(f"1/2 eager: a warm-up step, then {steps} timed")
     _, eager = time_steps(model_fn(), batches, steps)
@@ -127,7 +127,7 @@ def measure(model_fn, batches, steps: int = 5, *, mode: str = "default", backend
     kw = {"backend": backend} if backend != "inductor" else {}
     if mode != "default":
         kw["mode"] = mode
-    say(f"2/2 compiled ({backend}): the first call compiles (cold cache: tens of seconds on a CPU), "
+    say(f"2/2 compiled ({backend}): the first call compiles (the longest phase with a cold cache), "
         f"then a warm-up step and {steps} timed")
     first, comp = time_steps(model_fn(), batches, steps, compile_kw=kw)
     torch._dynamo.reset()
