@@ -259,3 +259,29 @@ def test_bind_rank_reports_no_change_when_already_there():
     from perflab.numa.plan import RankPlan
 
     assert bind_rank(RankPlan(0, None, 0, cur))["changed"] is False
+
+
+def test_remote_over_local_reads_measured_rows_and_published_matrices():
+    from perflab.numa import effect
+
+    rows = [{"cpu_node": 0, "memory_node": 0, "ns": 100.0}, {"cpu_node": 0, "memory_node": 1, "ns": 150.0},
+            {"cpu_node": 0, "memory_node": 2, "error": "numactl: no such node"},
+            {"cpu_node": 1, "memory_node": 1, "ns": 50.0}, {"cpu_node": 1, "memory_node": 0, "ns": True}]
+    # local mean (100 + 50) / 2 = 75, remote 150 (the failed and non-numeric rows left out)
+    assert effect.remote_over_local(rows, "ns") == pytest.approx(2.0)
+    assert effect.remote_over_local(rows[:1], "ns") is None            # no remote row
+    assert effect.remote_over_local(rows[1:3], "ns") is None           # no local row
+    assert effect.remote_over_local([{"ns": 1.0}], "ns") is None        # rows with no nodes
+    assert effect.remote_over_local([], "ns") is None
+
+
+def test_measured_tables_label_each_row_and_say_why_one_failed():
+    from perflab.numa import effect
+
+    lat, bw = effect.measured_tables([
+        {"cpu_node": 0, "memory_node": 0, "gbps": 12.345, "ns_per_random_read": 3.21},
+        {"cpu_node": 0, "memory_node": 1, "error": "numactl: node 1 has no memory"}])
+    assert lat == {"cores on node 0, memory on node 0 (local)": "3.2 ns per independent random read",
+                   "cores on node 0, memory on node 1 (remote)": "failed: numactl: node 1 has no memory"}
+    assert bw["cores on node 0, memory on node 0 (local)"] == "12 GB/s copy (read + write), one core"
+    assert effect.measured_tables([]) == ({}, {})

@@ -96,3 +96,18 @@ def test_widget_entry_wins_over_nothing_and_is_read_at_reveal_time():
 def test_numbers_show_without_padded_zeros():
     r = P.reveal(P.ask("05", "x", "speed-up", "×", given={"x": 1.2}), 1.5, device="d")
     assert "1.2 ×" in str(r) and "1.5 ×" in str(r) and "1.20" not in str(r)
+
+
+def test_a_prediction_checked_against_a_published_figure_never_reads_measured(tmp_path):
+    """Where this machine cannot measure the quantity (one NUMA node), lesson 08 checks the
+    prediction against a published figure: the table, the record and the calibration say so."""
+    p = P.ask("08", "ratio", "remote / local latency", "×", given={"ratio": 2})
+    r = P.reveal(p, 1.6, against="published (Intel MLC)", device="2x Xeon 8360Y")
+    assert dict(r.rows)["published (Intel MLC)"] == "1.6 ×" and "measured" not in dict(r.rows)
+    assert r.record["against"] == "published (Intel MLC)" and r.record["device"] == "2x Xeon 8360Y"
+    assert r.record["error_pct"] == pytest.approx(25.0) and r.record["direction"] == "over-estimated"
+    line = json.loads((tmp_path / "predictions.jsonl").read_text().splitlines()[-1])
+    assert line["against"] == "published (Intel MLC)"
+    assert P.calibration("08").frame()["measured"].tolist() == ["1.6 × (published (Intel MLC))"]
+    plain = P.reveal(P.ask("08", "m", "q", "ms", given={"m": 1}), 1.0, device="d")
+    assert "against" not in plain.record and dict(plain.rows)["measured"] == "1 ms"

@@ -63,6 +63,25 @@ def test_the_figures_the_issue_names_are_there():
     assert list(val["torchtitan_llama31_8b"].values()) == [5762, 6667, 8532]
 
 
+def test_the_two_socket_numa_figures_are_one_published_mlc_matrix_each():
+    """Lesson 08's published server: Intel MLC's latency and read-bandwidth matrices of one two-socket
+    Ice Lake node, as published (hpcleuven/VscDocumentation, icelake_mlc.txt at commit bba571e)."""
+    from perflab.numa import effect
+
+    lat, bw = gpu_figures.figure("numa_latency"), gpu_figures.figure("numa_bandwidth")
+    assert lat.repo_path == bw.repo_path and "8360Y" in lat.hardware and lat.unit == "ns" and bw.unit == "MB/s"
+    cells = {f.id: {(v["cpu_node"], v["memory_node"]): v["value"] for v in f.values} for f in (lat, bw)}
+    assert cells["numa_latency"] == {(0, 0): 89.2, (0, 1): 142.7, (1, 0): 142.9, (1, 1): 89.0}
+    assert cells["numa_bandwidth"] == {(0, 0): 175690.9, (0, 1): 55676.8, (1, 0): 55692.3, (1, 1): 175912.6}
+    for f in (lat, bw):  # each label says what its nodes say
+        for v in f.values:
+            where = "local" if v["cpu_node"] == v["memory_node"] else "remote"
+            assert v["label"] == f"cores on node {v['cpu_node']}, memory on node {v['memory_node']} ({where})"
+    # the ratios lesson 08 prints and checks the learner's prediction against
+    assert effect.remote_over_local(lat.values, "value") == pytest.approx(142.8 / 89.1)
+    assert effect.remote_over_local(bw.values, "value") == pytest.approx(55684.55 / 175801.75)
+
+
 def test_show_keeps_the_measurement_apart_and_labels_the_published_part():
     s = gpu_figures.show("pcie_h2d", measured={"host to device (pinned)": "12.3 GB/s"}, measured_on="cpu box")
     text, page = str(s), s._repr_html_()
@@ -72,6 +91,12 @@ def test_show_keeps_the_measurement_apart_and_labels_the_published_part():
     assert "Measured" not in str(gpu_figures.show("pcie_h2d"))
     mamf = dict(gpu_figures.figure("mamf_bf16").rows())
     assert mamf["NVIDIA H100 SXM"] == "794.5 TFLOP/s (80% of the spec's 989)"
+    # every digit the source gives and no more: 89.0 stays 89.0, 175690.9 is not rounded to 175691
+    lat = dict(gpu_figures.figure("numa_latency").rows())
+    assert lat["cores on node 1, memory on node 1 (local)"] == "89.0 ns"
+    assert dict(gpu_figures.figure("numa_bandwidth").rows())["cores on node 0, memory on node 0 (local)"] == \
+        "175,690.9 MB/s"
+    assert dict(gpu_figures.figure("mamf_fp8").rows())["NVIDIA H100 SXM"] == "1,402.6 TFLOP/s (71% of the spec's 1,979)"
     with pytest.raises(InputError, match="no published figure"):
         gpu_figures.figure("h100_magic")
 
@@ -94,7 +119,7 @@ def test_every_number_a_lesson_labels_published_comes_from_a_data_file():
             for m in re.finditer(r"(?<![\w.-])\d[\d,]*\.\d+|(?<![\w.-])\d{3,}(?![\w.-])", src):
                 value = round(float(m.group().replace(",", "")), 6)
                 assert value in known, f"{name}: {m.group()} is labelled Published but is in no data file"
-    lessons = {"00", "06", "07", "10"}
+    lessons = {"00", "06", "07", "08", "10"}
     assert lessons <= {n[:2] for n in shown}, f"lessons without a published GPU figure: {lessons - {n[:2] for n in shown}}"
 
 

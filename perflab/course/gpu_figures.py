@@ -49,9 +49,9 @@ class Figure:
         """(label, value with unit) as published; '(x% of the spec's N)' where the source gives the spec."""
         out = []
         for v in self.values:
-            text = f"{v['value']:g} {self.unit}"
+            text = f"{v['value']:,} {self.unit}"  # as published: every digit the source gives, no more
             if v.get("of_spec"):
-                text += f" ({v['value'] / v['of_spec']:.0%} of the spec's {v['of_spec']:g})"
+                text += f" ({v['value'] / v['of_spec']:.0%} of the spec's {v['of_spec']:,})"
             out.append((str(v["label"]), text))
         return out
 

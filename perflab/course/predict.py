@@ -160,7 +160,7 @@ class Reveal:
         pred = "no prediction entered" if r["predicted"] is None else (
             f"{num(r['predicted'])}{unit}" if isinstance(r["predicted"], float) else str(r["predicted"]))
         meas = f"{num(r['measured'])}{unit}" if isinstance(r["measured"], float) else str(r["measured"])
-        rows = [("your prediction", pred), ("measured", meas)]
+        rows = [("your prediction", pred), (r.get("against") or "measured", meas)]
         if r["error_pct"] is not None:
             rows.append(("error", f"{'+' if r['error_pct'] > 0 else ''}{num(r['error_pct'], 2)} % ({r['direction']})"))
         elif r["correct"] is not None:
@@ -200,10 +200,13 @@ def _device_name() -> str:
 
 
 def reveal(pred: Prediction, measured: float | str, *, tolerance: float = ON_THE_MARK,
-           device: str | None = None, save: bool = True) -> Reveal:
+           device: str | None = None, save: bool = True, against: str | None = None) -> Reveal:
     """The learner's prediction beside the measurement, with the error; recorded for calibration.
 
-    `tolerance` is the relative error that still counts as on the mark (default 10 %)."""
+    `tolerance` is the relative error that still counts as on the mark (default 10 %). Where this
+    machine cannot measure the quantity, `against` names what the prediction is checked against
+    instead (a published figure, e.g. "published (2x Xeon 8360Y)"): that label replaces
+    "measured" in the table, and `device` should name the published hardware."""
     note = ""
     try:
         predicted = pred.value
@@ -225,6 +228,8 @@ def reveal(pred: Prediction, measured: float | str, *, tolerance: float = ON_THE
            "predicted": predicted, "measured": measured, "error_pct": error_pct, "correct": correct,
            "direction": direction, "device": device or _device_name(),
            "time": _dt.datetime.now().isoformat(timespec="seconds")}
+    if against:
+        rec["against"] = against
     _RECORDS[(pred.lesson, pred.key)] = rec
     if save:
         _append(rec)
@@ -290,7 +295,8 @@ class Calibration:
                     f"{'+' if (r['error_pct'] or 0) > 0 else ''}{num(r['error_pct'], 2)} %" if r["error_pct"] is not None
                     else ("right" if r["correct"] else "wrong"))
             rows.append({"question": r["question"], "prediction": fmt(r["predicted"]),
-                         "measured": fmt(r["measured"]), "miss": miss})
+                         "measured": fmt(r["measured"]) + (f" ({r['against']})" if r.get("against") else ""),
+                         "miss": miss})
         return pd.DataFrame(rows, columns=["question", "prediction", "measured", "miss"])
 
     def __str__(self) -> str:

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from typing import Any
 
+from perflab.core.readout import num
 from perflab.numa.topology import Topology, format_cpulist
 
 _PROBE = textwrap.dedent("""
@@ -93,3 +94,40 @@ def host_to_device_by_node(topo: Topology, gpu: int = 0, nbytes: int = 256 * 2**
             row["error"] = (r.stderr.strip().splitlines() or ["?"])[-1]
         rows.append(row)
     return {"rows": rows}
+
+
+def remote_over_local(rows: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of `key` over the remote rows (memory on another node than the cores) divided by its
+    mean over the local rows: above 1 for latency, below 1 for bandwidth on a two-socket server.
+
+    Rows are those of `memory_local_vs_remote` (key "gbps" or "ns_per_random_read"), or any rows
+    with "cpu_node", "memory_node" and `key` (a published matrix). Rows that failed or lack `key`
+    are left out; None when no local or no remote row is left."""
+    local, remote = [], []
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or "cpu_node" not in r or "memory_node" not in r:
+            continue
+        (local if r["cpu_node"] == r["memory_node"] else remote).append(float(v))
+    if not local or not remote or sum(local) == 0:
+        return None
+    return (sum(remote) / len(remote)) / (sum(local) / len(local))
+
+
+def measured_tables(rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """The rows of `memory_local_vs_remote` as two label -> text tables (latency, bandwidth), to
+    show beside the published matrices; failed rows say why. Empty tables when nothing was measured.
+
+    The latency here is the time per read of 2^18 independent random reads, which the core overlaps:
+    lower than a pointer chase's latency (Intel MLC's), so compare the ratios, not the ns."""
+    lat: dict[str, str] = {}
+    bw: dict[str, str] = {}
+    for r in rows:
+        where = "local" if r.get("cpu_node") == r.get("memory_node") else "remote"
+        label = f"cores on node {r.get('cpu_node')}, memory on node {r.get('memory_node')} ({where})"
+        if "error" in r:
+            lat[label] = bw[label] = f"failed: {r['error']}"
+            continue
+        lat[label] = f"{num(r['ns_per_random_read'], 2)} ns per independent random read"
+        bw[label] = f"{num(r['gbps'], 2)} GB/s copy (read + write), one core"
+    return lat, bw
