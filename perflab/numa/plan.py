@@ -50,7 +50,7 @@ def core_groups(cpus: list[int], siblings: dict[int, list[int]]) -> list[list[in
     for c in sorted(cpus):
         if c in seen:
             continue
-        g = [x for x in sorted(siblings.get(c, [c])) if x in cpus] or [c]
+        g = [x for x in sorted(siblings.get(c, [c])) if x in cpus and x not in seen] or [c]
         if c not in g:
             g = [c]
         seen.update(g)
