@@ -63,6 +63,17 @@ def test_the_figures_the_issue_names_are_there():
     assert list(val["torchtitan_llama31_8b"].values()) == [5762, 6667, 8532]
 
 
+def test_lesson_03s_gpu_memory_figures_are_the_books_printed_outputs_with_their_digits():
+    """What `torch.ones(1).cuda()` and NCCL's first barrier cost on someone else's GPU, as the handbook
+    prints them (GiB to two decimals): shown where lesson 03 cannot measure them."""
+    kernels, nccl = gpu_figures.figure("cuda_kernels_memory"), gpu_figures.figure("nccl_init_memory")
+    assert kernels.numbers() == [1.78, 0.90, 0.92, 0.47] and nccl.numbers() == [0.55, 2.00, 2.00, 1.28]
+    assert [t for _, t in kernels.rows()] == ["1.78 GiB", "0.90 GiB", "0.92 GiB", "0.47 GiB"]
+    assert "A100 80GB" in kernels.hardware and "not stated" in nccl.hardware
+    src = json.loads((ROOT / "perflab/memory/data/memory_references.json").read_text())
+    assert "gpu_reference_measurements" not in src  # one copy only: the published figures
+
+
 def test_the_two_socket_numa_figures_are_one_published_mlc_matrix_each():
     """Lesson 08's published server: Intel MLC's latency and read-bandwidth matrices of one two-socket
     Ice Lake node, as published (hpcleuven/VscDocumentation, icelake_mlc.txt at commit bba571e)."""
@@ -119,7 +130,7 @@ def test_every_number_a_lesson_labels_published_comes_from_a_data_file():
             for m in re.finditer(r"(?<![\w.-])\d[\d,]*\.\d+|(?<![\w.-])\d{3,}(?![\w.-])", src):
                 value = round(float(m.group().replace(",", "")), 6)
                 assert value in known, f"{name}: {m.group()} is labelled Published but is in no data file"
-    lessons = {"00", "06", "07", "08", "10"}
+    lessons = {"00", "03", "06", "07", "08", "10"}
     assert lessons <= {n[:2] for n in shown}, f"lessons without a published GPU figure: {lessons - {n[:2] for n in shown}}"
 
 

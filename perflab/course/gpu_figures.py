@@ -49,7 +49,9 @@ class Figure:
         """(label, value with unit) as published; '(x% of the spec's N)' where the source gives the spec."""
         out = []
         for v in self.values:
-            text = f"{v['value']:,} {self.unit}"  # as published: every digit the source gives, no more
+            # as published: every digit the source gives, no more ("decimals" where the source pads, 0.90)
+            dec = self.extra.get("decimals")
+            text = f"{v['value']:,.{int(dec)}f} {self.unit}" if dec is not None else f"{v['value']:,} {self.unit}"
             if v.get("of_spec"):
                 text += f" ({v['value'] / v['of_spec']:.0%} of the spec's {v['of_spec']:,})"
             out.append((str(v["label"]), text))
