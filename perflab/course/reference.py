@@ -244,19 +244,18 @@ def record(kind: str, device=None, *, smoke: bool = False, root: Path | str | No
         d = s.as_dict()
         return record_reference("swiglu", d["candidates"], device=dev, params=p, root=root,
                                 summary={k: v for k, v in d.items() if k not in {"candidates", "results_file"}})
-    if kind == "mamf":
-        from perflab.gemm import mamf
+    # mamf, the one kind left: recording_sizes refused every other
+    from perflab.gemm import mamf
 
-        ranges = {ax: mamf.parse_range(*p[ax], name=ax) for ax in ("m", "n", "k")}
-        r = mamf.search(ranges["m"], ranges["n"], ranges["k"], dtype=p["dtype"], device=dev, stat=p["stat"],
-                        name="reference_mamf", progress=progress, save_ceiling=not smoke, **fast)
-        from perflab.core.hardware import peaks_for
+    ranges = {ax: mamf.parse_range(*p[ax], name=ax) for ax in ("m", "n", "k")}
+    r = mamf.search(ranges["m"], ranges["n"], ranges["k"], dtype=p["dtype"], device=dev, stat=p["stat"],
+                    name="reference_mamf", progress=progress, save_ceiling=not smoke, **fast)
+    from perflab.core.hardware import peaks_for
 
-        peaks = peaks_for(info)
-        pub = published_mamf(peaks.spec.id if peaks.spec else None, p["dtype"])
-        summary = {**r.as_dict(), "peak_tflops": peaks.get(p["dtype"]), "peak_source": peaks.source,
-                   "published": pub}
-        summary.pop("results_file", None)
-        summary.pop("ceiling_file", None)
-        return record_reference("mamf", r.rows, device=dev, params=p, root=root, summary=summary)
-    raise InputError(f"unknown reference kind {kind!r}: use one of {', '.join(KINDS)}")
+    peaks = peaks_for(info)
+    pub = published_mamf(peaks.spec.id if peaks.spec else None, p["dtype"])
+    summary = {**r.as_dict(), "peak_tflops": peaks.get(p["dtype"]), "peak_source": peaks.source,
+               "published": pub}
+    summary.pop("results_file", None)
+    summary.pop("ceiling_file", None)
+    return record_reference("mamf", r.rows, device=dev, params=p, root=root, summary=summary)

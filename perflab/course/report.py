@@ -496,9 +496,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for k in keys:
         x, y = fa.get(k), fb.get(k)
-        ref = x or y
-        if ref is None:  # a key comes from one of the two reports
-            continue
+        ref = fa[k] if k in fa else fb[k]  # every key comes from one of the two reports
         va = x.get("value") if x else None
         vb = y.get("value") if y else None
         ratio = (vb / va) if (isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va != 0) else None
