@@ -519,3 +519,31 @@ def test_build_says_what_it_compiles_and_refuses_a_ptx_that_disagrees_with_the_m
         compiled.build([job])
     (d / "result.json").write_text(json.dumps({"metadata": {"num_warps": 8}, "reqntid": 256}))
     assert compiled.build([job])[0][0]["cache_dir"] == str(d)
+
+
+def test_a_recorded_gpu_wave_sweep_is_drawn_with_the_tile_that_fits_it():
+    """A reference sweep as `perflab reference record` writes it on a GPU (here made from the wave
+    model's own times for 256x128 tiles on 132 SMs): the figure names the device and the fitted
+    staircase puts its steps where the recorded times step."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    fixed, sms = {"m": 2304, "k": 4096}, 132
+    ns = list(range(128, 4097, 64))
+    times = [shapes.predicted_time_s(fixed["m"], n, fixed["k"], sms=sms, tile=(256, 128), peak_tflops=800) for n in ns]
+    frame = pd.DataFrame({"n": ns, "median_s": times,
+                          "tflops": [2 * fixed["m"] * n * fixed["k"] / t / 1e12 for n, t in zip(ns, times)]})
+    ref = types.SimpleNamespace(frame=frame, params={"dim": "n", "fixed": fixed, "sms": sms},
+                                label="NVIDIA H100 80GB HBM3, driver 570", provenance={"device": "NVIDIA H100 80GB HBM3"})
+    fig = plots.reference_waves(ref)
+    try:
+        top, bottom = fig.axes[:2]
+        assert top.get_title() == "Reference: NVIDIA H100 80GB HBM3, driver 570"
+        assert "measured on NVIDIA H100 80GB HBM3" in [t.get_text() for t in top.get_legend().get_texts()]
+        fit = shapes.fit_tile(ns, times, "n", fixed, sms=sms)
+        best = fit.table.iloc[0]
+        # 256x128 with one block per SM, or 128x128 with two: the same wave size, the same staircase
+        assert (best["tile"], int(best["blocks_per_sm"])) == ("256x128", 1) and best["rel_rms"] < 1e-9
+        assert len(bottom.get_lines()) >= 2  # the recorded times and at least the best staircase
+    finally:
+        plt.close(fig)
