@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import os
 import re
 import sys
 import traceback
@@ -92,39 +93,44 @@ def _site_of_message(msg: str) -> tuple[str, int, str] | None:
     return m.group(1), int(m.group(2)), fn
 
 
+class _LineCounter:
+    """The trace hooks of `count_executions`: `calls` is the global hook (it turns line tracing on
+    only in the files of the sites), `local` counts each site line as it runs."""
+
+    def __init__(self, sites: list[tuple[str, int]]):
+        self.want = {(os.path.realpath(p), ln) for p, ln in sites}
+        self.files = {p for p, _ in self.want}
+        self.real: dict[str, str] = {}
+        self.counts: dict[tuple[str, int], int] = {}
+
+    def where(self, code) -> str:
+        name = code.co_filename
+        if name not in self.real:
+            self.real[name] = os.path.realpath(name)
+        return self.real[name]
+
+    def local(self, frame, event, arg):
+        if event == "line":
+            k = (self.where(frame.f_code), frame.f_lineno)
+            if k in self.want:
+                self.counts[k] = self.counts.get(k, 0) + 1
+        return self.local
+
+    def calls(self, frame, event, arg):
+        return self.local if event == "call" and self.where(frame.f_code) in self.files else None
+
+
 def count_executions(fn, args: tuple, kwargs: dict, sites: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """How many times each (file, line) runs in one eager call `fn(*args, **kwargs)`: a break site
     in a child module called three times runs three times. Traces only the files of the sites."""
-    import os
-
-    want = {(os.path.realpath(p), ln) for p, ln in sites}
-    files = {p for p, _ in want}
-    real: dict[str, str] = {}
-    counts: dict[tuple[str, int], int] = {}
-
-    def where(code) -> str:
-        name = code.co_filename
-        if name not in real:
-            real[name] = os.path.realpath(name)
-        return real[name]
-
-    def local(frame, event, arg):
-        if event == "line":
-            k = (where(frame.f_code), frame.f_lineno)
-            if k in want:
-                counts[k] = counts.get(k, 0) + 1
-        return local
-
-    def calls(frame, event, arg):
-        return local if event == "call" and where(frame.f_code) in files else None
-
+    counter = _LineCounter(sites)
     before = sys.gettrace()  # a coverage tracer, say: put it back afterwards
-    sys.settrace(calls)
+    sys.settrace(counter.calls)
     try:
         fn(*args, **kwargs)
     finally:
         sys.settrace(before)
-    return {(p, ln): counts.get((os.path.realpath(p), ln), 0) for p, ln in sites}
+    return {(p, ln): counter.counts.get((os.path.realpath(p), ln), 0) for p, ln in sites}
 
 
 def explain(fn, *args, **kwargs) -> BreakReport:
