@@ -6,6 +6,7 @@ misreads, and GEMMs and trace files that cannot be read."""
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import queue
@@ -77,12 +78,19 @@ def test_the_comm_fix_wraps_the_model_in_ddp(monkeypatch, tmp_path):
 
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)  # pyright: ignore[reportPrivateImportUsage]
+    made = model = loader = step = loss = None
     try:
-        model, opt, loader, step = faults.make_step(TINY, "comm", fixed=True, batch=2, seq=8, n_batches=2)
+        made = faults.make_step(TINY, "comm", fixed=True, batch=2, seq=8, n_batches=2)
+        model, _, loader, step = made
         assert isinstance(model, DistributedDataParallel)
         loss = step(next(iter(loader)))
         assert torch.isfinite(loss) and all(p.grad is None for p in model.parameters())
     finally:
+        # DDP's reducer holds the gloo group: freed after the group is destroyed, its destructor can
+        # wait forever on gloo's threads (and no Python timeout fires inside it). Free it first.
+        made = model = loader = step = loss = None
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
 
 
