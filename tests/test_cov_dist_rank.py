@@ -4,6 +4,7 @@ a temporary folder: no port, no torchrun), and one forked peer where a collectiv
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -34,6 +35,7 @@ def one_rank(tmp_path, monkeypatch):
     try:
         yield ctx
     finally:
+        gc.collect()  # a DDP model left in a cycle must go before its group: freed after, it can hang
         if dist.is_initialized():
             dist.destroy_process_group()
 
