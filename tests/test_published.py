@@ -102,11 +102,13 @@ def test_show_keeps_the_measurement_apart_and_labels_the_published_part():
     assert "Measured" not in str(gpu_figures.show("pcie_h2d"))
     mamf = dict(gpu_figures.figure("mamf_bf16").rows())
     assert mamf["NVIDIA H100 SXM"] == "794.5 TFLOP/s (80% of the spec's 989)"
-    # every digit the source gives and no more: 89.0 stays 89.0, 175690.9 is not rounded to 175691
+    # every digit the source gives and no more (89.0 stays 89.0); MLC's MB/s shown as GB/s to 0.1
     lat = dict(gpu_figures.figure("numa_latency").rows())
     assert lat["cores on node 1, memory on node 1 (local)"] == "89.0 ns"
-    assert dict(gpu_figures.figure("numa_bandwidth").rows())["cores on node 0, memory on node 0 (local)"] == \
-        "175,690.9 MB/s"
+    bw = dict(gpu_figures.figure("numa_bandwidth").rows())
+    assert bw["cores on node 0, memory on node 0 (local)"] == "175.7 GB/s"
+    assert bw["cores on node 0, memory on node 1 (remote)"] == "55.7 GB/s"
+    assert gpu_figures.figure("numa_bandwidth").numbers()[0] == 175690.9  # the data: as published, in MB/s
     assert dict(gpu_figures.figure("mamf_fp8").rows())["NVIDIA H100 SXM"] == "1,402.6 TFLOP/s (71% of the spec's 1,979)"
     with pytest.raises(InputError, match="no published figure"):
         gpu_figures.figure("h100_magic")

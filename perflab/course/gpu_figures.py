@@ -48,10 +48,14 @@ class Figure:
     def rows(self) -> list[tuple[str, str]]:
         """(label, value with unit) as published; '(x% of the spec's N)' where the source gives the spec."""
         out = []
+        # as published: every digit the source gives, no more ("decimals" where the source pads, 0.90);
+        # "show_as" puts a figure in a readable unit (MLC's 175690.9 MB/s as 175.7 GB/s), the data stays as published
+        show = self.extra.get("show_as") or {}
+        scale, unit = float(show.get("scale", 1)), show.get("unit", self.unit)
+        dec = show.get("decimals", self.extra.get("decimals"))
         for v in self.values:
-            # as published: every digit the source gives, no more ("decimals" where the source pads, 0.90)
-            dec = self.extra.get("decimals")
-            text = f"{v['value']:,.{int(dec)}f} {self.unit}" if dec is not None else f"{v['value']:,} {self.unit}"
+            x = v["value"] * scale if show else v["value"]
+            text = f"{x:,.{int(dec)}f} {unit}" if dec is not None else f"{x:,} {unit}"
             if v.get("of_spec"):
                 text += f" ({v['value'] / v['of_spec']:.0%} of the spec's {v['of_spec']:,})"
             out.append((str(v["label"]), text))
