@@ -67,6 +67,7 @@ def test_recompiles_static_dynamic_and_mark_dynamic():
     assert breaks.recompiles_over_lengths(m, lens, mark=True)[-1]["graphs_compiled"] == 1
 
 
+@pytest.mark.slow
 def test_parity_passes_same_model_and_flags_a_bf16_cast():
     m = models.FixedLM(seed=3)
     bs = [(_ids(), _ids()) for _ in range(2)]
@@ -124,6 +125,7 @@ def _cli(*args, cwd=None, fresh=False):
     return perflab("compile", *args, cwd=cwd, env={"PYTHONPATH": ROOT}, fresh=fresh, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_explain_a_file_that_does_not_import_perflab(tmp_path):
     f = tmp_path / "net.py"
     f.write_text(textwrap.dedent("""

@@ -14,6 +14,7 @@ from perflab.core.errors import InputError
 from perflab.profiling import ettr, faults, ops, trace
 
 
+@pytest.mark.slow
 def test_profile_comm_on_torchrun_finds_the_all_reduces():
     r = perflab("profile", "--fault", "comm", "--steps", "2", "--json")
     assert r.returncode == 0, r.stderr

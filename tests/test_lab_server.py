@@ -24,6 +24,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_lab_server_needs_token_and_is_local(tmp_path):
     from test_packaging import _lab_command

@@ -103,6 +103,7 @@ def _cli_search(strategy: str, results, rng=("32", "256", "32")):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_perflab_mamf_finds_the_brute_force_best_in_a_fraction_of_the_time(tmp_path):
     """`perflab mamf` on real fp32 CPU matmuls at small sizes: the refined search's best is at least
     the brute-force grid's best over the same ranges (within timing noise: 10% on a shared 2-core

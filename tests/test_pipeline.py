@@ -195,6 +195,7 @@ def test_a_raising_worker_is_one_clear_message():
     assert "sample 3 is corrupt" in msg and "Traceback" in msg
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_hung_worker_is_caught_by_the_timeout_and_the_sweep_goes_on(tmp_path):
     step = calibrate(1, torch.device("cpu"), budget_s=0.02)

@@ -60,6 +60,7 @@ def _distinctive(prints: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in prints.items() if len(list(ast.walk(ast.parse(k)))) >= 12}
 
 
+@pytest.mark.slow
 def test_the_release_has_no_solution_code(release):
     folder, zpath = release
     prints = R.solution_fingerprints(ROOT / "labs")
@@ -88,6 +89,7 @@ def test_the_release_has_no_solution_code(release):
     assert len(R.solution_code_in(ROOT / "labs" / "solutions", _distinctive(prints))) >= len(_distinctive(prints))
 
 
+@pytest.mark.slow
 def test_the_release_notebooks_have_no_outputs(release):
     folder, _ = release
     nbs = list(folder.rglob("*.ipynb"))

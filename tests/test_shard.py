@@ -98,6 +98,7 @@ def live():
     return shard_many(["fsdp", "tp", "pp"], 2, microbatches=[1, 2, 4, 8], forward_ms=100, backward_ms=200)
 
 
+@pytest.mark.slow
 def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss(live):
     rep = live["fsdp"]
     assert rep.ok, rep.text()
@@ -117,6 +118,7 @@ def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss(live):
     assert "loss vs the 1-rank run, every step" in names and all(c["ok"] for c in d["checks"])
 
 
+@pytest.mark.slow
 def test_tensor_parallel_blocks_match_and_all_reduce_twice_per_block(live):
     rep = live["tp"]
     assert rep.ok, rep.text()
@@ -124,6 +126,7 @@ def test_tensor_parallel_blocks_match_and_all_reduce_twice_per_block(live):
     assert all(r["comm_calls"] == r["predicted_comm_calls"] == 4 for r in rep.rows)
 
 
+@pytest.mark.slow
 def test_pipeline_bubble_follows_the_formula_for_m_1_2_4_8(live):
     rep = live["pp"]
     runs = rep.details["runs"]
@@ -137,6 +140,7 @@ def test_pipeline_bubble_follows_the_formula_for_m_1_2_4_8(live):
     assert rep.ok, rep.text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(netns.unavailable() is not None, reason=f"two-node launch: {netns.unavailable()}")
 def test_two_namespaced_nodes_rendezvous_and_all_reduce():
     before = set(netns.namespaces_left())

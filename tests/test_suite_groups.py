@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 CHEAP_LESSON_GROUP = ["tests/test_site.py::test_links_between_lessons_are_rewritten_to_pages",
                       "tests/test_site.py::test_display_math_becomes_mathml_that_needs_no_script",
                       "tests/test_site.py::test_a_widgets_figure_is_put_on_the_page_without_widget_javascript"]
 
 
+@pytest.mark.slow
 def test_a_group_runs_on_one_worker():
     r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
                         *CHEAP_LESSON_GROUP], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -89,6 +89,7 @@ def test_grad_accum_sweep(tmp_path, monkeypatch):
     assert list(again.ok_frame()["tokens_per_s"]) == list(df["tokens_per_s"])  # resumed, not re-measured
 
 
+@pytest.mark.slow
 def test_gc_series_collections_where_expected():
     """With gc on, Python decides when to collect (a full, generation-2 collection happens once enough
     objects have aged); with gc.disable() the only collections are the scheduled ones."""

@@ -34,6 +34,7 @@ def _run() -> dict:
         pytest.fail(f"pyright printed no JSON (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
 
 
+@pytest.mark.slow
 def test_pyright_reports_no_error_in_the_package():
     report = _run()
     errors = [d for d in report["generalDiagnostics"] if d["severity"] == "error"]

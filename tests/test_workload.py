@@ -29,6 +29,7 @@ def test_small_presets_include_every_course_model():
     assert {"tiny-gpt", "tiny-llama", "small-gpt", "small-llama", "gpt2-small"} <= set(SMALL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SMALL)
 def test_untrained_loss_is_ln_v_and_gradients_are_normal(name):
     cfg = PRESETS[name]
@@ -129,6 +130,7 @@ def _cli_json(*args):
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_mfu_and_memory_measure_the_same_realistic_step():
     """Both commands train small-gpt (V = 4096) for real: loss near ln 4096 = 8.32, and the same
     forward+backward within 2× (memory --measure also tracks every allocation)."""
