@@ -55,6 +55,31 @@ def test_a_copy_whose_spread_passes_the_noise_threshold_gets_a_noisy_note(monkey
     assert out["figures"][0]["label"] == "device copy GB/s (64 MiB)"
 
 
+def test_a_matmul_whose_spread_passes_the_noise_threshold_gets_a_noisy_note(monkeypatch):
+    """Whether a real timing is noisy depends on the machine's load at that moment, so the note's
+    line is run here with a made-up spread rather than left to chance."""
+    from perflab.core import measure as M
+
+    def matmul(m, n, k, dtype, device, *, rep_ms, warmup_ms):
+        spread = 0.5 if dtype == "fp32" else NOISY_SPREAD / 2
+        return SimpleNamespace(tflops=0.1, median_s=2e-3, spread=spread, peak_tflops=None, peak_fraction=None,
+                               rel_error=1e-6)
+
+    monkeypatch.setattr(M, "measure_matmul", matmul)
+    out = R.part_matmul(_ctx(quick=True))
+    noisy = [n for n in out["notes"] if n.startswith("fp32: noisy: ")]
+    assert len(noisy) == 1 and "measure again before trusting it" in noisy[0]
+    assert all(not n.startswith(("bf16", "fp16")) for n in out["notes"])  # their spreads are under the threshold
+    assert [r["spread"] for r in out["data"]["rows"] if r["dtype"] == "fp32"] == [0.5]
+
+
+def test_timings_are_written_in_seconds_milliseconds_or_microseconds():
+    from perflab.core.timing import _fmt_s
+
+    assert [_fmt_s(2.5), _fmt_s(0.0125), _fmt_s(3.2e-5)] == ["2.500 s", "12.500 ms", "32.0 µs"]
+    assert [_fmt_s(1.0), _fmt_s(1e-3)] == ["1.000 s", "1.000 ms"]  # each unit from its first whole one
+
+
 # ----------------------------------------------------------------------------- report: waves
 def _fake_sweep(monkeypatch, seen, time_of=None):
     from perflab.gemm import shapes
