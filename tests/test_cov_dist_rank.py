@@ -246,3 +246,15 @@ def test_run_ends_an_execd_rank_with_os_exit(tmp_path, monkeypatch):
     assert exits == [0]
     assert json.loads((tmp_path / "rank0.result.json").read_text()) == {"x": 1}
     assert (tmp_path / "rank0.done").exists()
+
+
+def test_the_bf16_hook_returns_the_averaged_bucket_rounded_to_bf16(one_rank):
+    """What DDP gets back from the hook: its bucket, all-reduced in bf16, averaged over the ranks
+    (one here) and copied back into the fp32 buffer."""
+    from perflab.dist import ddp
+
+    buf = torch.tensor([1.0, 1.0 + 2**-10, -3.0, 1e-3])
+    bucket = SimpleNamespace(buffer=lambda: buf)
+    out = ddp.bf16_compress_equivalent(None, bucket).wait()
+    want = torch.tensor([1.0, 1.0 + 2**-10, -3.0, 1e-3]).to(torch.bfloat16).float()
+    assert out is buf and torch.equal(buf, want) and buf[1] == 1.0  # 2^-10 is below bf16's step at 1
