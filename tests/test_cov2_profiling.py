@@ -200,12 +200,19 @@ def test_compare_times_the_fused_op_and_finds_it_in_the_trace():
 
 
 def test_is_built_looks_in_the_extension_folder_and_survives_one_it_cannot_make(monkeypatch, tmp_path):
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    # the folder is given here rather than made by torch's cpp_extension, whose import in a long-lived
+    # test process depends on what imported distutils before it
+    d = tmp_path / "ext" / kernel.NAME
+    d.mkdir(parents=True)
+    monkeypatch.setattr(kernel, "build_dir", lambda: d)
     assert not kernel.is_built()
-    (tmp_path / "ext" / kernel.NAME / f"{kernel.NAME}.so").write_bytes(b"")
+    (d / f"{kernel.NAME}.so").write_bytes(b"")
     assert kernel.is_built()
-    (tmp_path / "a_file").write_text("")
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "a_file"))  # a folder under a file: cannot be made
+
+    def cannot_make():
+        raise FileExistsError(17, "File exists", str(tmp_path / "a_file"))  # a folder under a file
+
+    monkeypatch.setattr(kernel, "build_dir", cannot_make)
     assert not kernel.is_built()
 
 
