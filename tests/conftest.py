@@ -72,10 +72,7 @@ def pytest_collection_modifyitems(config, items):
     for it in nb:
         it.add_marker(pytest.mark.xdist_group(group(it)))
     nb.sort(key=lambda it: group(it) != "lessons")  # stable: each group keeps the course's order
-    # then the unit tests, the slow ones (marked `slow`: several seconds each) first, so that the run
-    # ends on short tests that even out the two workers rather than on one worker's long test
-    rest = sorted((it for it in items if "notebooks" not in it.keywords), key=lambda it: "slow" not in it.keywords)
-    items[:] = nb + rest
+    items[:] = nb + [it for it in items if "notebooks" not in it.keywords]
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none here): run `make test-gpu` on a GPU box")

@@ -100,7 +100,7 @@ def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
     assert got["wrong"][0] == "wrong"  # the check's own message, hint included, as the learner saw it
     assert got["wrong"][1].startswith("double: for x=5 you returned 7, expected 10.") and "twice x" in got["wrong"][1]
     assert got["raising"] == ("error", "KeyError: 2")
-    assert got["looping"][0] == "timeout" and got["looping"][1].startswith(f"still running after {TIMEOUT} s")
+    assert got["looping"][0] == "timeout" and got["looping"][1].startswith(f"still running after {TIMEOUT} s"), got["looping"]
     assert got["hog"] == ("error", "MemoryError")
     assert got["deleter"] == ("done", "1 check passed")
     assert got["mal"][0] == "error" and got["mal"][1].startswith("malformed notebook (")
