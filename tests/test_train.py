@@ -94,8 +94,15 @@ def test_gc_series_collections_where_expected():
     """With gc on, Python decides when to collect (a full, generation-2 collection happens once enough
     objects have aged); with gc.disable() the only collections are the scheduled ones."""
     was = gc.isenabled()
-    on, off = gc_straggler_series(preset("tiny-gpt"), steps=12, collect_every=5, batch=1, seq=8,
-                                  garbage=PythonGarbage(heap=2_000, per_step=20_000, keep=10_000))
+    # Python runs a full collection only when the objects aged since the last one pass a quarter of the
+    # long-lived heap: in a test worker that has imported half of PyPI that heap is millions of objects,
+    # and this small series would never get there. Frozen, the worker's own objects no longer count.
+    gc.freeze()
+    try:
+        on, off = gc_straggler_series(preset("tiny-gpt"), steps=12, collect_every=5, batch=1, seq=8,
+                                      garbage=PythonGarbage(heap=2_000, per_step=20_000, keep=10_000))
+    finally:
+        gc.unfreeze()
     assert gc.isenabled() == was
     assert len(on.step_s) == len(off.step_s) == 12
     assert any(g == 2 for _, g, _ in on.collections)
