@@ -270,3 +270,21 @@ def test_fits_in_memory_allows_anything_when_the_free_memory_is_unknown():
     assert validate.fits_in_memory("a huge matmul", 10**18, None) is None
     with pytest.raises(InputError, match="^a huge matmul needs"):
         validate.fits_in_memory("a huge matmul", 10**18, 2**30)
+
+
+def test_the_waiting_readout_redraws_in_a_kernel_and_is_rate_limited_in_a_log(monkeypatch, capsys):
+    """Whether two measurements ever wait on each other depends on the machine; the readout's two
+    forms are checked here directly."""
+    from perflab.core import lock
+
+    monkeypatch.setattr(lock, "_in_kernel", lambda: True)
+    say = lock._say_default()
+    say("waiting for the cpu lock: 1 s", False)
+    say("waiting for the cpu lock: 2 s", True)
+    assert capsys.readouterr().out == "\rwaiting for the cpu lock: 1 s\rwaiting for the cpu lock: 2 s\n"
+    monkeypatch.setattr(lock, "_in_kernel", lambda: False)
+    say = lock._say_default()  # stderr, not a terminal here: a line at most every 10 s, and the last one
+    say("waited 1 s", False)
+    say("waited 2 s", False)
+    say("got it after 3 s", True)
+    assert capsys.readouterr().err == "waited 1 s\ngot it after 3 s\n"
