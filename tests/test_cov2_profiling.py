@@ -16,11 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_profiling import _solution  # the lab 09 answer written out once, as a learner would
 
 from perflab.core.errors import InputError, PerflabError
 from perflab.profiling import diagnose, ettr, faults, kernel, lab09, ops, trace
-from perflab.profiling.diagnose import tiny_runs
-from perflab.profiling.trace import gaps
 from perflab.workload.models import preset
 
 TINY = preset("tiny-gpt").with_(layers=1, hidden=32, heads=2, ffn=64, vocab=64, seq_len=16)
@@ -219,25 +218,6 @@ def test_is_built_looks_in_the_extension_folder_and_survives_one_it_cannot_make(
 # ----------------------------------------------------------------------------- lab 09
 
 
-def _name_cause(t):
-    ops_, waits = t.device_ops(), t.waits()
-    score = dict.fromkeys(("data_wait", "host_sync", "communication", "launch_bound"), 0.0)
-    for s in t.steps:
-        for g0, g1, _ in gaps(ops_, s.start, s.end):
-            near = [w for w in waits if w.end >= g0 - 50e-6 and w.start <= g1]
-            if near:
-                score[max(near, key=lambda w: min(w.end, g1) - max(w.start, g0 - 50e-6)).kind] += g1 - g0
-    run, i = tiny_runs(ops_, 20e-6), 0
-    while i < len(ops_):
-        if run[i] >= 8:
-            score["launch_bound"] += ops_[i + run[i] - 1].end - ops_[i].start
-            i += run[i]
-        else:
-            i += 1
-    cause, s = max(score.items(), key=lambda kv: kv[1])
-    return cause if s / sum(st.dur for st in t.steps) >= 0.10 else "none"
-
-
 def test_lab09_skips_live_traces_perflab_itself_misreads(tmp_path, capsys):
     from perflab.core import grading
 
@@ -245,7 +225,7 @@ def test_lab09_skips_live_traces_perflab_itself_misreads(tmp_path, capsys):
     (tmp_path / "trace_A.json").write_text(json.dumps(trace.synthetic_step("data_wait")))
     (tmp_path / "trace_B.json").write_text(json.dumps(trace.synthetic_step(None)))  # a sync fault drowned out
     (tmp_path / ".key.json").write_text(json.dumps({"A": "loader", "B": "sync"}))
-    assert lab09.check_name_cause(_name_cause, tmp_path)
+    assert lab09.check_name_cause(_solution, tmp_path)
     assert capsys.readouterr().out.strip() == "✓ name_cause: correct on 12 traces (1 live trace(s) too noisy to grade: B)"
 
 
