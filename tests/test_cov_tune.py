@@ -45,29 +45,6 @@ def test_optimizer_kinds():
     assert runner.apply_rung("adamw", runner.StepConfig(), SMOKE, torch.device("meta"), []).config.optimizer == "foreach"
 
 
-@pytest.mark.parametrize("flags,native,said", [({"amx_bf16", "avx512f"}, True, "AMX bf16 tiles"),
-                                               ({"avx512_bf16"}, True, "AVX-512 bf16"),
-                                               ({"avx2", "fma"}, False, "no bf16 instructions on this CPU")])
-def test_native_bf16_reads_the_cpu_flags(monkeypatch, flags, native, said):
-    monkeypatch.setattr(runner, "_cpu_flags", lambda: flags)
-    ok, why = runner.native_bf16(CPU)
-    assert ok is native and said in why
-
-
-def test_cpu_flags_without_proc_cpuinfo_are_empty(monkeypatch):
-    import builtins
-
-    real_open = builtins.open
-
-    def no_proc(path, *a, **kw):
-        if str(path) == "/proc/cpuinfo":
-            raise FileNotFoundError(path)  # not Linux
-        return real_open(path, *a, **kw)
-
-    monkeypatch.setattr(builtins, "open", no_proc)
-    assert runner._cpu_flags() == set()
-
-
 def test_apply_rung_when_a_rung_does_not_apply():
     sc = runner.StepConfig(micro_batch=2)
     even = replace(SMOKE, cfg=replace(SMOKE.cfg, vocab=512))

@@ -3,6 +3,8 @@ import torch
 
 from perflab.core.dtypes import (
     check_supported,
+    fast_dtype,
+    native_bf16,
     parse_dtype,
     supported_matmul_dtypes,
     unsupported_reason,
@@ -32,3 +34,29 @@ def test_cpu_support():
         check_supported("fp8", "cpu")
     assert supported_matmul_dtypes("cpu") == ["fp32", "bf16", "fp16"]
     assert parse_dtype("tf32").torch_dtype == torch.float32 and parse_dtype("tf32").math_mode == "tf32"
+
+
+@pytest.mark.parametrize("flags,native,said", [({"amx_bf16", "avx512f"}, True, "AMX bf16 tiles"),
+                                               ({"avx512_bf16"}, True, "AVX-512 bf16"),
+                                               ({"fp", "asimd", "bf16"}, True, "Arm bf16"),
+                                               ({"avx2", "fma"}, False, "no bf16 instructions on this CPU")])
+def test_native_bf16_reads_the_cpu_flags(flags, native, said):
+    ok, why = native_bf16("cpu", flags=flags)
+    assert ok is native and said in why
+
+
+@pytest.mark.parametrize("flags,want,said", [({"amx_bf16", "amx_fp16"}, "bf16", "AMX bf16"),
+                                             ({"avx512_bf16", "avx2"}, "bf16", "avx512_bf16"),
+                                             ({"avx512_fp16", "avx2"}, "fp16", "native fp16"),
+                                             ({"avx2", "fma"}, "fp32", "no bf16 instructions")])
+def test_the_default_measurement_dtype_is_the_fastest_native_one(flags, want, said):
+    dt, why = fast_dtype("cpu", flags=flags)
+    assert dt.name == want and said in why
+
+
+def test_the_default_dtype_on_this_cpu_follows_its_own_flags():
+    from perflab.core.device import cpu_facts
+
+    dt, _ = fast_dtype("cpu")
+    native = bool({"amx_bf16", "avx512_bf16", "bf16"} & cpu_facts().flags)
+    assert (dt.name == "bf16") is native

@@ -21,6 +21,20 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def device_dtype(chosen, device, prog: str, quiet: bool = False):
+    """The dtype a measuring command runs in: `chosen` (a parsed --dtype), or when it is None the
+    fastest dtype this device multiplies natively (`perflab.core.dtypes.fast_dtype`); the choice
+    and its reason go to stderr, one line, unless `quiet`."""
+    from perflab.core.dtypes import check_supported, fast_dtype
+
+    if chosen is not None:
+        return check_supported(chosen, device)
+    dt, why = fast_dtype(device)
+    if not quiet:
+        sys.stderr.write(f"{prog}: measuring in {dt.name} ({why}); pass --dtype to choose\n")
+    return dt
+
+
 def positive_int(text: str) -> int:
     """argparse type: a whole number ≥ 1 (accepts 4096, 4_096 and 4k-style 1e3 only when whole)."""
     try:

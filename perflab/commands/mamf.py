@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from perflab.commands._args import dtype, emit, positive_float, positive_int
+from perflab.commands._args import device_dtype, dtype, emit, positive_float, positive_int
 
 
 def _whole(text: str) -> int:
@@ -22,7 +22,8 @@ def register(sub) -> None:
     for ax, what in (("m", "rows of A"), ("n", "columns of B"), ("k", "the reduction dimension")):
         p.add_argument(f"--{ax}-range", nargs=3, type=_whole, metavar=("START", "STOP", "STEP"),
                        help=f"sizes of {what}: START, START+STEP, ... ≤ STOP (sizes < 1 skipped)")
-    p.add_argument("--dtype", type=dtype, default="bf16", help="bf16 (default), fp16, tf32, fp32 or fp8")
+    p.add_argument("--dtype", type=dtype, default=None,
+                   help="bf16, fp16, tf32, fp32 or fp8 (default: bf16 where the device runs it natively, else fp16 or fp32)")
     p.add_argument("--search", choices=("refine", "grid"), default="refine",
                    help="refine: coarse pass then refinement around the best (default); grid: every shape (brute force)")
     p.add_argument("--stat", choices=("mean", "median", "max"), default="mean",
@@ -47,7 +48,6 @@ def run(args) -> int:
     import time
 
     from perflab.core.device import describe, pick_device
-    from perflab.core.dtypes import check_supported
     from perflab.core.errors import InputError
     from perflab.core.hardware import peaks_for
     from perflab.core.results import sweep_path
@@ -55,7 +55,7 @@ def run(args) -> int:
     from perflab.gemm.mamf import default_ranges, parse_range, search
 
     dev = pick_device(args.device)
-    dt = check_supported(args.dtype, dev)
+    dt = device_dtype(args.dtype, dev, "perflab mamf", quiet=args.json)
     given = {ax: getattr(args, f"{ax}_range") for ax in ("m", "n", "k")}
     if any(v is not None for v in given.values()) and not all(v is not None for v in given.values()):
         missing = ", ".join(f"--{ax}-range" for ax, v in given.items() if v is None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.commands._args import dtype, emit, positive_float, positive_int
+from perflab.commands._args import device_dtype, dtype, emit, positive_float, positive_int
 
 
 def register(sub) -> None:
@@ -13,7 +13,8 @@ def register(sub) -> None:
     p.add_argument("--radius", type=positive_int, default=100, help="search ⌊8/3·h⌋ ± radius (default 100)")
     p.add_argument("--step", type=positive_int, default=4, help="candidates are multiples of step (default 4)")
     p.add_argument("--widths", type=positive_int, nargs="+", help="measure exactly these widths (plus the baseline)")
-    p.add_argument("--dtype", type=dtype, default="bf16", help="bf16 (default), fp16, tf32 or fp32")
+    p.add_argument("--dtype", type=dtype, default=None,
+                   help="bf16, fp16, tf32 or fp32 (default: bf16 where the device runs it natively, else fp16 or fp32)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: the best available)")
     p.add_argument("--warmup-ms", type=positive_float, default=25.0, help="warm-up budget per width in ms (default 25)")
     p.add_argument("--rep-ms", type=positive_float, default=100.0, help="timing budget per width in ms (default 100)")
@@ -27,15 +28,14 @@ def run(args) -> int:
     import sys
 
     from perflab.core.device import pick_device
-    from perflab.core.dtypes import check_supported
     from perflab.gemm.swiglu import baseline_width, eight_thirds, search
 
     dev = pick_device(args.device)
-    check_supported(args.dtype, dev)
+    dt = device_dtype(args.dtype, dev, "perflab swiglu", quiet=args.json)
     tokens = args.tokens or (8192 if dev.type == "cuda" else 256)
     if args.tokens is None and dev.type != "cuda":
         sys.stderr.write(f"perflab swiglu: no GPU here, measuring at --tokens {tokens} on the CPU (pass --tokens to change)\n")
-    s = search(args.hidden, tokens, widths=args.widths, radius=args.radius, step=args.step, dtype=args.dtype,
+    s = search(args.hidden, tokens, widths=args.widths, radius=args.radius, step=args.step, dtype=dt,
                device=dev, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=not args.json)
     out = s.as_dict()
     base = s.baseline_row
