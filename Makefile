@@ -8,7 +8,7 @@ LAB_PORT ?= 8888
 # Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-fast test-browser test-gpu coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
+.PHONY: setup lab test test-all suite-budget test-fast test-browser test-gpu coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
 
 # perflab's extras (pyproject.toml) each target needs: the lessons need `course`, and `kernels` (Triton,
 # where its wheels exist) for lesson 04's compiled tiles and lesson 10's fused kernel
@@ -29,15 +29,31 @@ lab: setup
 # one at a time, so no two measurements share the GPU.
 JOBS ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 2)
 
-# It also measures line coverage of perflab/ in the test processes and in the Python processes they
-# start (CLI runs, torchrun ranks, notebook kernels; pyproject.toml's [tool.coverage.run]) and prints
-# the map of what never ran: CUDA-only lines apart from CPU-reachable ones (tools/coverage_map.py);
-# the test's exit status is kept. Data a lingering child wrote after an earlier run is removed first.
+# What each change runs (`make test`, and CI): every unit test, every lesson, lab and solution once
+# under papermill, and the browser test on its lessons. Every test is timed and none fails for its
+# time (tests/suite_clock.py); the run ends with tools/suite_budget.py's report against the suite's
+# budget, which is a report here, not a failure (`make suite-budget` exits 1 when over it).
 test: setup
+	@mkdir -p results
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup; status=$$?; \
+		$(PY) tools/suite_budget.py --top 10 || true; exit $$status
+
+# The fuller run (before a release, or nightly): `make test`, plus a second top-to-bottom pass of
+# every notebook in the same kernel (every cell can be re-run), every lesson in the browser, and line
+# coverage of perflab/ in the test processes and every Python process they start (CLI runs,
+# torchrun ranks, notebook kernels; pyproject.toml's [tool.coverage.run]), then the map of what never
+# ran: CUDA-only lines apart from CPU-reachable ones (tools/coverage_map.py). Data a lingering child
+# wrote after an earlier run is removed first.
+test-all: setup
 	@mkdir -p results; rm -f .coverage .coverage.*
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup --cov=perflab --cov-report= \
-		--cov-report=json:results/coverage.json; status=$$?; \
-		$(PY) tools/coverage_map.py --list 15 results/coverage.json || true; exit $$status
+	PERFLAB_NOTEBOOK_PASSES=2 PERFLAB_BROWSER_LESSONS=all $(PY) -m pytest -n $(JOBS) --dist loadgroup \
+		--cov=perflab --cov-report= --cov-report=json:results/coverage.json; status=$$?; \
+		$(PY) tools/coverage_map.py --list 15 results/coverage.json || true; \
+		$(PY) tools/suite_budget.py --top 10 || true; exit $$status
+
+# The last run held against the suite's time budget (tools/suite_budget.py): exits 1 when over it.
+suite-budget:
+	$(PYTHON) tools/suite_budget.py
 
 # Every lesson driven in a real browser (make test drives the most-used ones; tests/test_browser.py)
 test-browser: setup

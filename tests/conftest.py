@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
 
-pytest_plugins = ["time_limit"]  # tests/time_limit.py: no test may take more than 60 s
+pytest_plugins = ["suite_clock"]  # tests/suite_clock.py: every test timed and reported, none failed for its time
 
 # Two xdist workers on two cores: each worker's torch (and every process it starts: notebook
 # kernels, CLI runs) gets one thread, or OpenMP threads of two workers spin against each other

@@ -1,7 +1,8 @@
-"""Execute a notebook with papermill, top to bottom twice in one kernel.
+"""Execute a notebook with papermill, top to bottom, once or twice in one kernel.
 
-The second pass proves every cell can be re-run (a learner's habit), and papermill's parameter
-injection is what a headless user gets. Registered as papermill engine 'twice'.
+`make test` runs each notebook once. `make test-all` sets PERFLAB_NOTEBOOK_PASSES=2: the second
+pass, in the same kernel, proves every cell can be re-run (a learner's habit). papermill's
+parameter injection is what a headless user gets. Registered as papermill engine 'twice'.
 """
 
 from __future__ import annotations
@@ -79,9 +80,18 @@ class TwiceEngine(NBClientEngine):
 papermill_engines.register("twice", TwiceEngine)
 
 
-def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, *, twice: bool = True,
+def passes() -> int:
+    """How many times `make test` runs each notebook top to bottom in one kernel: 1, or 2 under
+    `make test-all` (PERFLAB_NOTEBOOK_PASSES=2)."""
+    return 2 if os.environ.get("PERFLAB_NOTEBOOK_PASSES", "1").strip() == "2" else 1
+
+
+def run_notebook(path: Path, out_dir: Path, parameters: dict | None = None, *, twice: bool | None = None,
                  timeout: int = 600) -> tuple[dict, float]:
-    """Execute `path` (cwd = its folder) with `parameters`; return (executed notebook, seconds)."""
+    """Execute `path` (cwd = its folder) with `parameters`; return (executed notebook, seconds).
+    `twice` (default: PERFLAB_NOTEBOOK_PASSES=2) runs it top to bottom a second time in the same kernel."""
+    if twice is None:
+        twice = passes() == 2
     out = out_dir / (path.parent.name + "__" + path.name)
     t0 = time.perf_counter()
     nb = pm.execute_notebook(

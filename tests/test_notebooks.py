@@ -1,4 +1,5 @@
-"""Every notebook and lab runs under papermill with smoke=True, twice in the same kernel.
+"""Every notebook and lab runs under papermill with smoke=True (twice in the same kernel under
+`make test-all`, PERFLAB_NOTEBOOK_PASSES=2: every cell can be re-run).
 
 The executed copies are written to $PERFLAB_EXECUTED (default: a temporary folder that the site
 test reads).
@@ -28,8 +29,8 @@ def test_there_are_notebooks():
 @pytest.mark.notebooks
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_notebook_runs_twice(path, out_dir):
-    nb, seconds = run_notebook(path, out_dir)
+def test_notebook_runs(path, out_dir):
+    nb, _seconds = run_notebook(path, out_dir)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors[0]
     unreadable = scan(nb, f"{path.parent.name}/{path.name}")
@@ -38,4 +39,5 @@ def test_notebook_runs_twice(path, out_dir):
     # the first code cell is the papermill parameters cell, and smoke mode must keep a lesson quick
     tagged = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert tagged, f"{path.name}: no cell tagged 'parameters'"
-    assert seconds < 240, f"{path.name} took {seconds:.0f} s for two smoke passes"
+    # its time is recorded by the suite clock (tests/suite_clock.py) and held against the 60 s a lesson may
+    # take by tools/suite_budget.py: a slower machine never fails a correct notebook
