@@ -22,6 +22,6 @@ from perflab._lazy import lazy_modules
 
 __version__ = "0.1.0"
 
-PACKAGES = ("core", "workload", "flops", "memory", "gemm", "dist", "pipeline", "numa", "profiling",
+PACKAGES = ("core", "workload", "flops", "memory", "gemm", "distributed", "dataloading", "numa", "profiling",
             "compiler", "shard", "tune", "course", "commands", "cli")
 __getattr__, __dir__ = lazy_modules(__name__, PACKAGES)

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.dist import busbw as B
+from perflab.distributed import busbw as B
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64])

@@ -16,7 +16,7 @@ def _files():
     for pat in ("notebooks/0[6-9]_*.ipynb", "notebooks/10_*.ipynb", "labs/0[6-9]_*.ipynb", "labs/10_*.ipynb",
                 "labs/solutions/0[6-9]_*.ipynb", "labs/solutions/10_*.ipynb"):
         yield from ROOT.glob(pat)
-    for pkg in ("dist", "pipeline", "numa", "profiling", "compiler"):
+    for pkg in ("distributed", "dataloading", "numa", "profiling", "compiler"):
         for p in (ROOT / "perflab" / pkg).rglob("*"):
             if p.suffix in {".py", ".json", ".md", ".txt"}:
                 yield p

@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from perflab.dist import collectives as C
+from perflab.distributed import collectives as C
 
 
 def definition(primitive, n, k, root=0):

@@ -329,7 +329,7 @@ def test_the_device_part_shows_a_spec_sheet_memory_bandwidth():
 
 def test_the_collectives_part_fails_when_no_size_was_measured(monkeypatch):
     from perflab.course import report as R
-    from perflab.dist import busbw
+    from perflab.distributed import busbw
 
     run = SimpleNamespace(backend="gloo", rows=[{"bytes": 65536, "status": "failed", "reason": "timeout"}],
                           report=lambda: "all_reduce gloo × 2: 0 of 1 sizes measured")
@@ -353,7 +353,7 @@ def test_the_full_numa_part_measures_local_vs_remote_where_there_are_two_nodes(m
 
 def test_the_dataloader_part_notes_failed_worker_counts_and_fails_without_any(monkeypatch):
     from perflab.course import report as R
-    from perflab.pipeline import compute, loader
+    from perflab.dataloading import compute, loader
 
     ok = {"status": "ok", "params": {"workers": 0}, "step_s": 0.02, "data_wait_s": 0.004, "wait_fraction": 0.2,
           "predicted_wait_s": 0.004, "first_wait_s": 0.01}

@@ -24,11 +24,11 @@ from perflab.core.errors import InputError, UnsupportedError
 from perflab.core.grading import LabCheckError
 from perflab.gemm import (
     compiled,
-    kernel_panel,
     lab04,
     lab04b,
     lab05,
     mamf,
+    panel,
     plots,
     shapes,
     swiglu,
@@ -470,7 +470,7 @@ def test_compiled_tile_without_limits_refuses_waves_and_staircases(tmp_path):
     with pytest.raises(InputError, match="^no per-SM limits for sm_75$"):
         compiled.staircase(r, "n", [1024], {"m": 4096, "k": 4096})
     with pytest.raises(InputError, match="^no per-SM limits for sm_75$"):
-        kernel_panel.staircase_frame(r, 4096, 4096, 4096)
+        panel.staircase_frame(r, 4096, 4096, 4096)
     r = tile(tmp_path, cannot_run="shared memory per block 300 KiB is over the limit")
     with pytest.raises(InputError, match="^shared memory per block 300 KiB is over the limit$"):
         compiled.staircase(r, "n", [1024], {"m": 4096, "k": 4096})
@@ -494,10 +494,10 @@ def test_compiled_tile_staircase_ptx_and_json(tmp_path):
 def test_tile_panel_refuses_what_cannot_run_or_has_no_limits(monkeypatch, tmp_path):
     monkeypatch.setattr(compiled, "compile_tile", lambda *a, **kw: tile(tmp_path, cannot_run="too many registers"))
     with pytest.raises(InputError, match="^too many registers$"):
-        kernel_panel.tile_config(target="sm_90")
+        panel.tile_config(target="sm_90")
     monkeypatch.setattr(compiled, "compile_tile", lambda *a, **kw: tile(tmp_path, target="sm_75", with_limits=False))
     with pytest.raises(InputError, match="^no per-SM limits for sm_75 in perflab's table: choose sm_80 or sm_90$"):
-        kernel_panel.tile_config(target="sm_75")
+        panel.tile_config(target="sm_75")
 
 
 @needs_triton

@@ -106,7 +106,7 @@ def test_the_loader_fix_starts_its_workers_before_the_steps():
 
 
 def test_the_fixed_comm_run_passes_fixed_to_its_ranks(monkeypatch, tmp_path):
-    from perflab.dist import torchrun
+    from perflab.distributed import torchrun
 
     seen = {}
 

@@ -274,8 +274,8 @@ def test_kernel_without_triton_is_one_line(monkeypatch):
 # ---------------------------------------------------------------- busbw and collectives: a job that dies part-way
 
 def _timed_out_job(target, nproc, backend):
-    """What perflab.dist.torchrun.launch returns when every rank is still in its second step at the timeout."""
-    from perflab.dist.torchrun import BackendChoice, LaunchResult, RankOutcome
+    """What perflab.distributed.torchrun.launch returns when every rank is still in its second step at the timeout."""
+    from perflab.distributed.torchrun import BackendChoice, LaunchResult, RankOutcome
 
     ranks = [RankOutcome(rank=r, status="timeout", step="all_reduce 262144 B", started=True, stdout="timing")
              for r in range(nproc)]
@@ -285,7 +285,7 @@ def _timed_out_job(target, nproc, backend):
 
 
 def test_busbw_reports_sizes_a_stopped_job_did_not_reach(monkeypatch):
-    from perflab.dist import torchrun
+    from perflab.distributed import torchrun
 
     def launch(target, nproc, args, *, timeout, backend, **kw):
         out = Path(args[args.index("--out") + 1])  # rank 0 wrote the first size before the job was stopped
@@ -303,7 +303,7 @@ def test_busbw_reports_sizes_a_stopped_job_did_not_reach(monkeypatch):
 
 
 def test_collectives_reports_a_job_that_did_not_finish(monkeypatch):
-    from perflab.dist import torchrun
+    from perflab.distributed import torchrun
 
     monkeypatch.setattr(torchrun, "launch", lambda target, nproc, args, **kw: _timed_out_job(target, nproc, kw["backend"]))
     r = perflab("collectives", "--nproc", "2", "--backend", "gloo")
@@ -315,7 +315,7 @@ def test_collectives_reports_a_job_that_did_not_finish(monkeypatch):
 
 
 def _ok_job(target, nproc, results):
-    from perflab.dist.torchrun import BackendChoice, LaunchResult, RankOutcome
+    from perflab.distributed.torchrun import BackendChoice, LaunchResult, RankOutcome
 
     return LaunchResult(target=target, nproc=nproc, nnodes=1, backend=BackendChoice("gloo", "cpu", "asked"),
                         commands=[["torchrun", "-m", target]], seconds=1.0, timeout_s=60.0, timed_out=False,
@@ -324,7 +324,7 @@ def _ok_job(target, nproc, results):
 
 
 def test_shard_json_leaves_out_the_pipeline_timelines(monkeypatch):
-    from perflab.dist import torchrun
+    from perflab.distributed import torchrun
 
     # GPipe on 2 stages, one micro-batch, F = 1 s and B = 2 s: stage 1 waits for stage 0's forward, stage 0
     # for stage 1's backward; each stage is busy 3 s of 6 (bubble (p−1)/(m+p−1) = 1/2)

@@ -1,4 +1,4 @@
-"""perflab.dist's launcher, piece by piece in this process: the backend choice on a machine with GPUs
+"""perflab.distributed's launcher, piece by piece in this process: the backend choice on a machine with GPUs
 (torch's answers replaced), each one-line message a job can end with, reading what ranks leave in
 the run folder, stopping processes that ignore SIGTERM, Ctrl-C during a launch, and the forked agent."""
 
@@ -17,15 +17,15 @@ import pytest
 import torch
 
 from perflab.core.errors import InputError
-from perflab.dist import agent
-from perflab.dist import torchrun as T
-from perflab.dist.torchrun import BackendChoice, DistRunError, LaunchResult, RankOutcome
+from perflab.distributed import agent
+from perflab.distributed import torchrun as T
+from perflab.distributed.torchrun import BackendChoice, DistRunError, LaunchResult, RankOutcome
 
 GLOO = BackendChoice("gloo", "cpu", "test")
 
 
 def _result(ranks, *, timed_out=False, returncodes=(0,), agent_output="", nproc=None):
-    return LaunchResult("perflab.dist.workers.faulty", nproc or len(ranks), 1, GLOO, [["python", "-m", "x"]], 2.0,
+    return LaunchResult("perflab.distributed.workers.faulty", nproc or len(ranks), 1, GLOO, [["python", "-m", "x"]], 2.0,
                         30.0, timed_out, list(returncodes), ranks=ranks, agent_output=agent_output)
 
 
@@ -51,11 +51,11 @@ def test_nccl_with_fewer_gpus_than_ranks_says_what_to_use(monkeypatch):
 
 def test_launch_timeout_must_be_a_number():
     with pytest.raises(InputError, match="timeout must be a number of seconds .got 'soon'."):
-        T.launch("perflab.dist.workers.faulty", 2, timeout="soon")  # pyright: ignore[reportArgumentType]  # the bad input under test
+        T.launch("perflab.distributed.workers.faulty", 2, timeout="soon")  # pyright: ignore[reportArgumentType]  # the bad input under test
 
 
 def test_slurm_script_names_the_partition():
-    text = T.slurm_script("perflab.dist.workers.ddp", nodes=2, gpus_per_node=8, partition="gpu")
+    text = T.slurm_script("perflab.distributed.workers.ddp", nodes=2, gpus_per_node=8, partition="gpu")
     assert "#SBATCH --partition=gpu\n" in text and "--nproc-per-node=8" in text
 
 
@@ -103,10 +103,10 @@ def test_run_worker_raises_with_the_report(monkeypatch):
     good = _result([RankOutcome(0, "ok")])
     monkeypatch.setattr(T, "launch", lambda *a, **kw: bad)
     with pytest.raises(DistRunError, match="rank 0 raised ValueError: boom") as e:
-        T.run_worker("perflab.dist.workers.faulty", 1)
+        T.run_worker("perflab.distributed.workers.faulty", 1)
     assert e.value.result is bad
     monkeypatch.setattr(T, "launch", lambda *a, **kw: good)
-    assert T.run_worker("perflab.dist.workers.faulty", 1) is good
+    assert T.run_worker("perflab.distributed.workers.faulty", 1) is good
 
 
 # ----------------------------------------------------------------------------- reading the run folder
@@ -228,7 +228,7 @@ def test_ctrl_c_during_a_launch_stops_everything_and_is_raised_again(monkeypatch
     monkeypatch.setattr(agent, "ForkedAgent", Agent)
     try:
         with pytest.raises(KeyboardInterrupt):
-            T._launch("perflab.dist.workers.faulty", 2, 1, [], 30.0, GLOO, None, False)
+            T._launch("perflab.distributed.workers.faulty", 2, 1, [], 30.0, GLOO, None, False)
         assert len(made) == 1 and made[0].polls >= 2
         assert not made[0].log.parent.exists()  # the run folder is removed
         assert sleeper.poll() is None  # only the job's own processes are stopped
@@ -262,7 +262,7 @@ def test_forked_agent_wait_times_out_while_it_runs():
             pass
 
     a = agent.ForkedAgent.__new__(agent.ForkedAgent)
-    a._proc, a.returncode, a.args = Running(), None, ["perflab.dist.agent", "--nnodes", "1"]
+    a._proc, a.returncode, a.args = Running(), None, ["perflab.distributed.agent", "--nnodes", "1"]
     with pytest.raises(subprocess.TimeoutExpired, match="timed out after 0.5 seconds"):
         a.wait(0.5)
     with pytest.raises(subprocess.TimeoutExpired):
@@ -286,5 +286,5 @@ def test_agent_entry_exits_with_torchruns_usage_error(tmp_path):
             os._exit(99)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 2
-    assert "perflab.dist.agent: error: unrecognized arguments: --no-such-option" in log.read_text()
+    assert "perflab.distributed.agent: error: unrecognized arguments: --no-such-option" in log.read_text()
 

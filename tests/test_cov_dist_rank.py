@@ -1,4 +1,4 @@
-"""The rank bodies of perflab.dist, called in this process inside a one-rank gloo group (a FileStore in
+"""The rank bodies of perflab.distributed, called in this process inside a one-rank gloo group (a FileStore in
 a temporary folder: no port, no torchrun), and one forked peer where a collective needs two ranks."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from perflab.dist import busbw as B
-from perflab.dist import collectives as C
-from perflab.dist.workers import runtime
+from perflab.distributed import busbw as B
+from perflab.distributed import collectives as C
+from perflab.distributed.workers import runtime
 
 CPU = torch.device("cpu")
 
@@ -106,7 +106,7 @@ def test_check_all_lets_a_real_failure_through(one_rank, monkeypatch):
 
 # ----------------------------------------------------------------------------- workers
 def test_lab06_worker_reports_a_result_of_the_wrong_shape(one_rank, tmp_path):
-    from perflab.dist.workers import lab06_ring
+    from perflab.distributed.workers import lab06_ring
 
     student = tmp_path / "student.py"
     student.write_text("def ring(x, rank, world_size):\n    return x[:1]\n")
@@ -116,7 +116,7 @@ def test_lab06_worker_reports_a_result_of_the_wrong_shape(one_rank, tmp_path):
 
 
 def test_lab06_worker_refuses_a_file_python_cannot_load(tmp_path):
-    from perflab.dist.workers import lab06_ring
+    from perflab.distributed.workers import lab06_ring
 
     notes = tmp_path / "ring.txt"
     notes.write_text("def ring(x, rank, world_size): ...\n")
@@ -125,7 +125,7 @@ def test_lab06_worker_refuses_a_file_python_cannot_load(tmp_path):
 
 
 def test_watch_communication_skips_collectives_this_torch_lacks(one_rank, monkeypatch):
-    from perflab.dist.workers import lab06_ring
+    from perflab.distributed.workers import lab06_ring
 
     monkeypatch.delattr(dist, "all_to_all_single")
     with lab06_ring.watch_communication() as seen:
@@ -135,14 +135,14 @@ def test_watch_communication_skips_collectives_this_torch_lacks(one_rank, monkey
 
 
 def test_ddp_worker_joins_without_the_memory_probe(one_rank):
-    from perflab.dist.workers import ddp as worker
+    from perflab.distributed.workers import ddp as worker
 
     out = worker.body(one_rank, Namespace(experiments="", gas=1, steps=1, hook_steps=4, width=8))
     assert set(out["seconds"]) == {"init"} and dist.is_initialized()
 
 
 def test_comm_hooks_lets_a_refused_hook_through_unless_it_is_bf16(one_rank, monkeypatch):
-    from perflab.dist import ddp
+    from perflab.distributed import ddp
 
     monkeypatch.setattr(ddp, "_hook", lambda name, holder: (None, "not a function"))
     with pytest.raises(TypeError, match="must be callable"):
@@ -150,7 +150,7 @@ def test_comm_hooks_lets_a_refused_hook_through_unless_it_is_bf16(one_rank, monk
 
 
 def test_faulty_worker_hangs_on_its_rank(one_rank, monkeypatch, capsys):
-    from perflab.dist.workers import faulty
+    from perflab.distributed.workers import faulty
 
     naps = []
 
@@ -172,7 +172,7 @@ def test_faulty_worker_hangs_on_its_rank(one_rank, monkeypatch, capsys):
 def test_listening_addresses_skips_processes_it_may_not_read(monkeypatch):
     import psutil
 
-    from perflab.dist.workers import collectives as worker
+    from perflab.distributed.workers import collectives as worker
 
     def denied(pid):
         raise psutil.AccessDenied(pid)
@@ -251,7 +251,7 @@ def test_run_ends_an_execd_rank_with_os_exit(tmp_path, monkeypatch):
 def test_the_bf16_hook_returns_the_averaged_bucket_rounded_to_bf16(one_rank):
     """What DDP gets back from the hook: its bucket, all-reduced in bf16, averaged over the ranks
     (one here) and copied back into the fp32 buffer."""
-    from perflab.dist import ddp
+    from perflab.distributed import ddp
 
     buf = torch.tensor([1.0, 1.0 + 2**-10, -3.0, 1e-3])
     bucket = SimpleNamespace(buffer=lambda: buf)

@@ -1,4 +1,4 @@
-"""perflab.dist on the launcher's side, in this process: bad input, the lessons' tables and figures,
+"""perflab.distributed on the launcher's side, in this process: bad input, the lessons' tables and figures,
 and the lab 06 verdicts for every way a learner's ring can go wrong (the job's result is built here,
 no rank is started)."""
 
@@ -17,12 +17,12 @@ import torch  # noqa: E402  (the learner's functions below use torch, as in the 
 from perflab.core import grading  # noqa: E402
 from perflab.core.errors import InputError  # noqa: E402
 from perflab.core.grading import LabCheckError  # noqa: E402
-from perflab.dist import busbw as B  # noqa: E402
-from perflab.dist import collectives as C  # noqa: E402
-from perflab.dist import ddp as D  # noqa: E402
-from perflab.dist import lab06 as lab  # noqa: E402
-from perflab.dist import overlap as O  # noqa: E402
-from perflab.dist.torchrun import BackendChoice, LaunchResult, RankOutcome  # noqa: E402
+from perflab.distributed import busbw as B  # noqa: E402
+from perflab.distributed import collectives as C  # noqa: E402
+from perflab.distributed import ddp as D  # noqa: E402
+from perflab.distributed import lab06 as lab  # noqa: E402
+from perflab.distributed import overlap as O  # noqa: E402
+from perflab.distributed.torchrun import BackendChoice, LaunchResult, RankOutcome  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def test_busbw_run_frame_and_report():
     assert list(run.frame["bytes"]) == [1024, 4096]
     assert not run.ok
     assert run.report() == "4096 B: error (rank 1 raised ValueError: boom)"
-    launch = LaunchResult("perflab.dist.workers.busbw", 2, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0, 60.0,
+    launch = LaunchResult("perflab.distributed.workers.busbw", 2, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0, 60.0,
                           False, [1], ranks=[RankOutcome(0, "ok"), RankOutcome(1, "raised", error="ValueError: boom")])
     both = B.BusbwRun("all_reduce", 2, "gloo", rows, launch=launch).report()
     assert both.splitlines()[0] == "4096 B: error (rank 1 raised ValueError: boom)"
@@ -90,7 +90,7 @@ def test_collectives_unknown_primitive_names_the_known_ones():
 
 def test_barrier_and_ring_verdicts_without_rows():
     assert C.barrier_ok([], 0.2) is False
-    launch = LaunchResult("perflab.dist.workers.collectives", 2, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0,
+    launch = LaunchResult("perflab.distributed.workers.collectives", 2, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0,
                           60.0, False, [1], ranks=[RankOutcome(0, "raised", error="ValueError: boom"),
                                                    RankOutcome(1, "stopped")])
     run = C.CollectivesRun(launch, 0.2)
@@ -220,7 +220,7 @@ def _job(rows_per_rank, ok=True):
                          stderr="" if ok or r != 1 else "Traceback...\nRuntimeError: Connection closed by peer",
                          result={"rank": r, "rows": rows} if ok else None)
              for r, rows in enumerate(rows_per_rank)]
-    return LaunchResult("perflab.dist.workers.lab06_ring", len(ranks), 1, BackendChoice("gloo", "cpu", "test"), [],
+    return LaunchResult("perflab.distributed.workers.lab06_ring", len(ranks), 1, BackendChoice("gloo", "cpu", "test"), [],
                         1.0, 60.0, False, [0 if ok else 1], ranks=ranks)
 
 
@@ -238,22 +238,22 @@ def _row(k, n, rank, **kw):
     ({"bytes_sent": 64}, "rank 1 sent 64 B for 8 float32 elements; a ring sends"),
 ])
 def test_lab06_verdicts_name_the_mistake(monkeypatch, broken, message):
-    import perflab.dist.torchrun
+    import perflab.distributed.torchrun
 
     n, k = 2, 8
     per_rank = [[_row(k, n, 0)], [_row(k, n, 1, **(broken or {}))]]
     job = _job(per_rank, ok=broken is not None)
-    monkeypatch.setattr(perflab.dist.torchrun, "launch", lambda *a, **kw: job)
+    monkeypatch.setattr(perflab.distributed.torchrun, "launch", lambda *a, **kw: job)
     with pytest.raises(LabCheckError, match=message.replace("(", r"\(").replace(")", r"\)")):
         lab.check_ring_all_reduce(ring_ok, nproc=n, numels=(k,))
 
 
 def test_lab06_passes_a_right_ring(monkeypatch, capsys):
-    import perflab.dist.torchrun
+    import perflab.distributed.torchrun
 
     n = 2
     job = _job([[_row(k, n, r) for k in (8, 4)] for r in range(n)])
-    monkeypatch.setattr(perflab.dist.torchrun, "launch", lambda *a, **kw: job)
+    monkeypatch.setattr(perflab.distributed.torchrun, "launch", lambda *a, **kw: job)
     grading.reset()
     assert lab.check_ring_all_reduce(ring_ok, nproc=n, numels=(8, 4))
     out = capsys.readouterr().out
@@ -290,7 +290,7 @@ def _fake_busbw_launch(lines, ok):
 
 
 def test_busbw_measure_reports_a_job_that_measured_nothing(monkeypatch):
-    import perflab.dist.torchrun as T
+    import perflab.distributed.torchrun as T
 
     monkeypatch.setattr(T, "launch", _fake_busbw_launch(["{half a row"], ok=False))
     with pytest.raises(T.DistRunError, match="rank 1 raised RuntimeError: Connection closed by peer"):
@@ -298,7 +298,7 @@ def test_busbw_measure_reports_a_job_that_measured_nothing(monkeypatch):
 
 
 def test_busbw_sweep_records_wrong_and_missing_sizes(monkeypatch):
-    import perflab.dist.torchrun as T
+    import perflab.distributed.torchrun as T
 
     wrong = json.dumps({"bytes": 1024, "correct": False, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "seconds": 1e-6})
     monkeypatch.setattr(T, "launch", _fake_busbw_launch([wrong, "not json"], ok=False))

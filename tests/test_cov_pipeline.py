@@ -12,8 +12,8 @@ import torch
 
 from perflab.core.errors import InputError
 from perflab.core.grading import LabCheckError
-from perflab.pipeline import compute, dataset, lab07, loader, shuffle, starvation
-from perflab.pipeline.verdict import measured_verdict
+from perflab.dataloading import compute, dataset, lab07, loader, shuffle, starvation
+from perflab.dataloading.verdict import measured_verdict
 
 CPU = torch.device("cpu")
 
@@ -137,7 +137,7 @@ def test_measure_whole_for_every_kind():
 
 
 def test_cpu_explanation_says_why_pinning_does_nothing_here():
-    from perflab.pipeline import pinned
+    from perflab.dataloading import pinned
 
     text = pinned.cpu_explanation()
     assert text.startswith("No CUDA device here: pin_memory=True has nothing to speed up")

@@ -126,11 +126,11 @@ def test_the_sync_faults_check_stops_on_non_finite_activations():
 
 
 def test_timing_pitfall_table_reads_each_method_with_units():
-    from perflab.profiling import timing
+    from perflab.profiling import pitfalls
 
     rows = [{"method": "no sync", "seconds": 2e-6, "TFLOP/s": 1.2e3, "what it measures": "the launch only"},
             {"method": "failed", "seconds": None, "TFLOP/s": None, "what it measures": "nothing"}]
-    t = timing.pitfall_table(rows)
+    t = pitfalls.pitfall_table(rows)
     assert t.to_dict("records") == [
         {"method": "no sync", "time": "2.00 µs", "TFLOP/s": "1,200", "what it measures": "the launch only"},
         {"method": "failed", "time": "—", "TFLOP/s": "—", "what it measures": "nothing"}]

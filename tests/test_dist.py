@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.dist import collectives as C
-from perflab.dist import torchrun as dist
+from perflab.distributed import collectives as C
+from perflab.distributed import torchrun as dist
 
 
 def assert_all_gone(res):
@@ -33,9 +33,9 @@ def assert_all_gone(res):
 
 
 def test_command_uses_a_file_rendezvous_and_no_port():
-    cmd = dist.torchrun_command("perflab.dist.workers.collectives", 4, ["--x", 1], rdzv_endpoint="/tmp/r", log_dir="/tmp/l")
+    cmd = dist.torchrun_command("perflab.distributed.workers.collectives", 4, ["--x", 1], rdzv_endpoint="/tmp/r", log_dir="/tmp/l")
     line = " ".join(cmd)
-    assert "store_type=file" in line and "--local-addr 127.0.0.1" in line and "-m perflab.dist.workers.collectives" in line
+    assert "store_type=file" in line and "--local-addr 127.0.0.1" in line and "-m perflab.distributed.workers.collectives" in line
     assert "--master-port" not in line and "--standalone" not in line and "--redirects 3" in line
     env = dist.worker_env(__import__("pathlib").Path("/tmp/x"), "gloo")
     assert env["GLOO_SOCKET_IFNAME"] in ("lo", "lo0") and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
@@ -46,18 +46,18 @@ def test_cluster_commands_document_rendezvous():
     line = dist.cluster_command("train.py", 8, 4, ["--lr", "3e-4"])
     assert "--nnodes=4" in line and "--nproc-per-node=8" in line and "--rdzv-backend=c10d" in line
     assert "--rdzv-endpoint=$MASTER_ADDR:29500" in line and line.endswith("train.py --lr 3e-4")
-    script = dist.slurm_script("perflab.dist.workers.collectives", nodes=2, gpus_per_node=8)
+    script = dist.slurm_script("perflab.distributed.workers.collectives", nodes=2, gpus_per_node=8)
     assert "#SBATCH --nodes=2" in script and "--ntasks-per-node=1" in script and "srun" in script
     assert "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT" in script and "--rdzv-id=$SLURM_JOB_ID" in script
-    assert "-m perflab.dist.workers.collectives" in script
+    assert "-m perflab.distributed.workers.collectives" in script
 
 
 @pytest.mark.parametrize("call,needle", [
-    (lambda: dist.launch("perflab.dist.workers.faulty", 0), "nproc must be ≥ 1"),
-    (lambda: dist.launch("perflab.dist.workers.faulty", 2, timeout=0), "timeout must be > 0"),
+    (lambda: dist.launch("perflab.distributed.workers.faulty", 0), "nproc must be ≥ 1"),
+    (lambda: dist.launch("perflab.distributed.workers.faulty", 2, timeout=0), "timeout must be > 0"),
     (lambda: dist.launch("no/such/script.py", 2), "not found"),
-    (lambda: dist.launch("perflab.dist.workers.faulty", 2, backend="mpi"), "unknown backend"),
-    (lambda: dist.launch("perflab.dist.workers.faulty", 100_000), "larger than the limit"),
+    (lambda: dist.launch("perflab.distributed.workers.faulty", 2, backend="mpi"), "unknown backend"),
+    (lambda: dist.launch("perflab.distributed.workers.faulty", 100_000), "larger than the limit"),
 ])
 def test_bad_launch_arguments(call, needle):
     with pytest.raises(InputError, match=needle):
@@ -129,7 +129,7 @@ def test_every_primitive_gloo_4_ranks_cli_json():
 @pytest.mark.slow
 def test_a_rank_that_raises_is_reported_and_the_rest_are_stopped():
     t0 = time.monotonic()
-    res = dist.launch("perflab.dist.workers.faulty", 3, ["--raise-on", "2"], timeout=120, backend="gloo")
+    res = dist.launch("perflab.distributed.workers.faulty", 3, ["--raise-on", "2"], timeout=120, backend="gloo")
     took = time.monotonic() - t0
     assert not res.ok and not res.timed_out and took < 120
     assert res.message.startswith("rank 2 raised ValueError: simulated failure in rank 2's compute step"), res.message
@@ -148,7 +148,7 @@ def test_a_rank_that_raises_is_reported_and_the_rest_are_stopped():
 def test_a_rank_that_hangs_ends_the_run_at_the_timeout():
     timeout = 12.0
     t0 = time.monotonic()
-    res = dist.launch("perflab.dist.workers.faulty", 3, ["--hang-on", "1"], timeout=timeout, backend="gloo")
+    res = dist.launch("perflab.distributed.workers.faulty", 3, ["--hang-on", "1"], timeout=timeout, backend="gloo")
     took = time.monotonic() - t0
     assert res.timed_out and not res.ok
     assert took < timeout + 10, took  # stopped at the deadline, plus a few seconds to collect
@@ -162,7 +162,7 @@ def test_a_rank_that_hangs_ends_the_run_at_the_timeout():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent", ["perflab.dist.agent", "torch.distributed.run"])
+@pytest.mark.parametrize("agent", ["perflab.distributed.agent", "torch.distributed.run"])
 def test_a_plain_script_and_its_failure(tmp_path, monkeypatch, agent):
     """Forked ranks (perflab's agent) and exec'd ranks (plain torchrun) tell the same story."""
     monkeypatch.setenv("PERFLAB_LAUNCH", "torchrun" if agent == "torch.distributed.run" else "fork")
@@ -186,7 +186,7 @@ def test_a_plain_script_and_its_failure(tmp_path, monkeypatch, agent):
 def test_agents_fork_only_where_the_main_module_is_safe_to_import_again(monkeypatch):
     import types
 
-    from perflab.dist import agent
+    from perflab.distributed import agent
 
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.delenv("PERFLAB_LAUNCH", raising=False)
@@ -209,8 +209,8 @@ def test_launch_from_a_plain_script_without_a_main_guard(tmp_path):
     forked agent, so agents start as plain processes there."""
     script = tmp_path / "user.py"
     script.write_text(textwrap.dedent("""
-        from perflab.dist import agent, torchrun
-        res = torchrun.launch("perflab.dist.workers.faulty", 2, timeout=120)
+        from perflab.distributed import agent, torchrun
+        res = torchrun.launch("perflab.distributed.workers.faulty", 2, timeout=120)
         print("forked agents:", agent.can_fork_agents(), "ok:", res.ok, "sums:", [r["sum"] for r in res.results])
     """))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,
@@ -221,9 +221,9 @@ def test_launch_from_a_plain_script_without_a_main_guard(tmp_path):
 @pytest.mark.slow
 def test_two_simulated_nodes_ddp_practice():
     """Two torchrun agents meet through one rendezvous (as two machines would); DDP practice runs on them."""
-    from perflab.dist import ddp
+    from perflab.distributed import ddp
 
-    res = dist.launch("perflab.dist.workers.ddp", 1, ["--width", "128", "--steps", "3", "--hook-steps", "5"], nnodes=2,
+    res = dist.launch("perflab.distributed.workers.ddp", 1, ["--width", "128", "--steps", "3", "--hook-steps", "5"], nnodes=2,
                       timeout=300, backend="gloo")
     assert res.ok, res.report()
     roles = ddp.roles_table(res.results)
@@ -254,7 +254,7 @@ def test_nccl_path_runs_on_gpus():
     rep = C.run_all(n, backend="nccl", timeout=300, check_k=4096, slow_s=0.1, ring_numel=4096)
     assert rep.ok, rep.launch.report()
     assert rep.launch.backend.name == "nccl" and rep.results[0]["device"].startswith("cuda")
-    res = dist.launch("perflab.dist.workers.ddp", n, ["--experiments", "init_memory"], timeout=300, backend="nccl")
+    res = dist.launch("perflab.distributed.workers.ddp", n, ["--experiments", "init_memory"], timeout=300, backend="nccl")
     assert res.ok, res.report()
     stages = res.results[0]["init_memory"]["stages"]
     assert stages[-1]["gpu_used_bytes"] > stages[0]["gpu_used_bytes"]  # joining costs device memory

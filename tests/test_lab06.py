@@ -11,7 +11,7 @@ import torch.distributed as dist  # noqa: F401
 
 from perflab.core import grading
 from perflab.core.grading import LabCheckError
-from perflab.dist import lab06 as lab
+from perflab.distributed import lab06 as lab
 
 
 def stub(x, rank, world_size):
@@ -25,12 +25,12 @@ def uses_a_collective(x, rank, world_size):
 
 
 def test_stub_is_not_done_and_starts_no_rank(monkeypatch):
-    import perflab.dist.torchrun
+    import perflab.distributed.torchrun
 
     def no_launch(*a, **k):
         raise AssertionError("a stub must not start any rank")
 
-    monkeypatch.setattr(perflab.dist.torchrun, "launch", no_launch)
+    monkeypatch.setattr(perflab.distributed.torchrun, "launch", no_launch)
     grading.reset()
     t0 = time.time()
     assert not lab.check_ring_all_reduce(stub)

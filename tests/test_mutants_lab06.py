@@ -4,7 +4,7 @@ import pytest
 
 from perflab.core import grading
 from perflab.core.grading import LabCheckError
-from perflab.dist import lab06 as lab
+from perflab.distributed import lab06 as lab
 
 
 def ring_ref(numel, world_size, itemsize):
@@ -40,7 +40,7 @@ def ring_visible_only(numel, world_size, itemsize):  # right for the divisible s
 
 
 def ring_calls_perflab(numel, world_size, itemsize):
-    from perflab.dist.collectives import ring_bytes_formula
+    from perflab.distributed.collectives import ring_bytes_formula
 
     return ring_bytes_formula(numel, world_size, itemsize)
 
@@ -80,7 +80,7 @@ def busbw_allreduce_missing_term(op, nbytes, seconds, ranks):
 
 
 def busbw_calls_perflab(op, nbytes, seconds, ranks):
-    from perflab.dist import busbw
+    from perflab.distributed import busbw
 
     return busbw.busbw_gbps(op, nbytes, seconds, ranks)
 

@@ -4,7 +4,7 @@ import pytest
 
 from perflab.core import grading
 from perflab.core.grading import LabCheckError
-from perflab.pipeline import lab07 as lab
+from perflab.dataloading import lab07 as lab
 
 
 def modulus(n):
@@ -74,7 +74,7 @@ def walks_once(i, n, a, c, x0):  # a special case: one walk is often enough, not
 
 
 def calls_perflab(i, n, a, c, x0):
-    from perflab.pipeline.shuffle import LCGPermutation
+    from perflab.dataloading.shuffle import LCGPermutation
 
     return LCGPermutation(n, 0)[i]
 

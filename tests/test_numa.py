@@ -243,10 +243,10 @@ print(json.dumps({"done": done, "workers": workers, "cpu": cpu}))
 
 
 def test_launcher_binds_every_rank():
-    from perflab.dist.torchrun import launch
+    from perflab.distributed.torchrun import launch
 
     n = min(2, len(os.sched_getaffinity(0)))
-    res = launch("perflab.dist.workers.faulty", n, ["--work-s", "0.01"], timeout=120, bind=True)
+    res = launch("perflab.distributed.workers.faulty", n, ["--work-s", "0.01"], timeout=120, bind=True)
     assert res.ok, res.report()
     outs = [r.stdout for r in res.ranks]
     assert all("[perflab.numa.bound] rank" in o for o in outs), outs

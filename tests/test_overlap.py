@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.dist import overlap as O
+from perflab.distributed import overlap as O
 
 # The playbook's own setting of the widget it describes: H100 bf16 dense peak and NVLink per direction
 FLOPS, BW = 989.4e12, 450e9

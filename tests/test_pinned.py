@@ -1,4 +1,4 @@
-"""The copy/compute overlap of perflab.pipeline.pinned, checked without a GPU: the order of every
+"""The copy/compute overlap of perflab.dataloading.pinned, checked without a GPU: the order of every
 copy, wait, record and step that `run_steps` issues (fake streams log them), the lifetime rule,
 the variants' rules and the units. The timing itself runs on a GPU (marked gpu)."""
 
@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from perflab.pipeline import pinned
+from perflab.dataloading import pinned
 
 
 class FakeStreams:

@@ -9,9 +9,9 @@ import torch
 from clirun import perflab
 
 from perflab.core.errors import InputError
-from perflab.pipeline import loader, starvation
-from perflab.pipeline.compute import calibrate
-from perflab.pipeline.shuffle import (
+from perflab.dataloading import loader, starvation
+from perflab.dataloading.compute import calibrate
+from perflab.dataloading.shuffle import (
     LCGPermutation,
     hull_dobell_ok,
     parity_alternation,
@@ -220,20 +220,20 @@ def test_dataloader_cli_json_keys():
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
-def test_published_figures_are_the_seeds():
-    from perflab.pipeline import pinned
+def test_published_figures_are_the_sources():
+    from perflab.dataloading import published
 
-    df = pinned.published_2x2()
+    df = published.published_2x2()
     best = df.sort_values("avg_time_s").iloc[0]
     assert bool(best.pin_memory) and bool(best.non_blocking) and best.avg_time_s == 0.459  # A100 80GB PCIe
-    assert pinned.published_workers().set_index("num_workers").avg_time_s[0] == 5.388
-    assert pinned.lcg_story()["bottleneck_removed_fraction"] == 0.8
+    assert published.published_workers().set_index("num_workers").avg_time_s[0] == 5.388
+    assert published.lcg_story()["bottleneck_removed_fraction"] == 0.8
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and non_blocking copies need a CUDA GPU")
 def test_pinned_non_blocking_is_fastest_on_gpu():
-    from perflab.pipeline import pinned
+    from perflab.dataloading import pinned
 
     rows = {(r["pin_memory"], r["non_blocking"]): r for r in pinned.measure_2x2(64 << 20, 2048, 5)}
     assert rows[(True, True)]["h2d_gb_per_s"] > rows[(False, False)]["h2d_gb_per_s"]
@@ -242,7 +242,7 @@ def test_pinned_non_blocking_is_fastest_on_gpu():
 # ---- lab 07's check ---------------------------------------------------------------------------------
 
 def _solution(i, n, a, c, x0):
-    from perflab.pipeline.lab07 import modulus
+    from perflab.dataloading.lab07 import modulus
 
     m = modulus(n)
 
@@ -260,7 +260,7 @@ def _solution(i, n, a, c, x0):
 
 def test_lab07_check_passes_the_solution_and_rejects_wrong_answers(capsys):
     from perflab.core.grading import LabCheckError
-    from perflab.pipeline import lab07
+    from perflab.dataloading import lab07
 
     assert lab07.check_index(_solution)
 

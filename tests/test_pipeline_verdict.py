@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from perflab.pipeline.verdict import measured_verdict, plural
+from perflab.dataloading.verdict import measured_verdict, plural
 
 
 def _frame(rows):

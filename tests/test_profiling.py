@@ -333,9 +333,9 @@ def test_tensor_core_share_is_a_name_heuristic():
 
 
 def test_timing_pitfalls_on_this_device():
-    from perflab.profiling import timing
+    from perflab.profiling import pitfalls
 
-    rows = timing.pitfalls(n=64, reps=3, device="cpu")
+    rows = pitfalls.pitfalls(n=64, reps=3, device="cpu")
     assert [r["method"] for r in rows][0] == "wall clock, no sync" and len(rows) == 4
     assert rows[2]["seconds"] is None  # no CUDA events on a CPU
     assert all(r["seconds"] > 0 for r in rows if r["seconds"] is not None)

@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from perflab.core.errors import InputError
-    from perflab.dist import busbw as B
+    from perflab.distributed import busbw as B
 
     convert = [args.bytes, args.seconds, args.ranks]
     if any(v is not None for v in convert):

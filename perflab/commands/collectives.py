@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perflab.dist.collectives import run_all
+    from perflab.distributed.collectives import run_all
 
     rep = run_all(args.nproc, backend=args.backend, timeout=args.timeout, check_k=args.elements,
                   slow_s=args.slow_s, ring_numel=args.elements)

@@ -48,7 +48,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from perflab.core.device import pick_device
     from perflab.core.errors import InputError
-    from perflab.pipeline import compute, loader
+    from perflab.dataloading import compute, loader
 
     if args.compute_ms <= 0:
         raise InputError("--compute-ms must be > 0: the step needs some work to hide loading behind")

@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perflab.dist import overlap as O
+    from perflab.distributed import overlap as O
 
     hw = O.hardware(args.accelerator, args.link, dtype=args.dtype, peak_tflops=args.peak_tflops, link_gbps=args.bw_gbps)
     res = O.all_four(args.h, args.layers, args.seq, args.mbs, args.dp, args.tp, args.pp_layers, hw,

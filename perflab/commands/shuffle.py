@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from perflab.core.errors import InputError
-    from perflab.pipeline.shuffle import LCGPermutation, measure_whole, parse_shard
+    from perflab.dataloading.shuffle import LCGPermutation, measure_whole, parse_shard
 
     perm = LCGPermutation(args.n, args.seed)
     if args.start >= args.n:

@@ -6,7 +6,7 @@
 Thirty learners on one GPU box, each dragging a slider, would otherwise time their kernels at the
 same moment and each see a fraction of the device without knowing it. Every real measurement
 (`perflab.core.timing.bench`, the timed training steps of `perflab.workload.train.StepRunner.run`,
-and jobs started by `perflab.dist.torchrun.launch`) holds the lock of the device it measures;
+and jobs started by `perflab.distributed.torchrun.launch`) holds the lock of the device it measures;
 predictions never take it. Timings that use their own clock elsewhere (a DataLoader's waits, a
 profiler's trace) do not take it yet.
 

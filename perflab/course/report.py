@@ -13,9 +13,9 @@ A report is made of parts, each measured by the function of the lesson it comes 
 | mamf        | the maximum achievable matmul TFLOP/s (a small shape search) | perflab.gemm.mamf (04) |
 | memory      | device-memory copy GB/s over buffer sizes; host→device GB/s (GPU) | perflab.core.measure (00) |
 | waves       | TFLOP/s along n (a small wave sweep), the wave model on a GPU | perflab.gemm.shapes (04) |
-| collectives | all-reduce algbw/busbw under torchrun (gloo, NCCL on GPUs)   | perflab.dist.busbw (06) |
+| collectives | all-reduce algbw/busbw under torchrun (gloo, NCCL on GPUs)   | perflab.distributed.busbw (06) |
 | numa        | NUMA nodes, distances, GPUs' nodes, this process's cores     | perflab.numa.topology (08) |
-| dataloader  | the data wait per step against num_workers, with the model  | perflab.pipeline.loader (07) |
+| dataloader  | the data wait per step against num_workers, with the model  | perflab.dataloading.loader (07) |
 | tune        | the capstone ladder: each rung's step time, MFU, memory, parity (quick: the smoke preset without compile) | perflab.tune.runner (11) |
 
 Each part is a point of a resumable sweep (perflab.core.results): its result is appended to
@@ -242,7 +242,7 @@ def part_waves(ctx: Ctx) -> dict[str, Any]:
 def part_collectives(ctx: Ctx) -> dict[str, Any]:
     import torch
 
-    from perflab.dist import busbw
+    from perflab.distributed import busbw
 
     ngpu = torch.cuda.device_count() if ctx.gpu else 0
     nproc = ngpu if ngpu >= 2 else 2
@@ -290,7 +290,7 @@ def part_numa(ctx: Ctx) -> dict[str, Any]:
 
 
 def part_dataloader(ctx: Ctx) -> dict[str, Any]:
-    from perflab.pipeline import compute, loader
+    from perflab.dataloading import compute, loader
 
     workers = ctx.pick(quick=[0, 1, 2], cpu=[0, 1, 2, 4], gpu=[0, 1, 2, 4, 8])
     io_ms, compute_ms = ctx.pick(quick=(2.0, 10.0), cpu=(5.0, 20.0), gpu=(5.0, 20.0))

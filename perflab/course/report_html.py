@@ -129,7 +129,7 @@ def _fig_waves(d):
 
 
 def _fig_collectives(d):
-    from perflab.dist.busbw import plot
+    from perflab.distributed.busbw import plot
 
     return plot(d["rows"], title=f"{d['op']} on {d['nproc']} ranks ({d['backend']})")
 
@@ -147,7 +147,7 @@ def _fig_numa(d):
 def _fig_dataloader(d):
     import pandas as pd
 
-    from perflab.pipeline.plots import workers_plot
+    from perflab.dataloading.plots import workers_plot
 
     return workers_plot(pd.DataFrame(d["rows"]),
                         title=f"Data wait per step vs num_workers (IO {num(d['io_ms'])} ms/sample, "

@@ -9,10 +9,10 @@
 - `plots`: lesson 07's figures
 - `lab07`: the lab's checks
 - `verdict`: lesson 07's live-panel verdict, from the measured rows
-Published figures (the DataLoader tables and the LCG story) are in `data/published.json`.
+- `published`: the published figures (the DataLoader tables and the LCG story), from `data/published.json` with their sources
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("dataset", "compute", "starvation", "loader", "pinned", "shuffle", "plots", "lab07", "verdict")
+MODULES = ("dataset", "compute", "starvation", "loader", "pinned", "published", "shuffle", "plots", "lab07", "verdict")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -5,7 +5,7 @@ milliseconds (is it a permutation? do shards partition it? is it the LCG's?), wh
 waiting time is graded against a timing that another process on a shared machine can disturb.
 
 The learner's `lcg_index(i, n, a, c, x0)` returns perm[i] for the permutation of
-`perflab.pipeline.shuffle`: F(j) = state of x → (a·x + c) mod m after j steps from x0, m the
+`perflab.dataloading.shuffle`: F(j) = state of x → (a·x + c) mod m after j steps from x0, m the
 smallest power of two ≥ n (at least 4); perm[i] = F(i), walked with F until it is < n.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from perflab.core.grading import NOT_PASSED, PASSED, LabCheckError, Verdict
 from perflab.core.labguard import grade_known
-from perflab.pipeline.shuffle import LCGPermutation
+from perflab.dataloading.shuffle import LCGPermutation
 
 CASES = [(1, 0), (2, 1), (5, 2), (8, 3), (13, 4), (64, 5), (100, 6), (129, 7)]
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import torch
 
 from perflab.core.errors import InputError, PerflabError
-from perflab.pipeline import starvation
-from perflab.pipeline.compute import StepCompute
-from perflab.pipeline.dataset import PipelineDataset
+from perflab.dataloading import starvation
+from perflab.dataloading.compute import StepCompute
+from perflab.dataloading.dataset import PipelineDataset
 
 
 class LoaderFault(PerflabError):
@@ -154,7 +154,7 @@ def measure_loop(*, workers: int, batch: int, batches: int, io_ms: float, transf
     `rounds` (transform rounds per sample) comes from `dataset.calibrate_transform(transform_ms)`
     when not given; pass it to keep a sweep's points on one calibration.
     """
-    from perflab.pipeline.dataset import calibrate_transform
+    from perflab.dataloading.dataset import calibrate_transform
 
     if batches < 1:
         raise InputError(f"batches must be ≥ 1, got {batches}")
@@ -193,7 +193,7 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
     from pathlib import Path
 
     from perflab.core.results import run_sweep
-    from perflab.pipeline.dataset import calibrate_transform
+    from perflab.dataloading.dataset import calibrate_transform
 
     rounds = calibrate_transform(transform_ms)
     cores = available_cores()
@@ -237,7 +237,7 @@ def handover_s(batch: int, device: torch.device, batches: int = 8) -> float:
     Measured with one worker, no IO, no transform and a step long enough that the batch is always
     ready: what `next()` still costs then is the handover.
     """
-    from perflab.pipeline.compute import calibrate
+    from perflab.dataloading.compute import calibrate
 
     st = calibrate(3, device, budget_s=0.03)
     res = measure_loop(workers=1, batch=batch, batches=batches, io_ms=0, transform_ms=0, step=st, rounds=0)[0]

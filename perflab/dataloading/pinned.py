@@ -26,54 +26,26 @@ copy time and a compute time; `pin_cost` times the pinning itself.
 
 On a CPU there is no device copy to speed up: `pin_memory=True` without an accelerator warns and
 does nothing, and `.to("cpu", non_blocking=True)` is a no-op. `cpu_explanation` says so; the
-lesson shows published figures (`published_2x2`) instead.
+lesson shows published figures (`perflab.dataloading.published.published_2x2`) instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from perflab.core.errors import InputError, UnsupportedError
 
-DATA = Path(__file__).with_name("data")
-
-
-def published_2x2():
-    """The published A100 80GB PCIe 2×2 table (seconds as published) as a DataFrame; its source
-    (Stas Bekman, Machine Learning Engineering, training/performance/) is in the data file."""
-    import pandas as pd
-
-    d = json.loads((DATA / "published.json").read_text())["pin_memory_non_blocking"]
-    df = pd.DataFrame(d["rows"])
-    df.attrs["source"] = f"{d['gpu']} · {d['source']}"
-    return df
-
-
-def published_workers():
-    import pandas as pd
-
-    d = json.loads((DATA / "published.json").read_text())["num_workers"]
-    df = pd.DataFrame(d["rows"])
-    df.attrs["source"] = d["source"]
-    return df
-
-
-def lcg_story() -> dict:
-    return json.loads((DATA / "published.json").read_text())["lcg_shuffle"]
-
 
 def cpu_explanation() -> str:
     return ("No CUDA device here: pin_memory=True has nothing to speed up (torch warns and skips pinning), and a "
             "non_blocking copy to the CPU is a no-op. The 2×2 below is the published A100 measurement; "
-            "`perflab.pipeline.pinned.measure_variants()` measures all five variants on a GPU.")
+            "`perflab.dataloading.pinned.measure_variants()` measures all five variants on a GPU.")
 
 
 def gb_per_s(nbytes: int, seconds: float) -> float:

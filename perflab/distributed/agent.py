@@ -1,4 +1,4 @@
-"""torchrun with forked ranks: `python -m perflab.dist.agent <torchrun's own arguments>`.
+"""torchrun with forked ranks: `python -m perflab.distributed.agent <torchrun's own arguments>`.
 
 It parses exactly torchrun's command line (torch.distributed.run's parser and config) and runs the
 same elastic agent, rendezvous, log redirection and failure summary; the one difference is how a
@@ -23,7 +23,7 @@ import signal
 import sys
 import traceback
 
-FORKED_ENV = "PERFLAB_RANK_FORKED"  # perflab.dist.workers.runtime reads it: return, do not os._exit
+FORKED_ENV = "PERFLAB_RANK_FORKED"  # perflab.distributed.workers.runtime reads it: return, do not os._exit
 
 
 def run_rank(target: str, is_module: bool, argv: list[str]) -> None:
@@ -82,7 +82,7 @@ if __name__ == "__main__":
 
 # ----------------------------------------------------------------------------- a warm start for agents
 _SERVER = None
-PRELOAD = ["torch", "torch.distributed.run", "torch.distributed.launcher.api", "perflab.dist.agent"]
+PRELOAD = ["torch", "torch.distributed.run", "torch.distributed.launcher.api", "perflab.distributed.agent"]
 
 
 def can_fork_agents() -> bool:
@@ -125,7 +125,7 @@ def _agent_entry(argv: list[str], env: dict[str, str], log_path: str) -> None:
             pass
     os.environ.clear()
     os.environ.update(env)
-    sys.argv = ["perflab.dist.agent", *argv]
+    sys.argv = ["perflab.distributed.agent", *argv]
     code = 0
     try:
         main(argv)
@@ -141,7 +141,7 @@ def _agent_entry(argv: list[str], env: dict[str, str], log_path: str) -> None:
 
 class ForkedAgent:
     """An agent (`main(argv)`) forked from a server that has already imported torch: what
-    `subprocess.Popen([python, "-m", "perflab.dist.agent", *argv])` does, less the 2-3 s a new
+    `subprocess.Popen([python, "-m", "perflab.distributed.agent", *argv])` does, less the 2-3 s a new
     interpreter spends importing torch. The same attributes `launch` uses: pid, poll, wait, returncode."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log_path) -> None:
@@ -151,7 +151,7 @@ class ForkedAgent:
             raise RuntimeError("the agent process did not start")
         self.pid: int = self._proc.pid
         self.returncode: int | None = None
-        self.args = ["perflab.dist.agent", *argv]
+        self.args = ["perflab.distributed.agent", *argv]
 
     def poll(self) -> int | None:
         if self.returncode is None:

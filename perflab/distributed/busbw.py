@@ -346,7 +346,7 @@ class BusbwRun:
     nproc: int
     backend: str
     rows: list[dict[str, Any]]
-    launch: Any = None  # perflab.dist.torchrun.LaunchResult (None when every point was already recorded)
+    launch: Any = None  # perflab.distributed.torchrun.LaunchResult (None when every point was already recorded)
     sweep: Any = None  # perflab.core.results.SweepResult when recorded in the results folder
 
     @property
@@ -376,14 +376,14 @@ class BusbwRun:
 
 def _measure_launch(op: str, nproc: int, sizes: list[int], backend: str | None, timeout: float | None,
                     budget_s: float) -> tuple[dict[int, dict], Any]:
-    from perflab.dist.torchrun import launch
+    from perflab.distributed.torchrun import launch
 
     with tempfile.TemporaryDirectory(prefix="perflab-busbw-") as tmp:
         out = Path(tmp) / "rows.jsonl"
         args = ["--op", op, "--sizes", ",".join(map(str, sizes)), "--budget-s", str(budget_s), "--out", str(out)]
         if timeout is None:
             timeout = 60.0 + len(sizes) * (budget_s * 4 + 2.0)
-        res = launch("perflab.dist.workers.busbw", nproc, args, timeout=timeout, backend=backend)
+        res = launch("perflab.distributed.workers.busbw", nproc, args, timeout=timeout, backend=backend)
         rows: dict[int, dict] = {}
         if out.exists():
             for line in out.read_text().splitlines():
@@ -398,7 +398,7 @@ def _measure_launch(op: str, nproc: int, sizes: list[int], backend: str | None, 
 def measure(op: str, nproc: int, sizes: list[int] | None = None, *, backend: str | None = None,
             timeout: float | None = None, budget_s: float = 0.2) -> BusbwRun:
     """Time `op` at every size in one torchrun job (no results file): what the CLI does."""
-    from perflab.dist.torchrun import DistRunError, choose_backend
+    from perflab.distributed.torchrun import DistRunError, choose_backend
 
     op = normalize_op(op)
     choice = choose_backend(nproc, backend)
@@ -420,8 +420,8 @@ def measure_sweep(op: str, nproc: int, sizes: list[int] | None = None, *, backen
     recorded as an error with the job's one-line report, and (as in `run_sweep`) is only measured
     again with `retry_failed=True`.
     """
-    from perflab.dist.torchrun import choose_backend
     from perflab.core.results import load_rows, point_key, run_sweep, sweep_path
+    from perflab.distributed.torchrun import choose_backend
 
     op = normalize_op(op)
     choice = choose_backend(nproc, backend)

@@ -1,7 +1,7 @@
 """Every collective primitive, what each rank must hold after it, and the ring all-reduce.
 
 The functions that move data (`run_primitive`, `ring_all_reduce`, `barrier_with_slow_ranks`) run
-inside a rank, in a process group (see perflab/dist/workers/collectives.py); the rest is plain
+inside a rank, in a process group (see perflab/distributed/workers/collectives.py); the rest is plain
 arithmetic that a test or a notebook can call anywhere.
 
 Inputs are chosen so a table of numbers tells the story: rank r holds `10·r + [1, 2, ...]`, so the
@@ -455,7 +455,7 @@ def _fmt(values: list[float]) -> str:
 class CollectivesRun:
     """Every primitive verified on n ranks: the launch, each rank's report, and the summaries."""
 
-    launch: Any  # perflab.dist.torchrun.LaunchResult
+    launch: Any  # perflab.distributed.torchrun.LaunchResult
     slow_s: float
 
     @property
@@ -510,9 +510,9 @@ class CollectivesRun:
 
 def run_all(nproc: int = 4, *, backend: str | None = None, timeout: float = 120.0, check_k: int = 4096,
             slow_s: float = 0.2, ring_numel: int = 4096, nnodes: int = 1) -> CollectivesRun:
-    """Launch perflab.dist.workers.collectives on nproc ranks and gather the verdicts."""
-    from perflab.dist.torchrun import launch
+    """Launch perflab.distributed.workers.collectives on nproc ranks and gather the verdicts."""
     from perflab.core.validate import positive_int
+    from perflab.distributed.torchrun import launch
 
     check_k = positive_int("check_k", check_k, maximum=2**24)
     ring_numel = positive_int("ring_numel", ring_numel, maximum=2**26)
@@ -520,7 +520,7 @@ def run_all(nproc: int = 4, *, backend: str | None = None, timeout: float = 120.
         from perflab.core.errors import InputError
 
         raise InputError(f"slow_s must be between 0 and 10 seconds (got {slow_s})")
-    res = launch("perflab.dist.workers.collectives", nproc,
+    res = launch("perflab.distributed.workers.collectives", nproc,
                  ["--check-k", check_k, "--slow-s", slow_s, "--ring-numel", ring_numel],
                  nnodes=nnodes, timeout=timeout, backend=backend)
     return CollectivesRun(res, slow_s)

@@ -1,4 +1,4 @@
-"""DDP in practice, measured inside the ranks of a torchrun job (perflab/dist/workers/ddp.py).
+"""DDP in practice, measured inside the ranks of a torchrun job (perflab/distributed/workers/ddp.py).
 
 * `grad_accumulation`: gradient accumulation with and without `no_sync()`: the same update with
   GAS× fewer all-reduces; and LocalSGD (average the *parameters* every H steps instead).
@@ -294,7 +294,7 @@ def init_memory(ctx) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from perflab.dist.workers.runtime import init_group
+    from perflab.distributed.workers.runtime import init_group
 
     gpu = ctx.device.type == "cuda"
     stages = []

@@ -3,7 +3,7 @@
 `check_ring_all_reduce(fn)` calls the learner's function once in this process with a world of one
 rank: a stub that still raises NotImplementedError gets the kind "not done yet" note and no rank
 is started. Otherwise the function's source goes to a file that `torchrun` ranks import
-(perflab.dist.workers.lab06_ring); on every rank its result is compared with `dist.all_reduce`, the
+(perflab.distributed.workers.lab06_ring); on every rank its result is compared with `dist.all_reduce`, the
 bytes it sent point-to-point are counted, and any collective it called is noted.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.core.grading import LabCheckError, record, Verdict
+from perflab.core.grading import LabCheckError, Verdict, record
 from perflab.core.labguard import grade_known
 
-HEADER = '''"""Written by perflab.dist.lab06 from the learner's notebook cell."""
+HEADER = '''"""Written by perflab.distributed.lab06 from the learner's notebook cell."""
 import math
 
 import torch
@@ -50,6 +50,10 @@ BUSBW_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n
                  "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
+def _inverted(factor):
+    return lambda n: 1 / factor(n)
+
+
 def _busbw_with(factors: dict[str, Any], unit: float = 1e9):
     return lambda op, nbytes, seconds, ranks: nbytes / seconds / unit * factors[op](ranks)
 
@@ -60,7 +64,7 @@ BUSBW_MISTAKES = [
     ("GiB/s instead of GB/s", _busbw_with(BUSBW_FACTORS, 2**30), "a wrong convention: nccl-tests divide by 1e9"),
     ("all-reduce's factor for every op", _busbw_with({k: BUSBW_FACTORS["all_reduce"] for k in BUSBW_FACTORS}),
      "all-gather and reduce-scatter move half of an all-reduce's data: (n−1)/n; broadcast × 1"),
-    ("an inverted factor n/(2(n−1))", _busbw_with({k: (lambda f: lambda n: 1 / f(n))(f) for k, f in BUSBW_FACTORS.items()}),
+    ("an inverted factor n/(2(n−1))", _busbw_with({k: _inverted(f) for k, f in BUSBW_FACTORS.items()}),
      "multiply algbw by the factor; do not divide"),
     ("broadcast with (n−1)/n", _busbw_with(BUSBW_FACTORS | {"broadcast": lambda n: (n - 1) / n}),
      "in a broadcast every byte crosses each link once: factor 1"),
@@ -74,7 +78,7 @@ def check_ring_bytes(student: Callable[..., Any]) -> Verdict:
 
     The cases include N = 1 (nothing moves), N that does not divide K (1000 elements on 3 ranks) and
     a 2-byte dtype, so the named mistakes in RING_MISTAKES each give a different wrong number."""
-    from perflab.dist.collectives import naive_root_bytes, ring_bytes_formula
+    from perflab.distributed.collectives import naive_root_bytes, ring_bytes_formula
 
     cases = [({"numel": k, "world_size": n, "itemsize": s}, ring_bytes_formula(k, n, s))
              for k, n, s in ((1024, 4, 4), (4096, 2, 2), (8000, 8, 4), (10**6, 16, 2), (12, 1, 4), (1000, 3, 4),
@@ -86,7 +90,7 @@ def check_ring_bytes(student: Callable[..., Any]) -> Verdict:
 
 def check_busbw(student: Callable[..., Any]) -> Verdict:
     """busbw_gbps(op, nbytes, seconds, ranks) for all_reduce, all_gather, reduce_scatter, broadcast."""
-    from perflab.dist import busbw
+    from perflab.distributed import busbw
 
     cases = [({"op": op, "nbytes": b, "seconds": t, "ranks": n}, busbw.busbw_gbps(op, b, t, n))
              for op, b, t, n in (("all_reduce", 2**30, 0.01, 8), ("all_reduce", 2**20, 1e-4, 2),
@@ -116,9 +120,9 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
     """
     import torch
 
-    from perflab.dist.collectives import ring_bytes_sent
-    from perflab.dist.torchrun import launch
     from perflab.core.validate import positive_int
+    from perflab.distributed.collectives import ring_bytes_sent
+    from perflab.distributed.torchrun import launch
 
     nproc = positive_int("nproc", nproc, maximum=64)
     numels = tuple(numels) if numels else (1024 * nproc, 250 * nproc)
@@ -137,7 +141,7 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
     with tempfile.TemporaryDirectory(prefix="perflab-lab06-") as tmp:
         path = Path(tmp) / "student_ring.py"
         path.write_text(_source(student))
-        res = launch("perflab.dist.workers.lab06_ring", nproc,
+        res = launch("perflab.distributed.workers.lab06_ring", nproc,
                      ["--file", str(path), "--name", fn_name, "--numels", ",".join(map(str, numels))], timeout=timeout)
     if not res.ok:
         bad = next((r for r in res.ranks if r.status != "ok"), None)

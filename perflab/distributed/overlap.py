@@ -15,7 +15,7 @@ Two deliberate differences from the playbook's printed formulas, both tested:
   parameter count cancels (all gradients move while the whole backward runs; equally, one 25 MB
   bucket moves while the backward of those 25 MB of parameters runs). perflab uses the latter.
 
-Bandwidth is per direction (the `per_direction_gbps` of perflab/dist/data/interconnects.json, the
+Bandwidth is per direction (the `per_direction_gbps` of perflab/distributed/data/interconnects.json, the
 figure nccl-tests' busbw is compared with); peak FLOP/s is the dense figure from the hardware table.
 """
 
@@ -48,8 +48,8 @@ class Link:
 
 @lru_cache(maxsize=1)
 def links() -> tuple[Link, ...]:
-    """Interconnects with their datasheet figures (perflab/dist/data/interconnects.json)."""
-    text = resources.files("perflab.dist").joinpath("data/interconnects.json").read_text()
+    """Interconnects with their datasheet figures (perflab/distributed/data/interconnects.json)."""
+    text = resources.files("perflab.distributed").joinpath("data/interconnects.json").read_text()
     return tuple(Link(**row) for row in json.loads(text)["links"])
 
 

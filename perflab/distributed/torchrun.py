@@ -1,6 +1,6 @@
 """Run a worker under `torchrun` from a notebook or the CLI, and get every rank's story back.
 
-    >>> res = launch("perflab.dist.workers.collectives", nproc=4, timeout=60)
+    >>> res = launch("perflab.distributed.workers.collectives", nproc=4, timeout=60)
     >>> res.ok, res.seconds, res.backend
     >>> res.results                 # what each rank reported (a list indexed by rank)
     >>> print(res.report())         # who failed and how, with each failed rank's output
@@ -9,7 +9,7 @@
 What `launch` guarantees:
 * **No fixed port, nothing on the network.** The rendezvous goes through a `FileStore` in a fresh
   temporary folder (`--rdzv-backend c10d --rdzv-conf store_type=file`), workers started by
-  `perflab.dist.workers.runtime` join the process group through a FileStore too, and gloo/NCCL sockets
+  `perflab.distributed.workers.runtime` join the process group through a FileStore too, and gloo/NCCL sockets
   are pinned to the loopback interface. Two launches side by side never collide.
 * **A timeout, and nothing left running.** torchrun starts in its own session; its workers (which
   torchrun puts in sessions of their own) are tracked by pid. On timeout, Ctrl-C, or a failure,
@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from perflab.core.errors import InputError, PerflabError
 from perflab.core.validate import positive_int
-from perflab.dist.workers.runtime import ENV_BACKEND, ENV_RUN_DIR
+from perflab.distributed.workers.runtime import ENV_BACKEND, ENV_RUN_DIR
 
 MAX_NPROC = 64
 MAX_NNODES = 8
@@ -52,7 +52,7 @@ PYNVML_WARNING = "ignore:The pynvml package is deprecated:FutureWarning"
 
 
 class _Process(Protocol):
-    """What `launch` needs of an agent: a subprocess.Popen or a perflab.dist.agent.ForkedAgent."""
+    """What `launch` needs of an agent: a subprocess.Popen or a perflab.distributed.agent.ForkedAgent."""
 
     @property
     def pid(self) -> int: ...
@@ -122,8 +122,8 @@ def torchrun_command(target: str, nproc: int, args: list[str] | tuple[str, ...] 
                      python: str | None = None, agent: str = "torch.distributed.run") -> list[str]:
     """The torchrun command `launch` runs on this machine (one per simulated node).
 
-    `target` is a module (perflab.dist.workers.collectives) or a path to a .py script. `agent`:
-    torchrun itself, or `perflab.dist.agent` (the same arguments and agent, ranks forked: see
+    `target` is a module (perflab.distributed.workers.collectives) or a path to a .py script. `agent`:
+    torchrun itself, or `perflab.distributed.agent` (the same arguments and agent, ranks forked: see
     `launch_agent`).
     """
     module = not str(target).endswith(".py")
@@ -373,18 +373,18 @@ def _short(text: str | None, limit: int = 160) -> str:
 
 # ----------------------------------------------------------------------------- launching
 def launch_agent() -> str:
-    """The agent `launch` starts: torchrun's own, with ranks forked from it (`perflab.dist.agent`:
+    """The agent `launch` starts: torchrun's own, with ranks forked from it (`perflab.distributed.agent`:
     torch is imported once per node, not once per rank) on Linux; plain `torch.distributed.run`
     elsewhere or when PERFLAB_LAUNCH=torchrun."""
     if os.environ.get("PERFLAB_LAUNCH", "").lower() == "torchrun" or not sys.platform.startswith("linux"):
         return "torch.distributed.run"
-    return "perflab.dist.agent"
+    return "perflab.distributed.agent"
 
 
 def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), *, nnodes: int = 1,
            timeout: float = 120.0, backend: str | None = None, env: dict[str, str] | None = None,
            keep_dir: bool = False, bind: bool = False) -> LaunchResult:
-    """Run `target` (a module such as perflab.dist.workers.collectives, or a .py path) on nproc × nnodes ranks.
+    """Run `target` (a module such as perflab.distributed.workers.collectives, or a .py path) on nproc × nnodes ranks.
 
     bind: start every rank through `perflab.numa.bound`, which binds it to its own cores (lesson
     08's plan: its GPU's node, whole cores, none shared) with numactl where installed, else with
@@ -426,7 +426,7 @@ def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), 
 
 def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, ...], timeout: float,
             choice: BackendChoice, env: dict[str, str] | None, keep_dir: bool) -> LaunchResult:
-    from perflab.dist import agent as agent_mod
+    from perflab.distributed import agent as agent_mod
 
     run_dir = Path(tempfile.mkdtemp(prefix="perflab-run-"))
     envs = worker_env(run_dir, choice.name, env)
@@ -445,8 +445,8 @@ def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, .
         for i, cmd in enumerate(commands):
             log = open(run_dir / f"agent{i}.log", "wb")
             logs.append(log)
-            if cmd[1:3] == ["-m", "perflab.dist.agent"] and agent_mod.can_fork_agents():
-                # forked from a server that has torch imported already (see perflab.dist.agent)
+            if cmd[1:3] == ["-m", "perflab.distributed.agent"] and agent_mod.can_fork_agents():
+                # forked from a server that has torch imported already (see perflab.distributed.agent)
                 procs.append(agent_mod.ForkedAgent(cmd[3:], envs, run_dir / f"agent{i}.log"))
             else:
                 procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

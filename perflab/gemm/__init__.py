@@ -11,11 +11,11 @@
 - `compiled`, `occupancy`: what the compiler made of a kernel for sm_80/sm_90 (registers, spills,
   shared memory, Tensor Core instructions), blocks per SM, occupancy, waves
 - `triton_fused`: the fused bias + GeLU of lesson 10, checked, compiled and timed
-- `kernel_panel`: lesson 04's compiled-tile panel
+- `panel`: lesson 04's compiled-tile panel
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("shapes", "mamf", "swiglu", "attention", "plots", "lab04", "lab05", "lab04b", "triton_kernels",
-           "triton_matmul", "compiled", "occupancy", "triton_fused", "kernel_panel")
+           "triton_matmul", "compiled", "occupancy", "triton_fused", "panel")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

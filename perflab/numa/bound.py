@@ -1,9 +1,9 @@
-"""Run a program bound to its local rank's cores: what `perflab.dist.torchrun.launch(..., bind=True)`
+"""Run a program bound to its local rank's cores: what `perflab.distributed.torchrun.launch(..., bind=True)`
 starts in every rank.
 
     python -m perflab.numa.bound TARGET [ARGS...]
 
-TARGET is a module (`perflab.dist.workers.collectives`) or a .py file. The rank's cores come from
+TARGET is a module (`perflab.distributed.workers.collectives`) or a .py file. The rank's cores come from
 `plan(LOCAL_WORLD_SIZE, read_topology())[LOCAL_RANK]`. With `numactl` installed the program is
 exec'd under `numactl --physcpubind=CPUS --membind=NODE` (memory allocated on the rank's node too);
 without it the process binds its CPUs with os.sched_setaffinity and runs the program in place

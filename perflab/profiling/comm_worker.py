@@ -1,7 +1,7 @@
 """The `comm` fault's rank: a training step whose gradients are all-reduced one tensor at a time
 after backward (nothing overlapped), or with DDP (`--fixed`). Rank 0 profiles and exports the trace.
 
-    python -m perflab.dist... launch("perflab.profiling.comm_worker", nproc=2, args=[...])
+    python -m perflab.distributed... launch("perflab.profiling.comm_worker", nproc=2, args=[...])
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 def body(ctx, a):
     import torch
 
-    from perflab.dist.workers.runtime import init_group
+    from perflab.distributed.workers.runtime import init_group
     from perflab.profiling.faults import make_step, run_profiled
     from perflab.workload.models import preset
 
@@ -41,7 +41,7 @@ def arguments(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
     runtime.main("perflab.profiling.comm_worker", arguments, body, argv)
 

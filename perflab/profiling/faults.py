@@ -245,7 +245,7 @@ def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool =
     threads: torch's CPU threads while profiling (restored after); 1 by default, because on a small
     or busy machine OpenMP threads waiting for each other stretch every op unpredictably and hide
     the pattern being diagnosed. None keeps the current setting.
-    launcher: for `comm`, 'torchrun' (perflab.dist's launcher: fresh processes, the way a job
+    launcher: for `comm`, 'torchrun' (perflab.distributed's launcher: fresh processes, the way a job
     runs) or 'fork' (two forked copies of this process joined through a FileStore: the same
     ranks and collectives, without starting Python and torch again; what the tests use)."""
     from perflab.workload.models import preset as get_preset
@@ -274,8 +274,8 @@ def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool =
 
 
 def _profile_comm(preset: str, *, fixed: bool, steps: int, batch: int, seq: int, path: Path, timeout: float) -> ProfileRun:
-    """Two ranks on gloo through perflab.dist's launcher; rank 0 exports the trace."""
-    from perflab.dist.torchrun import launch
+    """Two ranks on gloo through perflab.distributed's launcher; rank 0 exports the trace."""
+    from perflab.distributed.torchrun import launch
 
     args = ["--preset", preset, "--steps", steps, "--batch", batch, "--seq", seq, "--trace-out", str(path.resolve())]
     if fixed:

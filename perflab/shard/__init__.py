@@ -4,7 +4,7 @@ torch.distributed and held against their predictions.
 - `formulas`: what each strategy should cost per rank (FSDP's memory from lesson 03's ZeRO-3
   estimate in perflab.memory, collective calls and bytes, the bubble (p−1)/(m+p−1), a pipeline
   timeline replayed with instant hand-offs); no ranks needed
-- `worker`: the program each rank runs (ranks are started by perflab.dist's torchrun launcher and
+- `worker`: the program each rank runs (ranks are started by perflab.distributed's torchrun launcher and
   report through its worker runtime)
 - `run`: `shard(strategy, nproc)` / `shard_many`: launch, then one row per rank with the prediction
   beside each measurement, and the checks with their tolerances

@@ -11,8 +11,8 @@ of its node; node 0's agent hosts the rendezvous store on 10.201.0.1. Every proc
 a session of its own and stopped on return (SIGTERM, then SIGKILL), then any process left inside
 the namespaces is killed by pid and both namespaces are deleted (the veth pair goes with them).
 
-On a real cluster the same job is one line per node (`perflab.dist.torchrun.cluster_command`) or
-one `srun` line in an sbatch script (`perflab.dist.torchrun.slurm_script`).
+On a real cluster the same job is one line per node (`perflab.distributed.torchrun.cluster_command`) or
+one `srun` line in an sbatch script (`perflab.distributed.torchrun.slurm_script`).
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def delete(namespaces: list[str]) -> None:
 
 def node_command(ns: str, node: int, nproc_per_node: int, rdzv_id: str, agent: str | None = None) -> list[str]:
     """The torchrun line node `node` runs inside its namespace. `agent`: torchrun itself
-    (torch.distributed.run), or perflab.dist.agent (torchrun's parser and agent, ranks forked from it,
-    the default on Linux: see `perflab.dist.torchrun.launch_agent`)."""
-    from perflab.dist.torchrun import launch_agent
+    (torch.distributed.run), or perflab.distributed.agent (torchrun's parser and agent, ranks forked from it,
+    the default on Linux: see `perflab.distributed.torchrun.launch_agent`)."""
+    from perflab.distributed.torchrun import launch_agent
 
     return ["ip", "netns", "exec", ns, sys.executable, "-m", agent or launch_agent(),
             "--nnodes", "2", "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
@@ -194,6 +194,6 @@ def body(ctx) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
     runtime.run(body, backend="gloo")

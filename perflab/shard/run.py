@@ -129,7 +129,7 @@ def shard_many(strategies: list[str], nproc: int = 2, *, preset: str = "tiny-gpt
                steps: int = 2, forward_ms: float = 100.0, backward_ms: float = 200.0, timeout: float = 180.0,
                backend: str | None = None) -> dict[str, ShardReport]:
     """Several strategies one after the other in the same ranks: one launch (ranks start once)."""
-    from perflab.dist.torchrun import launch
+    from perflab.distributed.torchrun import launch
 
     ms = [int(m) for m in microbatches]
     checked = [validate(s, nproc, ms, schedule, preset) for s in strategies]

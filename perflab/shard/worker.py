@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node 2 -m perflab.shard.worker --strategy fsdp [--preset tiny-gpt]
 
-Launched by `perflab.shard.run.shard` through `perflab.dist.torchrun.launch`; each rank reports a
+Launched by `perflab.shard.run.shard` through `perflab.distributed.torchrun.launch`; each rank reports a
 dict (see the `fsdp`, `tp` and `pp` functions) that the launcher turns into one row per rank.
 """
 
@@ -370,7 +370,7 @@ def arguments(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
     runtime.main("perflab.shard.worker", arguments, body, argv)
 

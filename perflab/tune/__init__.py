@@ -12,7 +12,7 @@
 
 Uses other topics' formulas, never their figures, widgets or lab checks: perflab.flops (exact
 FLOPs of a step, the measured matmul ceiling), perflab.memory (lesson 03's step-memory estimator
-and allocation probe), perflab.compiler (the dtype tolerance of loss parity), perflab.pipeline
+and allocation probe), perflab.compiler (the dtype tolerance of loss parity), perflab.dataloading
 (a DataLoader built as lesson 07 builds it), perflab.numa (the topology lesson 08 reads) and
 perflab.profiling (lesson 09's trace diagnosis).
 """

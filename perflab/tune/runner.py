@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from perflab.core.dtypes import native_bf16
 from perflab.core.errors import InputError, PerflabError
 from perflab.core.validate import positive_int
 from perflab.tune.ladder import TunePreset, parse_rungs
@@ -135,33 +136,6 @@ def fused_adamw_available(device: torch.device) -> bool:
         return True
     except (RuntimeError, TypeError, ValueError):
         return False
-
-
-def native_bf16(device: torch.device) -> tuple[bool, str]:
-    """Does this device multiply bf16 natively? (answer, the reason in words)."""
-    if device.type == "cuda":
-        major, _ = torch.cuda.get_device_capability(device)
-        if major >= 8:
-            return True, "bf16 Tensor Cores (compute capability 8.0+)"
-        return False, "this GPU has no bf16 Tensor Cores (compute capability below 8.0)"
-    flags = _cpu_flags()
-    if "amx_bf16" in flags:
-        return True, "AMX bf16 tiles (amx_bf16)"
-    if "avx512_bf16" in flags:
-        return True, "AVX-512 bf16 dot products (avx512_bf16), at most twice the fp32 rate per instruction"
-    return False, ("no bf16 instructions on this CPU (no avx512_bf16 / amx_bf16): every bf16 product is widened "
-                   "to fp32, multiplied, and rounded back, so bf16 costs conversions and gains nothing")
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 # ---------------------------------------------------------------- data
@@ -479,7 +453,7 @@ def apply_rung(name: str, sc: StepConfig, tp: TunePreset, device: torch.device, 
                       f"memory capped the micro-batch at {sc.micro_batch}: with every block recomputed, {mb} fits "
                       f"(predicted {_mib(pred)} of {_mib(budget)})", {"predicted_peak_bytes": pred, "budget_bytes": budget})
     if name == "loader":
-        from perflab.pipeline.loader import available_cores
+        from perflab.dataloading.loader import available_cores
 
         w = max(1, min(2, available_cores() - 1)) if available_cores() > 1 else 1
         pin = device.type == "cuda"

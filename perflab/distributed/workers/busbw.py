@@ -1,6 +1,6 @@
 """Time one collective over a range of message sizes, nccl-tests style (algbw and busbw).
 
-    torchrun --nproc-per-node 2 -m perflab.dist.workers.busbw --op all_reduce --sizes 1024,1048576 [--out rows.jsonl]
+    torchrun --nproc-per-node 2 -m perflab.distributed.workers.busbw --op all_reduce --sizes 1024,1048576 [--out rows.jsonl]
 
 For every size: check the collective gives the right answer on known data, time it (all ranks
 start together; the slowest rank's mean per call counts), and convert to algbw/busbw. Rank 0
@@ -10,14 +10,13 @@ still leaves what it measured.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 
 def body(ctx, a):
     import torch
 
-    from perflab.dist import busbw as B
+    from perflab.distributed import busbw as B
 
     op = B.normalize_op(a.op)
     rows = []
@@ -46,9 +45,9 @@ def arguments(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
-    runtime.main("perflab.dist.workers.busbw", arguments, body, argv)
+    runtime.main("perflab.distributed.workers.busbw", arguments, body, argv)
 
 
 if __name__ == "__main__":

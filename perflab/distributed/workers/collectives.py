@@ -1,6 +1,6 @@
 """Every collective primitive on every rank, checked against what it must give; then the ring.
 
-    torchrun --nproc-per-node 4 -m perflab.dist.workers.collectives [--check-k 4096] [--slow-s 0.2]
+    torchrun --nproc-per-node 4 -m perflab.distributed.workers.collectives [--check-k 4096] [--slow-s 0.2]
 
 Each rank reports, per primitive: whether the backend has it (else its equivalent stood in), its
 small demo (before/after/expected), and whether a large float64 check matched exactly; then the
@@ -9,11 +9,9 @@ barrier with slow ranks and the ring all-reduce (point-to-point sends) against `
 
 from __future__ import annotations
 
-import argparse
-
 
 def body(ctx, a):
-    from perflab.dist import collectives as C
+    from perflab.distributed import collectives as C
 
     out = {"rank": ctx.rank, "world_size": ctx.world_size, "local_rank": ctx.local_rank, "node": ctx.node,
            "backend": ctx.backend, "device": str(ctx.device)}
@@ -64,9 +62,9 @@ def arguments(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
-    runtime.main("perflab.dist.workers.collectives", arguments, body, argv)
+    runtime.main("perflab.distributed.workers.collectives", arguments, body, argv)
 
 
 if __name__ == "__main__":

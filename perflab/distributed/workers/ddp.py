@@ -1,25 +1,23 @@
 """DDP in practice: the memory of joining, main vs local-main, no_sync, communication hooks.
 
-    torchrun --nproc-per-node 2 -m perflab.dist.workers.ddp [--experiments init_memory,roles,accumulation,hooks]
+    torchrun --nproc-per-node 2 -m perflab.distributed.workers.ddp [--experiments init_memory,roles,accumulation,hooks]
 
-Runs the experiments of perflab/dist/ddp.py in this order; the memory measurement comes first because
+Runs the experiments of perflab/distributed/ddp.py in this order; the memory measurement comes first because
 it has to look at the process before the group exists.
 """
 
 from __future__ import annotations
 
-import argparse
-
 # DDP's constructor imports torch._dynamo (1.5-3 s on 2 cores). Imported here, a forked launch
-# (perflab.dist.agent imports the worker before it forks) pays for it once per node, not per rank.
+# (perflab.distributed.agent imports the worker before it forks) pays for it once per node, not per rank.
 import torch._dynamo  # noqa: F401
 
 
 def body(ctx, a):
     import time
 
-    from perflab.dist import ddp
-    from perflab.dist.workers.runtime import init_group
+    from perflab.distributed import ddp
+    from perflab.distributed.workers.runtime import init_group
 
     want = set(a.experiments.split(","))
     out = {"rank": ctx.rank, "backend": ctx.backend, "device": str(ctx.device), "seconds": {}}
@@ -54,9 +52,9 @@ def arguments(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
-    runtime.main("perflab.dist.workers.ddp", arguments, body, argv, init=False)
+    runtime.main("perflab.distributed.workers.ddp", arguments, body, argv, init=False)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,15 @@
 """A worker that goes wrong on purpose: one rank raises, or one rank hangs, while the others wait.
 
-    torchrun --nproc-per-node 4 -m perflab.dist.workers.faulty --raise-on 2
-    torchrun --nproc-per-node 4 -m perflab.dist.workers.faulty --hang-on 1
+    torchrun --nproc-per-node 4 -m perflab.distributed.workers.faulty --raise-on 2
+    torchrun --nproc-per-node 4 -m perflab.distributed.workers.faulty --hang-on 1
 
 Every rank meets the others at a barrier, then does its "compute"; the chosen rank raises (or
 sleeps for ever) there, and the others wait for it in an all-reduce. This is what a crashed or
-stuck rank looks like from the launcher (`perflab.dist.torchrun.launch` reports it; the notebook shows it).
+stuck rank looks like from the launcher (`perflab.distributed.torchrun.launch` reports it; the notebook shows it).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 
@@ -43,9 +42,9 @@ def arguments(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
-    runtime.main("perflab.dist.workers.faulty", arguments, lambda ctx, a: body(ctx, a.raise_on, a.hang_on, a.work_s), argv)
+    runtime.main("perflab.distributed.workers.faulty", arguments, lambda ctx, a: body(ctx, a.raise_on, a.hang_on, a.work_s), argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Run a learner's ring all-reduce on every rank and compare it with `dist.all_reduce` (lab 06).
 
-    torchrun --nproc-per-node 4 -m perflab.dist.workers.lab06_ring --file their_code.py --name ring_all_reduce
+    torchrun --nproc-per-node 4 -m perflab.distributed.workers.lab06_ring --file their_code.py --name ring_all_reduce
 
 The learner's function `fn(x, rank, world_size) -> tensor` is loaded from --file. While it runs,
 point-to-point sends are counted (bytes this rank sent) and any call to a collective is counted
@@ -9,7 +9,6 @@ too: a ring built from `all_reduce` is not a ring.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 
@@ -101,9 +100,9 @@ def arguments(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perflab.dist.workers import runtime
+    from perflab.distributed.workers import runtime
 
-    runtime.main("perflab.dist.workers.lab06_ring", arguments, body, argv)
+    runtime.main("perflab.distributed.workers.lab06_ring", arguments, body, argv)
 
 
 if __name__ == "__main__":

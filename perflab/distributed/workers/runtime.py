@@ -1,13 +1,13 @@
 """What a worker does inside its rank: join the process group, mark its steps, report, leave cleanly.
 
-    >>> from perflab.dist.workers import runtime
+    >>> from perflab.distributed.workers import runtime
     >>> def body(ctx):                      # ctx: RankContext (rank, world_size, device, ...)
     ...     ctx.step("all_reduce")          # where this rank is, if it ever hangs
     ...     x = torch.ones(4, device=ctx.device); dist.all_reduce(x)
     ...     return {"sum": x.tolist()}      # handed back to the launcher as this rank's result
     >>> runtime.run(body)                   # at the bottom of a worker module's main()
 
-Launched by `perflab.dist.torchrun.launch`, a rank finds the run's folder in $PERFLAB_RUN_DIR and writes
+Launched by `perflab.distributed.torchrun.launch`, a rank finds the run's folder in $PERFLAB_RUN_DIR and writes
 there: `rank<r>.where.json` (pid, local rank, node, log folder), `rank<r>.step.json` (its last
 step), `rank<r>.result.json`, `rank<r>.error.json` (if it raised) and `rank<r>.done` (after a clean
 exit). It joins the group through a `FileStore` in that folder, so no TCP port is opened for the
@@ -39,7 +39,7 @@ from typing import Any
 ENV_RUN_DIR = "PERFLAB_RUN_DIR"
 ENV_BACKEND = "PERFLAB_BACKEND"
 ENV_PG_TIMEOUT = "PERFLAB_PG_TIMEOUT_S"
-FORKED_ENV = "PERFLAB_RANK_FORKED"  # set by perflab.dist.agent: this rank was forked, not exec'd
+FORKED_ENV = "PERFLAB_RANK_FORKED"  # set by perflab.distributed.agent: this rank was forked, not exec'd
 RESULT_PREFIX = "PERFLAB_RESULT "
 
 
@@ -201,7 +201,7 @@ def run(body: Callable[[RankContext], Any], backend: str | None = None, *, init:
     With `fast_exit` (the default), a rank that has left the group cleanly ends with `os._exit(0)`
     once its output is flushed: tearing down an interpreter that holds torch takes about a second
     per rank, and it is where DDP on gloo has been seen to abort ("terminate called without an
-    active exception") after the work was done. A rank forked by `perflab.dist.agent` returns
+    active exception") after the work was done. A rank forked by `perflab.distributed.agent` returns
     instead: its process already ends with `os._exit` once the agent has its exit status.
     """
     ctx = None
