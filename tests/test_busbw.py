@@ -73,7 +73,7 @@ def test_sizes():
     assert B.parse_size("64K") == 65536 and B.parse_size("1M") == 2**20 and B.parse_size("4096") == 4096
     sizes = B.default_sizes("all_gather", 3)
     assert all(s % 12 == 0 for s in sizes) and sizes == sorted(sizes)
-    assert B.human_bytes(3 * 2**20) == "3 MiB"
+    assert B.size_label(3 * 2**20) == "3 MiB"
 
 
 def test_factor_table_lists_every_op():

@@ -124,12 +124,13 @@ def test_grading_learner_falls_back_without_a_user_name(monkeypatch):
 
 
 def test_device_info_rows_skip_missing_values_and_show_small_sizes():
-    from perflab.core.device import DeviceInfo, _fmt_bytes
+    from perflab.core.device import DeviceInfo
+    from perflab.core.readout import binary_bytes
 
     info = DeviceInfo("cuda", "test GPU", 1, {"l2_bytes": 4096, "driver": None, "links": []})
     assert info.torch_device == torch.device("cuda", 1)
     assert info.table() == [("device", "cuda:1"), ("name", "test GPU"), ("l2", "4 KiB")]
-    assert _fmt_bytes(2048) == "2 KiB"
+    assert binary_bytes(2048) == "2 KiB"
 
 
 def test_memory_sizes_from_text_and_without_proc(monkeypatch):
@@ -144,14 +145,14 @@ def test_memory_sizes_from_text_and_without_proc(monkeypatch):
 
 
 def test_sweep_summary_says_how_to_resume_and_torn_lines_are_skipped(tmp_path):
-    from perflab.core.results import SweepResult, _jsonable, load_rows
+    from perflab.core.results import SweepResult, jsonable, load_rows
 
     s = SweepResult(tmp_path / "x.jsonl", [], measured=2, skipped=1, failed=0, interrupted=True)
     assert s.summary().endswith("interrupted: run the same sweep again to resume")
     p = tmp_path / "rows.jsonl"
     p.write_text('{"a": 1}\n{"a": 2\n\n{"a": 3}\n')  # a line torn by a crash mid-write
     assert load_rows(p) == [{"a": 1}, {"a": 3}]
-    assert _jsonable(torch.tensor(2.5)) == 2.5 and _jsonable(torch.device("cpu")) == "cpu"
+    assert jsonable(torch.tensor(2.5)) == 2.5 and jsonable(torch.device("cpu")) == "cpu" and jsonable(torch.zeros(2)) == [0.0, 0.0]
 
 
 def test_results_go_to_the_checkout_or_the_users_cache(monkeypatch, tmp_path):

@@ -167,4 +167,6 @@ def test_reference_files_that_are_broken_or_of_another_kind_are_skipped(tmp_path
     assert ref.load_references("waves", tmp_path) == []  # a CPU run is not GPU reference data
     assert [r.path.name for r in ref.load_references("waves", tmp_path, gpu_only=False)] == ["waves__c.json"]
     assert ref.load_references("waves", tmp_path / "none") == []
-    assert ref._jsonable(2) == 2.0 and ref._jsonable(object).startswith("<class")
+    from perflab.core.results import jsonable
+
+    assert jsonable(2) == 2.0 and jsonable(object).startswith("<class")

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from perflab.core.results import jsonable
 from perflab.distributed import busbw as B
 from perflab.distributed import collectives as C
 from perflab.distributed.workers import runtime
@@ -186,7 +187,7 @@ def test_results_of_any_type_become_json():
     import numpy as np
 
     text = json.dumps({"t": torch.tensor([1.0, 2.0]), "f": np.float32(0.5), "o": Namespace(a=1), "d": 3 + 0j},
-                      default=runtime._jsonable)
+                      default=jsonable)
     assert json.loads(text) == {"t": [1.0, 2.0], "f": 0.5, "o": "Namespace(a=1)", "d": "(3+0j)"}
 
 

@@ -47,8 +47,8 @@ def test_busbw_names_sizes_and_errors():
         B.parse_size("0.3K")
     with pytest.raises(InputError, match="larger than the limit"):
         B.check_size("all_reduce", 2**35, 2)
-    assert B.human_bytes(512) == "512 B"
-    assert B.human_bytes(3 * 2**20) == "3 MiB"
+    assert B.size_label(512) == "512 B"
+    assert B.size_label(3 * 2**20) == "3 MiB"
 
 
 def test_busbw_run_frame_and_report():

@@ -60,7 +60,10 @@ def test_memory_panel_says_why_a_choice_is_predicted_only(kw, why):
 
 
 def test_byte_readouts_and_optimizer_refusal():
-    assert probe.fmt_bytes(None) == "n/a" and probe.fmt_bytes(3 * 2**30) == "3.00 GiB (3.22 GB)"
-    assert probe.fmt_bytes(2048) == "2.0 KiB"
+    from perflab.core.readout import binary_bytes
+
+    assert binary_bytes(None) == "–" and binary_bytes(3 * 2**30) == "3 GiB (3.22 GB)"
+    assert binary_bytes(2048) == "2 KiB" and binary_bytes(1536) == "1.5 KiB" and binary_bytes(-3 * 2**20) == "-3 MiB"
+    assert binary_bytes(2**31, decimal_too=False) == "2 GiB" and binary_bytes(12) == "12 B"
     with pytest.raises(InputError, match="measured optimizers are adamw, adamw-fused, sgd \\(got 'lion'\\)"):
         probe.make_optimizer("lion", [])

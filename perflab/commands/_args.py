@@ -21,18 +21,15 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def device_dtype(chosen, device, prog: str, quiet: bool = False):
-    """The dtype a measuring command runs in: `chosen` (a parsed --dtype), or when it is None the
-    fastest dtype this device multiplies natively (`perflab.core.dtypes.fast_dtype`); the choice
-    and its reason go to stderr, one line, unless `quiet`."""
+def device_dtype(chosen, device):
+    """The dtype a measuring command runs in, and why: `chosen` (a parsed --dtype, checked against
+    the device; the reason is then None), or the fastest dtype this device multiplies natively
+    (`perflab.core.dtypes.fast_dtype`) with its reason in words, for the command to print."""
     from perflab.core.dtypes import check_supported, fast_dtype
 
     if chosen is not None:
-        return check_supported(chosen, device)
-    dt, why = fast_dtype(device)
-    if not quiet:
-        sys.stderr.write(f"{prog}: measuring in {dt.name} ({why}); pass --dtype to choose\n")
-    return dt
+        return check_supported(chosen, device), None
+    return fast_dtype(device)
 
 
 def positive_int(text: str) -> int:
@@ -48,6 +45,31 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be ≥ 1 (got {value}): choose a positive size")
     return value
+
+
+def whole_number(text: str, what: str = "") -> int:
+    """argparse type: a whole number ≥ 0 (`what` names it in the message: "of workers")."""
+    of = f" {what}" if what else ""
+    try:
+        v = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number{of} ≥ 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{what.removeprefix('of ') or 'it'} must be ≥ 0 (got {v})" if what
+                                         else f"must be ≥ 0 (got {v})")
+    return v
+
+
+def nonneg_float(text: str, unit: str = "") -> float:
+    """argparse type: a finite number ≥ 0 (`unit` names it in the message: "ms")."""
+    try:
+        v = float(text)
+    except ValueError:
+        of = f" of {'milliseconds' if unit == 'ms' else unit}" if unit else ""
+        raise argparse.ArgumentTypeError(f"expected a number{of} ≥ 0, got {text!r}") from None
+    if not v >= 0 or math.isinf(v):
+        raise argparse.ArgumentTypeError(f"must be ≥ 0 {unit} (got {text})" if unit else f"must be a number ≥ 0 (got {text})")
+    return v
 
 
 def positive_float(text: str) -> float:

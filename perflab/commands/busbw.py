@@ -42,9 +42,9 @@ def run(args) -> int:
              f"{'size':>10} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}  ok"]
     for r in res.rows:
         if r.get("status", "ok") != "ok":
-            lines.append(f"{B.human_bytes(r['bytes']):>10}  not measured: {r.get('reason')}")
+            lines.append(f"{B.size_label(r['bytes']):>10}  not measured: {r.get('reason')}")
             continue
-        lines.append(f"{B.human_bytes(r['bytes']):>10} {r['seconds'] * 1e6:>11.1f} {r['algbw_gbps']:>11.4g} "
+        lines.append(f"{B.size_label(r['bytes']):>10} {r['seconds'] * 1e6:>11.1f} {r['algbw_gbps']:>11.4g} "
                      f"{r['busbw_gbps']:>11.4g}  {'✓' if r['correct'] else '✗ wrong result'}")
     if res.launch is not None and not res.launch.ok:
         lines.append(res.launch.report())

@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
-from perflab.commands._args import emit, positive_int
+from perflab.commands._args import emit, nonneg_float, positive_int, whole_number
 
 
-def _nonneg_float(text: str) -> float:
-    import argparse
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of milliseconds ≥ 0, got {text!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be ≥ 0 ms (got {text})")
-    return v
+def _ms(text: str) -> float:
+    return nonneg_float(text, "ms")
 
 
-def _nonneg_int(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of workers ≥ 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"workers must be ≥ 0 (got {v})")
-    return v
+def _workers(text: str) -> int:
+    return whole_number(text, "of workers")
 
 
 def register(sub) -> None:
     p = sub.add_parser("dataloader", help="data wait per step vs num_workers, measured and predicted")
-    p.add_argument("--workers", type=_nonneg_int, nargs="+", default=[0, 1, 2], help="num_workers values (default 0 1 2)")
-    p.add_argument("--io-ms", type=_nonneg_float, default=5.0, help="IO latency per sample, ms (a wait)")
-    p.add_argument("--transform-ms", type=_nonneg_float, default=0.0, help="transform CPU work per sample, ms")
-    p.add_argument("--compute-ms", type=_nonneg_float, default=20.0, help="device compute per step, ms (real matmuls)")
+    p.add_argument("--workers", type=_workers, nargs="+", default=[0, 1, 2], help="num_workers values (default 0 1 2)")
+    p.add_argument("--io-ms", type=_ms, default=5.0, help="IO latency per sample, ms (a wait)")
+    p.add_argument("--transform-ms", type=_ms, default=0.0, help="transform CPU work per sample, ms")
+    p.add_argument("--compute-ms", type=_ms, default=20.0, help="device compute per step, ms (real matmuls)")
     p.add_argument("--batches", type=positive_int, default=30, help="steps measured per setting (default 30)")
     p.add_argument("--batch", type=positive_int, default=32, help="samples per batch (default 32)")
     p.add_argument("--prefetch", type=positive_int, default=2, help="prefetch_factor (default 2)")

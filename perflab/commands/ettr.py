@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-from perflab.commands._args import emit, positive_float, positive_int
-
-
-def nonneg_float(text: str) -> float:
-    import argparse
-    import math
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}") from None
-    if v < 0 or math.isnan(v) or math.isinf(v):
-        raise argparse.ArgumentTypeError(f"must be a number ≥ 0 (got {text})")
-    return v
+from perflab.commands._args import emit, nonneg_float, positive_float, positive_int
 
 
 def register(sub) -> None:

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
-
-from perflab.commands._args import device_dtype, dtype, emit, positive_float, positive_int
-
-
-def _whole(text: str) -> int:
-    try:
-        v = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0 (got {v})")
-    return v
+from perflab.commands._args import (
+    device_dtype,
+    dtype,
+    emit,
+    positive_float,
+    positive_int,
+    whole_number,
+)
 
 
 def register(sub) -> None:
     p = sub.add_parser("mamf", help="maximum achievable matmul TFLOP/s: search shapes, keep the best as this device's ceiling")
     for ax, what in (("m", "rows of A"), ("n", "columns of B"), ("k", "the reduction dimension")):
-        p.add_argument(f"--{ax}-range", nargs=3, type=_whole, metavar=("START", "STOP", "STEP"),
+        p.add_argument(f"--{ax}-range", nargs=3, type=whole_number, metavar=("START", "STOP", "STEP"),
                        help=f"sizes of {what}: START, START+STEP, ... ≤ STOP (sizes < 1 skipped)")
     p.add_argument("--dtype", type=dtype, default=None,
                    help="bf16, fp16, tf32, fp32 or fp8 (default: bf16 where the device runs it natively, else fp16 or fp32)")
@@ -55,7 +50,6 @@ def run(args) -> int:
     from perflab.gemm.mamf import default_ranges, parse_range, search
 
     dev = pick_device(args.device)
-    dt = device_dtype(args.dtype, dev, "perflab mamf", quiet=args.json)
     given = {ax: getattr(args, f"{ax}_range") for ax in ("m", "n", "k")}
     if any(v is not None for v in given.values()) and not all(v is not None for v in given.values()):
         missing = ", ".join(f"--{ax}-range" for ax, v in given.items() if v is None)
@@ -64,6 +58,7 @@ def run(args) -> int:
         ranges = {ax: parse_range(*v, name=ax) for ax, v in given.items()}
     else:
         ranges = default_ranges(dev.type == "cuda", smoke=args.smoke)
+    dt, why = device_dtype(args.dtype, dev)
     info = describe(dev)
     if args.fresh:
         old = sweep_path(f"mamf_{dt.name}", info.slug)
@@ -95,5 +90,8 @@ def run(args) -> int:
             lines.append(f"  kept as this device's measured ceiling in {r.ceiling_path}")
         if r.interrupted:
             lines.append("  interrupted: run the same command again to resume")
+    out["dtype_reason"] = why
+    if why:
+        lines.append(f"{dt.name} by default: {why} (--dtype chooses another)")
     emit(out, args.json, "\n".join(lines))
     return 130 if r.interrupted else 0

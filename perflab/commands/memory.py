@@ -137,7 +137,8 @@ def run(args) -> int:
 
 
 def _measure(args) -> int:
-    from perflab.memory.probe import fmt_bytes, measure_step_phases
+    from perflab.core.readout import binary_bytes
+    from perflab.memory.probe import measure_step_phases
 
     if not args.preset:
         raise InputError("--measure needs --preset (e.g. tiny-gpt, tiny-llama, small-gpt, small-llama)")
@@ -154,9 +155,9 @@ def _measure(args) -> int:
              f"{' with checkpointing' if args.checkpointing else ''} on {out['device']}: loss {out['loss']:.3f}, "
              f"step {out['step_s'] * 1e3:.1f} ms (forward {out['forward_s'] * 1e3:.1f}, backward "
              f"{out['backward_s'] * 1e3:.1f}, optimizer {out['optimizer_s'] * 1e3:.1f} ms)",
-             f"peak {fmt_bytes(out['peak_bytes'])} measured, {fmt_bytes(out['predicted_peak_bytes'])} predicted"]
-    lines += [f"  {r['phase']:<15} #{r['iteration']}  end {fmt_bytes(r['allocated_bytes']):>11} "
-              f"(predicted {fmt_bytes(r['predicted_end_bytes'])})  peak {fmt_bytes(r['peak_bytes']):>11} "
-              f"(predicted {fmt_bytes(r['predicted_peak_bytes'])})  {r['seconds'] * 1e3:8.1f} ms" for r in out["phases"]]
+             f"peak {binary_bytes(out['peak_bytes'])} measured, {binary_bytes(out['predicted_peak_bytes'])} predicted"]
+    lines += [f"  {r['phase']:<15} #{r['iteration']}  end {binary_bytes(r['allocated_bytes']):>11} "
+              f"(predicted {binary_bytes(r['predicted_end_bytes'])})  peak {binary_bytes(r['peak_bytes']):>11} "
+              f"(predicted {binary_bytes(r['predicted_peak_bytes'])})  {r['seconds'] * 1e3:8.1f} ms" for r in out["phases"]]
     emit(out, args.json, "\n".join(lines))
     return 0

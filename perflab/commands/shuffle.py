@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-from perflab.commands._args import emit, positive_int
-
-
-def _nonneg(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0 (got {v})")
-    return v
+from perflab.commands._args import emit, positive_int, whole_number
 
 
 def register(sub) -> None:
     p = sub.add_parser("shuffle", help="entries of an LCG permutation of N items (O(1) memory, random access)")
     p.add_argument("--n", type=positive_int, required=True, help="number of items")
-    p.add_argument("--seed", type=_nonneg, default=0, help="seed (default 0)")
-    p.add_argument("--start", type=_nonneg, default=0, help="first position (default 0)")
-    p.add_argument("--count", type=_nonneg, help="how many entries (default: all, for N ≤ 1e6)")
+    p.add_argument("--seed", type=whole_number, default=0, help="seed (default 0)")
+    p.add_argument("--start", type=whole_number, default=0, help="first position (default 0)")
+    p.add_argument("--count", type=whole_number, help="how many entries (default: all, for N ≤ 1e6)")
     p.add_argument("--shard", help="RANK/WORLD: only this shard's positions (start, start+W, ... from start+RANK)")
     p.add_argument("--measure", action="store_true", help="also time generating the whole permutation (peak_bytes, seconds)")
     p.add_argument("--json", action="store_true", help='print JSON: {"n", "seed", "indices", ...}')

@@ -31,7 +31,7 @@ def run(args) -> int:
     from perflab.gemm.swiglu import baseline_width, eight_thirds, search
 
     dev = pick_device(args.device)
-    dt = device_dtype(args.dtype, dev, "perflab swiglu", quiet=args.json)
+    dt, why = device_dtype(args.dtype, dev)
     tokens = args.tokens or (8192 if dev.type == "cuda" else 256)
     if args.tokens is None and dev.type != "cuda":
         sys.stderr.write(f"perflab swiglu: no GPU here, measuring at --tokens {tokens} on the CPU (pass --tokens to change)\n")
@@ -51,5 +51,8 @@ def run(args) -> int:
                      f"{r['multiple_of']:>5}{mark}")
     if s.failed:
         lines.append(f"{len(s.failed)} width(s) failed: " + "; ".join(s.failed))
+    out["dtype_reason"] = why
+    if why:
+        lines.append(f"{dt.name} by default: {why} (--dtype chooses another)")
     emit(out, args.json, "\n".join(lines))
     return 0

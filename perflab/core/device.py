@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
+from perflab.core.readout import binary_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -110,7 +111,7 @@ class DeviceInfo:
             label = key.replace("_", " ")
             if key.endswith("_bytes") and isinstance(value, (int, float)):
                 label = label.removesuffix(" bytes")
-                value = _fmt_bytes(value)
+                value = binary_bytes(value)
             elif isinstance(value, list):
                 value = "; ".join(map(str, value))
             rows.append((label, str(value)))
@@ -120,14 +121,6 @@ class DeviceInfo:
         rows = self.table()
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
-def _fmt_bytes(n: float) -> str:
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GiB ({n / 1e9:.1f} GB)"
-    if n >= 2**20:
-        return f"{n / 2**20:.1f} MiB"
-    return f"{n / 2**10:.0f} KiB"
 
 
 def describe(device: torch.device | str | None = None) -> DeviceInfo:

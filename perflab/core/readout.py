@@ -78,6 +78,26 @@ def nbytes(b: float | int | None) -> str:
     return f"{int(b)} B"
 
 
+def binary_bytes(b: float | int | None, sig: int = 3, decimal_too: bool = True) -> str:
+    """A byte count in binary units (GiB = 2**30 bytes), to `sig` significant digits with no trailing
+    zeros: '3 MiB', '1.5 KiB'; from 1 GiB up also in decimal units when `decimal_too`:
+    '3 GiB (3.22 GB)'. Memory sizes are binary (allocators, page tables); link and disk sizes
+    decimal (`nbytes`)."""
+    if b is None or (isinstance(b, float) and math.isnan(b)):
+        return "–"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            text = f"{_trim(num(b / scale, sig))} {unit}"
+            if decimal_too and scale >= 2**30:
+                text += f" ({_trim(num(b / 1e9, sig))} GB)"
+            return text
+    return f"{int(b)} B"
+
+
+def _trim(text: str) -> str:
+    return text.rstrip("0").rstrip(".") if "." in text and "e" not in text else text
+
+
 def spread_note(spread: float | None, what: str = "timing") -> str | None:
     """The "noisy" note for a relative spread (IQR / median) above NOISY_SPREAD, else None."""
     if spread is None or math.isnan(spread) or spread <= NOISY_SPREAD:

@@ -133,12 +133,15 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
 def _append(path: Path, row: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
-        f.write(json.dumps(row, default=_jsonable) + "\n")
+        f.write(json.dumps(row, default=jsonable) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
 
-def _jsonable(x):
+def jsonable(x):
+    """`json.dumps(default=jsonable)`: arrays and tensors as lists, other numbers as floats, the rest as text."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
     try:
         return float(x)
     except (TypeError, ValueError):

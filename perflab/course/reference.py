@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.results import jsonable
 
 KINDS = ("waves", "heads", "swiglu", "mamf")
 
@@ -85,16 +86,9 @@ def record_reference(kind: str, rows, *, device=None, params: dict[str, Any] | N
     path = reference_path(kind, prov["slug"], root)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=_jsonable) + "\n")
+    tmp.write_text(json.dumps(doc, indent=1, default=jsonable) + "\n")
     tmp.replace(path)
     return path
-
-
-def _jsonable(x):
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return str(x)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.readout import binary_bytes
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter",
        "send_recv")
@@ -183,11 +184,9 @@ def default_sizes(op: str, n: int, *, smallest: int = 2**10, largest: int = 2**2
     return out
 
 
-def human_bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n:g} B"
+def size_label(n: float) -> str:
+    """A message size as nccl-tests and the plots label it: '256 KiB', '3 MiB', '512 B'."""
+    return binary_bytes(n, decimal_too=False)
 
 
 # ----------------------------------------------------------------------------- inside a rank
@@ -473,7 +472,7 @@ def plot(rows, *, title: str = "", link_gbps: float | None = None, link_label: s
     if link_gbps:
         ax.axhline(link_gbps, color="tab:red", linestyle=":", label=f"{link_label}: {link_gbps:g} GB/s")
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: human_bytes(v)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: size_label(v)))
     ax.set_xlabel("message size S (bytes, as nccl-tests counts it)")
     ax.set_ylabel("bandwidth (GB/s, 1 GB = 1e9 B)")
     ax.set_title(title)

@@ -34,9 +34,7 @@ from typing import Any
 
 from perflab.core.errors import InputError, UnsupportedError
 from perflab.memory.estimate import (
-    GB,
     MEASURED_OPTIMIZERS,
-    GiB,
     activation_total,
     model_activation_bytes,
     step_phases,
@@ -684,13 +682,3 @@ def finish_experiment(exp, keep: tuple[str, ...] = ()):
     if keep:
         exp.keep_var_names(*keep)
     return exp.finish()
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "n/a"
-    if abs(n) >= GiB:
-        return f"{n / GiB:.2f} GiB ({n / GB:.2f} GB)"
-    if abs(n) >= MiB:
-        return f"{n / MiB:.1f} MiB"
-    return f"{n / 1024:.1f} KiB"

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perflab.core.results import jsonable
+
 ENV_RUN_DIR = "PERFLAB_RUN_DIR"
 ENV_BACKEND = "PERFLAB_BACKEND"
 ENV_PG_TIMEOUT = "PERFLAB_PG_TIMEOUT_S"
@@ -71,7 +73,7 @@ class RankContext:
             return
         path = self.run_dir / f"rank{self.rank}.{name}"
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(obj, default=_jsonable))
+        tmp.write_text(json.dumps(obj, default=jsonable))
         os.replace(tmp, path)  # readers never see half a file
 
     def step(self, name: str) -> None:
@@ -81,18 +83,9 @@ class RankContext:
     def report(self, obj: Any) -> None:
         """Hand `obj` (JSON-able) to the launcher as this rank's result."""
         if self.run_dir is None:
-            print(RESULT_PREFIX + json.dumps({"rank": self.rank, "result": obj}, default=_jsonable), flush=True)
+            print(RESULT_PREFIX + json.dumps({"rank": self.rank, "result": obj}, default=jsonable), flush=True)
         else:
             self._write("result.json", obj)
-
-
-def _jsonable(x):
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return str(x)
 
 
 def _env_int(name: str, default: int) -> int:
