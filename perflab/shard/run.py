@@ -10,8 +10,8 @@ Tolerances (stated once, used by the CLI, the lesson and the tests):
   named differences (uneven dim-0 shards, AdamW's step counters) are added;
 * FSDP collectives: calls and bytes exactly as `formulas.fsdp_comm`;
 * loss: every step's loss, averaged over ranks, within 1e-4 (relative) of the 1-rank run;
-* tensor parallelism: outputs within 1e-4 of the unsharded blocks (relative to their largest value),
-  all-reduces exactly as `formulas.tp_comm`;
+* tensor parallelism: outputs and input gradients within 1e-4 of the unsharded blocks (relative to
+  their largest value), all-reduces of the forward and of the backward exactly as `formulas.tp_comm`;
 * pipeline: the bubble of the measured timeline (each stage's own forward and backward times, in
   the order the schedule ran them) replayed with instant hand-offs, averaged over stages, within
   0.05 of (p−1)/(m+p−1); the wall-clock bubble is reported beside it, and the difference (messages
@@ -255,17 +255,25 @@ def tp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
                      "predicted_param_bytes": pb, "predicted_grad_bytes": None, "predicted_optim_bytes": None,
                      "predicted_peak_bytes": None, "predicted_comm_calls": comm["calls"],
                      "predicted_comm_bytes": comm["bytes"], "predicted_idle_s": None})
-    per_block = [sum(c["calls"] for op, c in b.items() if op == "all_reduce") for b in results[0]["per_block"]]
-    checks.append(_check("all-reduces per block (forward)", per_block, [comm["calls_per_block"]] * cfg.layers,
-                         "exact", all(x == comm["calls_per_block"] for x in per_block)))
-    checks.append(_check("all-reduce bytes per step (forward)", results[0]["comm_bytes"], comm["bytes"], "exact",
-                         all(r["comm_bytes"] == comm["bytes"] for r in results)))
+    fwd, bwd = comm["forward"], comm["backward"]
+    for when, key, want in (("forward", "per_block", fwd), ("backward", "per_block_backward", bwd)):
+        per_block = [sum(c["calls"] for op, c in b.items() if op == "all_reduce") for b in results[0][key]]
+        others = sorted({op for b in results[0][key] for op in b if op != "all_reduce"})
+        checks.append(_check(f"all-reduces per block ({when})", per_block, [want["calls_per_block"]] * cfg.layers,
+                             "exact", all(x == want["calls_per_block"] for x in per_block) and not others,
+                             f"other collectives: {', '.join(others)}" if others else ""))
+        checks.append(_check(f"all-reduce bytes per step ({when})", results[0][f"{when}_bytes"], want["bytes"], "exact",
+                             all(r[f"{when}_bytes"] == want["bytes"] for r in results)))
     checks.append(_check("blocks' parameter bytes per rank", results[0]["param_bytes"], pb, "exact",
                          all(r["param_bytes"] == pb for r in results)))
     rel = max(r["max_abs_diff"] / r["ref_max_abs"] for r in results)
     checks.append(_check("outputs vs the unsharded blocks", f"{rel:.1e}", 0, f"{TOL_TP_REL:g} relative",
                          rel <= TOL_TP_REL))
-    return rows, checks, {"comm_formula": comm, "per_block": results[0]["per_block"]}
+    grel = max(r["grad_max_abs_diff"] / r["ref_grad_max_abs"] for r in results)
+    checks.append(_check("input gradients vs the unsharded blocks", f"{grel:.1e}", 0, f"{TOL_TP_REL:g} relative",
+                         grel <= TOL_TP_REL))
+    return rows, checks, {"comm_formula": comm, "per_block": results[0]["per_block"],
+                          "per_block_backward": results[0]["per_block_backward"]}
 
 
 def pp_rows(p: int, results: list[dict[str, Any]], schedule: str):
