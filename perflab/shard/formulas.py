@@ -6,6 +6,9 @@
   - **uneven dim-0 shards**: FSDP2 splits every parameter along its first dimension with
     `torch.chunk`, so rank r holds ceil(d0/n) rows (or fewer, or none, at the end), not exactly 1/n;
   - **AdamW's step counters**: one fp32 scalar `step` per parameter tensor, on every rank.
+* FSDP's peak (`fsdp_peak_unsharded`): beyond the shards, about two units of unsharded parameters
+  (the unit computing and the next one, whose all-gather FSDP2 prefetches; the root unit stays
+  unsharded from its forward to its backward) and, in the backward, one unit's unsharded gradients.
 * FSDP's collectives per training step: every unit's parameters are all-gathered before its forward
   and, because blocks reshard after forward, again before their backward; the root unit (embedding,
   final norm) does not reshard after forward (torch's default for the root), so it is gathered
@@ -182,6 +185,29 @@ def fsdp_memory(cfg, n: int, rank: int = 0) -> dict[str, Any]:
              "AdamW step counters (one fp32 per tensor)": tensors * FP32}
     exact = {"param": shard, "grad": shard, "optim": 2 * shard + tensors * FP32}
     return {"params": N, "tensors": tensors, "estimate": estimate, "named": named, "exact": exact}
+
+
+def fsdp_peak_unsharded(cfg, n: int, itemsize: int = FP32) -> dict[str, Any]:
+    """What FSDP2 adds at its peak beyond the shards, per rank: about two units of unsharded
+    parameters and, in the backward, one unit of unsharded gradients.
+
+    FSDP2 prefetches: while one unit computes, the next unit's all-gather is already in flight (the
+    unit after it in the forward, before it in the backward), so two units' parameters are
+    unsharded at once. The root unit (embedding, final norm) is not resharded after its forward
+    (torch's default for the root), so it stays unsharded until the backward ends and is one of the
+    two; with it, the largest block. In the backward, a unit's gradients are unsharded (the full
+    padded buffer the reduce-scatter reduces) until the reduce-scatter has run. Bytes are of the
+    padded all-gather buffers (`Unit.padded_numel`). An upper estimate of FSDP's own share: where a
+    step's peak falls (a large logits gradient, say) decides how much of it is live then; the run
+    measures it per rank (`perflab.shard.run`, details "peak_holds")."""
+    n = positive_int("nproc", n)
+    units = fsdp_units(cfg)
+    root = next(u for u in units if u.root)
+    block = max((u for u in units if not u.root), key=lambda u: u.padded_numel(n))
+    params = (root.padded_numel(n) + block.padded_numel(n)) * itemsize
+    grads = block.padded_numel(n) * itemsize
+    return {"params": params, "grads": grads, "total": params + grads, "units": [root.name, block.name],
+            "unit_bytes": {u.name: u.padded_numel(n) * itemsize for u in units}}
 
 
 def fsdp_comm(cfg, n: int, itemsize: int = FP32) -> dict[str, dict[str, int]]:

@@ -9,6 +9,9 @@ Tolerances (stated once, used by the CLI, the lesson and the tests):
 * FSDP model states: lesson 03's ZeRO-3 estimate within 1 % per rank, and to the byte once the
   named differences (uneven dim-0 shards, AdamW's step counters) are added;
 * FSDP collectives: calls and bytes exactly as `formulas.fsdp_comm`;
+* FSDP's own share of the peak: unsharded parameters and gradients (gathered, in all-gather and
+  reduce-scatter buffers) at most two units of parameters and one of gradients
+  (`formulas.fsdp_peak_unsharded`), +1 % (a norm's gradient may wait unreduced beside them);
 * loss: every step's loss, averaged over ranks, within 1e-4 (relative) of the 1-rank run;
 * tensor parallelism: outputs and input gradients within 1e-4 of the unsharded blocks (relative to
   their largest value), all-reduces of the forward and of the backward exactly as `formulas.tp_comm`;
@@ -34,6 +37,7 @@ TOL_STATES_REL = 0.01
 TOL_LOSS_REL = 1e-4
 TOL_TP_REL = 1e-4
 TOL_BUBBLE = 0.05
+TOL_PEAK_UNSHARDED_REL = 0.01
 ROW_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_bytes", "comm_calls", "comm_bytes", "idle_s")
 
 
@@ -184,6 +188,7 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
     comm = F.fsdp_comm(cfg, n)
     act = estimate(cfg=cfg, precision="fp32", zero=3, dp=n, batch=batch, seq=seq, activation_model="perflab")
     rows, checks, named = [], [], {}
+    peak_model = F.fsdp_peak_unsharded(cfg, n)
     for r in results:
         mem = F.fsdp_memory(cfg, n, r["rank"])
         est, exact = mem["estimate"], mem["exact"]
@@ -209,7 +214,14 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
         named[r["rank"]] = {"named": mem["named"], "peak_parts": r["peak_parts"], "tracker_peak_bytes": r["peak_bytes"],
                             "peak_source": "torch.cuda.max_memory_allocated" if "cuda_max_allocated" in r
                             else "FSDPMemTracker (live tensors by kind)",
-                            "peak_remainder": peak_remainder(r, act)}
+                            "peak_remainder": peak_remainder(r, act), "peak_holds": peak_holds(r, peak_model)}
+        held = named[r["rank"]]["peak_holds"]
+        got = held["unsharded_params_bytes"] + held["unsharded_grads_bytes"]
+        checks.append(_check(f"rank {r['rank']} unsharded bytes at the peak vs two units of parameters + one of "
+                             "gradients", got, peak_model["total"], f"at most (+{TOL_PEAK_UNSHARDED_REL:.0%})",
+                             got <= peak_model["total"] * (1 + TOL_PEAK_UNSHARDED_REL),
+                             f"parameters {held['param_units']:.2f} of 2 unit(s) ({', '.join(peak_model['units'])}), "
+                             f"gradients {held['grad_units']:.2f} unit(s)"))
     c0 = results[0]["comm"]
     for op in ("all_gather", "reduce_scatter"):
         checks.append(_check(f"{op.replace('_', '-')} calls and bytes per step", c0[op], comm[op], "exact",
@@ -243,6 +255,24 @@ def peak_remainder(result: dict[str, Any], act) -> dict[str, int]:
         "inputs and buffers": p.get("inp", 0) + p.get("buffer", 0),
     }
     return out
+
+
+def peak_holds(result: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """What one rank's measured peak holds of FSDP's own, by part: unsharded parameters (gathered
+    and kept, and all-gather buffers in flight: the prefetched unit) and unsharded gradients (and
+    reduce-scatter buffers), in bytes; `param_units` counts the parameters in units of the average
+    of the two units `formulas.fsdp_peak_unsharded` predicts (2.0: both), `grad_units` the gradients
+    in units of the largest block (1.0: one)."""
+    p = result["peak_parts"]
+    parts = {"unsharded parameters (gathered, kept)": p.get("unsharded_param", 0),
+             "all-gather buffers (a unit being gathered)": p.get("all_gather", 0),
+             "unsharded gradients": p.get("unsharded_grad", 0),
+             "reduce-scatter buffers (a unit's gradients)": p.get("reduce_scatter", 0)}
+    params = p.get("unsharded_param", 0) + p.get("all_gather", 0)
+    grads = p.get("unsharded_grad", 0) + p.get("reduce_scatter", 0)
+    return {"parts": parts, "unsharded_params_bytes": params, "unsharded_grads_bytes": grads,
+            "param_units": params / (model["params"] / 2), "grad_units": grads / model["grads"],
+            "predicted_params_bytes": model["params"], "predicted_grads_bytes": model["grads"]}
 
 
 def tp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):

@@ -48,3 +48,12 @@ def test_torchtitans_interleaved_gain_is_computed_from_its_table():
     assert g["tokens_per_s_per_gpu"] == {"1F1B": 100.0, "Interleaved 1F1B": 128.0}
     assert g["throughput_gain"] == pytest.approx(0.28) and g["memory_change"] < 0
     assert "Table 5" in g["source"] and "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a" in g["source"]
+
+
+def test_fsdp_peak_holds_two_units_of_parameters_and_one_of_gradients():
+    cfg = preset("tiny-gpt")
+    m = F.fsdp_peak_unsharded(cfg, 2)
+    units = {u.name: u.padded_numel(2) * 4 for u in F.fsdp_units(cfg)}
+    assert m["units"] == ["root", "blocks.0"] and m["unit_bytes"] == units
+    assert m["params"] == units["root"] + units["blocks.0"] and m["grads"] == units["blocks.0"]
+    assert m["total"] == m["params"] + m["grads"]
