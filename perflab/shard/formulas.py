@@ -19,9 +19,11 @@
   after each row-parallel layer (attention output, MLP down projection); in the backward, one
   all-reduce of the same size for the input gradient of each column-parallel layer (q/k/v, the MLP's
   up/gate), whose input was replicated: 2 + 2 = 4 per transformer block per training step.
-  Sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198, §4.2.2) replaces each of them by
-  a reduce-scatter and an all-gather of the same tensor (4 + 4 per block per step), and shards the
-  norms' and dropouts' activations along the sequence.
+  Sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198, section "Sequence Parallelism")
+  shards the norms' and dropouts' activations along the sequence and swaps each all-reduce for a
+  reduce-scatter and an all-gather of the same tensor (an all-gather before each column-parallel
+  layer and a reduce-scatter after each row-parallel one in the forward, the reverse in the
+  backward): 4 + 4 per block per step, the same bytes on a ring.
 * Pipeline bubble, p stages of equal time, m micro-batches. GPipe and 1F1B both take (m + p − 1)
   slots of one micro-batch's forward and backward, of which each stage works m (Huang et al. 2019,
   GPipe, arXiv:1811.06965, §2.2). Two conventions, both in use:
