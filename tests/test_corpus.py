@@ -231,8 +231,9 @@ def test_a_header_mixing_tabs_and_spaces_names_both_affinity_columns():
 
 
 def test_blank_affinity_cells_never_move_a_rank_off_its_gpus_node(tmp_path):
-    """The SLURM-launched H200 table: GPU0-3's CPU Affinity is blank (the job's cgroup held only CPU 56,
-    on node 1), the NUMA column says node 0. Rank 0 must not be bound to CPU 56: it is bound by node."""
+    """The SLURM-launched H200 table: GPU0-3's CPU Affinity is blank and GPU4-7's is 56 (the job step
+    could use CPU 56 alone, on node 1); the NUMA column says node 0 for GPU0. Rank 0 must not be bound
+    to CPU 56: it is bound by node."""
     from perflab.numa.plan import bind_rank
 
     name = TOPO / "published_h200_slurm_blank_cpu.txt"
