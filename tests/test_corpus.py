@@ -200,6 +200,64 @@ def test_a_table_of_this_machine_takes_its_smt_siblings_from_sysfs(tmp_path):
     assert one_clean_line(perflab("numa", "--plan", "--topo", str(TOPO / "tabs.txt"), "--sysfs", str(other)))
 
 
+PUBLISHED_TOPO = json.loads((TOPO / "published.json").read_text())["tables"]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOPO))
+def test_published_tables_parse_to_what_they_say(name):
+    from perflab.numa.topology import parse_cpulist
+
+    entry = PUBLISHED_TOPO[name]
+    assert entry["source"]["title"] and entry["layout"]
+    t = parse_topo((TOPO / name).read_bytes().decode())
+    want = {}
+    for span, v in entry["expected"].items():
+        a, b = map(int, span.split("-"))
+        want.update({g: {"gpu": g, "cpu_affinity": parse_cpulist(v["cpu_affinity"]), "numa_node": v["numa_node"]}
+                     for g in range(a, b + 1)})
+    assert t["gpus"] == [want[g] for g in sorted(want)]
+
+
+def test_a_header_mixing_tabs_and_spaces_names_both_affinity_columns():
+    # 8× V100-SXM2 (DGX-1's hybrid cube-mesh), driver 470: "CPU Affinity    NUMA Affinity" in one tab cell
+    t = parse_topo((TOPO / "published_v100_sxm2_mixed_header.txt").read_text())
+    assert t["links"]["GPU0"]["GPU1"] == "NV1" and t["links"]["GPU0"]["GPU3"] == "NV1"
+    assert t["links"]["GPU0"]["GPU4"] == "SYS" and t["links"]["GPU2"]["mlx5_0"] == "PIX"
+    assert t["nics"] == ["mlx5_0", "mlx5_1"]
+    topo = topology_from_topo(t, sysfs=None)
+    p = plan(8, topo)
+    assert not check_plan(p, topo)
+    assert all(topo.node_of(c) == (x.gpu // 4) for x in p for c in x.cpus)
+
+
+def test_blank_affinity_cells_never_move_a_rank_off_its_gpus_node(tmp_path):
+    """The SLURM-launched H200 table: GPU0-3's CPU Affinity is blank and GPU4-7's is 56 (the job step
+    could use CPU 56 alone, on node 1); the NUMA column says node 0 for GPU0. Rank 0 must not be bound
+    to CPU 56: it is bound by node."""
+    from perflab.numa.plan import bind_rank
+
+    name = TOPO / "published_h200_slurm_blank_cpu.txt"
+    t = parse_topo(name.read_text())
+    topo = topology_from_topo(t, sysfs=None)
+    assert topo.unknown_cpus == [0] and any("--cpunodebind=0" in n for n in topo.notes)
+    (r0,) = plan(1, topo)
+    assert (r0.gpu, r0.node, r0.cpus) == (0, 0, []) and r0.numactl == "numactl --cpunodebind=0 --membind=0"
+    assert not check_plan([r0], topo)
+    with pytest.raises(InputError, match="CPUs are unknown.*--cpunodebind=0"):
+        bind_rank(r0)
+    r = perflab("numa", "--plan", "--nproc", "1", "--topo", str(name), "--json")
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout)[0]
+    assert row["node"] == 0 and row["cpus"] == [] and "cpunodebind=0" in row["numactl"]
+    # on the machine itself (its sysfs), node 0's CPUs are read from there
+    nodes = {0: list(range(0, 56)) + list(range(112, 168)), 1: list(range(56, 112)) + list(range(168, 224))}
+    root = _sysfs(tmp_path / "sys", nodes, {c: [c] for c in range(224)})
+    here = topology_from_topo(t, sysfs=root)
+    assert here.unknown_cpus == [] and here.nodes[0].cpus == nodes[0]
+    (r0,) = plan(1, here)
+    assert r0.node == 0 and set(r0.cpus) <= set(nodes[0]) and r0.cpus
+
+
 def test_malformed_tables_are_one_clean_line(tmp_path):
     base = (TOPO / "tabs.txt").read_text()
     lines = base.splitlines()

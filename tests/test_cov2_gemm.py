@@ -242,18 +242,21 @@ def test_lab04b_config_that_cannot_run(monkeypatch):
     monkeypatch.setattr(lab04b, "evaluate", lambda configs, p=None: [_row(cannot_run=why)])
     monkeypatch.setattr(lab04b, "best_of_search", lambda p=None: _row())
     cfg = dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3)
-    with pytest.raises(LabCheckError, match=f"compiled, but cannot run on h100-sxm: {why}"):
+    with pytest.raises(LabCheckError, match=f"compiled, but it does not fit an SM of h100-sxm: {why}"):
         lab04b.grade_config(cfg)
 
 
-def test_lab04b_hint_when_registers_bind(monkeypatch):
-    mine = _row(blocks_per_sm=1, occupancy=0.0625, limited_by="registers")
-    best = _row(config="128x128x64 w8 s3", blocks_per_sm=2)
-    monkeypatch.setattr(lab04b, "evaluate", lambda configs, p=None: [mine])
+def test_lab04b_lower_occupancy_passes_and_a_wasted_wave_names_the_blocks_per_sm(monkeypatch):
+    best = _row(config="128x128x64 w8 s3", blocks_per_sm=2, occupancy=0.25)
     monkeypatch.setattr(lab04b, "best_of_search", lambda p=None: best)
     cfg = dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3)
-    with pytest.raises(LabCheckError, match=r"loses: occupancy 6.25 % \(1 block\(s\)/SM, limited by registers\).*"
-                                            r"Hint: registers bind: more warps share the tile, so each thread needs fewer"):
+    low = _row(blocks_per_sm=1, occupancy=0.0625, limited_by="registers", waves=2)
+    monkeypatch.setattr(lab04b, "evaluate", lambda configs, p=None: [low])
+    assert lab04b.grade_config(cfg)["mine"]["occupancy"] == 0.0625  # a diagnostic, not a grade
+    half = _row(blocks_per_sm=1, tiles=144, waves=2, wave_efficiency=0.545, utilization=0.545)
+    monkeypatch.setattr(lab04b, "evaluate", lambda configs, p=None: [half])
+    with pytest.raises(LabCheckError, match=r"wastes part of a wave: useful share 54.5 % \(144 tiles in 2 wave\(s\).*"
+                                            r"blocks per SM: 1 for yours"):
         lab04b.grade_config(cfg)
 
 

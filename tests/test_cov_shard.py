@@ -19,7 +19,9 @@ def test_tensor_parallel_llama_matches_the_unsharded_blocks():
     r = perflab("shard", "--strategy", "tp", "--nproc", "2", "--preset", "tiny-llama", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["ok"] and len(d["checks"]) == 4 and all(c["ok"] for c in d["checks"]), d["checks"]
+    assert d["ok"] and len(d["checks"]) == 7 and all(c["ok"] for c in d["checks"]), d["checks"]
+    bwd = next(c for c in d["checks"] if c["name"] == "all-reduces per block (backward)")
+    assert bwd["measured"] == bwd["predicted"] == [2] * 2  # the gated MLP's up and gate: still one
     outputs = next(c for c in d["checks"] if c["name"] == "outputs vs the unsharded blocks")
     assert float(outputs["measured"]) < 1e-4
 

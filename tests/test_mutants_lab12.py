@@ -18,7 +18,7 @@ def right_fsdp(params, nproc):
 
 
 BUBBLE_MUTANTS = [
-    (lambda p, m: (p - 1) / m, "idle over the whole step"),
+    (lambda p, m: (p - 1) / m, "say denominator='ideal'"),
     (lambda p, m: (p - 1) / (m + p), "m + p − 1 slots"),
     (lambda p, m: p / (m + p - 1), "p − 1, not p"),
     (lambda p, m: (m - 1) / (m + p - 1), "depend on the stages"),

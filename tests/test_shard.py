@@ -56,7 +56,9 @@ def test_fsdp_and_tp_collective_formulas():
     assert c["all_gather"] == {"calls": 1 + 2 * 2, "bytes": root + 2 * 2 * block}
     assert c["reduce_scatter"] == {"calls": 3, "bytes": root + 2 * block}
     t = F.tp_comm(cfg, 2, batch=2, seq=32)
-    assert t == {"calls": 4, "calls_per_block": 2, "bytes": 4 * 2 * 32 * 128 * 4, "bytes_per_call": 2 * 32 * 128 * 4}
+    per = 2 * 32 * 128 * 4
+    assert (t["calls"], t["calls_per_block"], t["bytes"], t["bytes_per_call"]) == (8, 4, 8 * per, per)
+    assert t["forward"] == t["backward"] == {"calls": 4, "calls_per_block": 2, "bytes": 4 * per}
     with pytest.raises(InputError, match="--nproc among"):
         F.check_tp(cfg, 3)
 
@@ -116,14 +118,21 @@ def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss(live):
         assert r["predicted_peak_bytes"] + sum(rem.values()) == sum(parts.values()) == r["peak_bytes"]
     names = [c["name"] for c in d["checks"]]
     assert "loss vs the 1-rank run, every step" in names and all(c["ok"] for c in d["checks"])
+    # FSDP's own share of the peak, per rank: the root (kept unsharded) and the block being gathered
+    # next, and one block's gradients in the reduce-scatter buffer
+    for held in (d["details"]["ranks"][k]["peak_holds"] for k in ("0", "1")):
+        assert held["param_units"] == 2.0 and 1.0 <= held["grad_units"] <= 1.01
 
 
 @pytest.mark.slow
-def test_tensor_parallel_blocks_match_and_all_reduce_twice_per_block(live):
+def test_tensor_parallel_blocks_match_and_all_reduce_twice_per_block_each_way(live):
     rep = live["tp"]
     assert rep.ok, rep.text()
-    assert [c["name"] for c in rep.checks if c["ok"]] == [c["name"] for c in rep.checks] and len(rep.checks) == 4
-    assert all(r["comm_calls"] == r["predicted_comm_calls"] == 4 for r in rep.rows)
+    assert [c["name"] for c in rep.checks if c["ok"]] == [c["name"] for c in rep.checks] and len(rep.checks) == 7
+    assert all(r["comm_calls"] == r["predicted_comm_calls"] == 8 for r in rep.rows)
+    # counted live, block by block: 2 all-reduces in each block's forward and 2 in its backward
+    for key in ("per_block", "per_block_backward"):
+        assert [b["all_reduce"]["calls"] for b in rep.details[key]] == [2, 2]
 
 
 @pytest.mark.slow

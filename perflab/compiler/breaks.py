@@ -29,9 +29,9 @@ from perflab.core.errors import InputError
 
 @dataclass
 class BreakReport:
-    graphs: int
+    graphs: int  # graphs dynamo made in one call (`explain_factory`: counted by a backend, grad on)
     graph_breaks: int  # unique break sites (a site met on several calls counts once)
-    ops: int
+    ops: int  # their captured ops
     # {"reason", "where", "file", "line", "hits" (times the line runs in one call; None: not counted), "hints"}
     breaks: list[dict] = field(default_factory=list)
 
@@ -349,17 +349,41 @@ def explain_factory(spec: str) -> BreakReport:
         except Exception as exc:  # noqa: BLE001 - the user's forward
             raise user_error(exc, f"the model from {spec}, run on its example input,", user_file) from None
         try:
-            with torch.no_grad():
+            # with gradients on, as in a training step: whether a tensor requires grad is part of
+            # dynamo's guards, so a child module called in a loop (its input a leaf, then an output)
+            # is compiled twice there, and once under no_grad
+            with torch.enable_grad():
                 rep = explain(model, *args, **kwargs)
+                graphs, ops = compiled_graphs(model, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - eager ran, so this is the tracer's limit, said in one line
             raise InputError(f"torch._dynamo could not trace the model from {spec} (eager runs): "
                              f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+        rep.graphs, rep.ops = graphs, ops  # what the compiler made on one call, counted by its backend
         if rep.breaks:  # how often each site runs in one forward: a child called 3 times breaks 3 times
             with torch.no_grad():
                 runs = count_executions(model, args, kwargs, [(b["file"], b["line"]) for b in rep.breaks])
             for b in rep.breaks:
                 b["hits"] = runs[(b["file"], b["line"])]
         return rep
+
+
+def compiled_graphs(fn, args: tuple, kwargs: dict) -> tuple[int, int]:
+    """(graphs, ops) that `torch.compile` hands its backend in one call `fn(*args, **kwargs)`, in the
+    caller's grad mode: every graph dynamo makes, recompiles of a frame included (a guard that fails
+    on the second pass of a loop gives a second graph), and their call_function/call_method/
+    call_module nodes. Runs them eagerly: no inductor time."""
+    torch._dynamo.reset()
+    sizes: list[int] = []
+
+    def backend(gm, example_inputs):
+        sizes.append(sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")))
+        return gm.forward
+
+    try:
+        torch.compile(fn, backend=backend)(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+    return len(sizes), sum(sizes)
 
 
 class RecompileCounter:

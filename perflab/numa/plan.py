@@ -6,7 +6,8 @@ drives GPU r; the CPUs of that GPU's NUMA node are split evenly among the ranks 
 that node, whole physical cores first (a core's SMT sibling goes to the same rank), and no CPU
 goes to two ranks. A node without CPUs (memory only) lends its GPUs the nearest node's CPUs (by
 the distance matrix); a rank crosses to another node only when its node has fewer cores than
-ranks. Without GPUs (a CPU machine), ranks are spread over the nodes in turn.
+ranks. A node whose CPUs are unknown (a `nvidia-smi topo -m` table with blank CPU Affinity cells)
+lends nothing and borrows nothing: its ranks are bound by node (`numactl --cpunodebind`). Without GPUs (a CPU machine), ranks are spread over the nodes in turn.
 
     >>> p = plan(8, read_topology())          # or topology_from_topo(parse_topo(text))
     >>> p[0].cpus, p[0].numactl                # [0..12, 104..116], 'numactl --physcpubind=... --membind=0'
@@ -36,6 +37,8 @@ class RankPlan:
     @property
     def numactl(self) -> str:
         mem = f" --membind={self.node}" if self.node is not None else ""
+        if not self.cpus and self.node is not None:  # the node's CPUs are unknown here: bind by node
+            return f"numactl --cpunodebind={self.node}{mem}"
         return f"numactl --physcpubind={format_cpulist(self.cpus)}{mem}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -83,10 +86,16 @@ def plan(nproc: int, topo: Topology, *, allowed: list[int] | None = None) -> lis
     allowed_set = set(allowed) if allowed is not None else {c for n in topo.nodes for c in n.cpus}
     node_cpus = {n.id: [c for c in n.cpus if c in allowed_set] for n in topo.nodes}
     usable = [nid for nid, c in node_cpus.items() if c]
-    if not usable:
+    gpus = sorted(topo.gpus, key=lambda g: g.index)
+    unknown = set(topo.unknown_cpus)
+    # ranks whose GPU sits on a node whose CPUs the source does not give: bound by node, never lent
+    # another node's CPUs (a blank CPU Affinity says nothing about where the GPU is)
+    by_node = {r: gpus[r].numa_node for r in range(min(nproc, len(gpus))) if gpus[r].numa_node in unknown}
+    need = nproc - len(by_node)
+    if need and not usable:
         raise InputError("no usable CPU in this topology")
-    if sum(len(c) for c in node_cpus.values()) < nproc:
-        raise InputError(f"{nproc} ranks need {nproc} CPUs of their own; this machine offers "
+    if sum(len(c) for c in node_cpus.values()) < need:
+        raise InputError(f"{need} ranks need {need} CPUs of their own; this machine offers "
                          f"{sum(len(c) for c in node_cpus.values())}: use fewer ranks")
     ids = [n.id for n in topo.nodes]
 
@@ -99,11 +108,13 @@ def plan(nproc: int, topo: Topology, *, allowed: list[int] | None = None) -> lis
         return usable[0]
 
     # which node each rank lives on
-    rank_node: list[int] = []
+    rank_node: list[int | None] = []
     notes: dict[int, str] = {}
-    gpus = sorted(topo.gpus, key=lambda g: g.index)
     for r in range(nproc):
         g = gpus[r] if r < len(gpus) else None
+        if r in by_node:
+            rank_node.append(None)
+            continue
         if g is not None and g.numa_node is not None:
             home = nearest_with_cpus(g.numa_node)
             if home != g.numa_node:
@@ -120,7 +131,9 @@ def plan(nproc: int, topo: Topology, *, allowed: list[int] | None = None) -> lis
                 notes[r] = f"GPU {g.index}'s node and local CPUs are unknown: node {home} by turn"
         rank_node.append(home)
     # split each node among its ranks; ranks that do not fit borrow spare cores elsewhere
-    out: dict[int, RankPlan] = {}
+    out: dict[int, RankPlan] = {r: RankPlan(r, gpus[r].index, node, [],
+                                            f"GPU {gpus[r].index} is on node {node}, whose CPUs the table does not "
+                                            f"give: bind by node") for r, node in by_node.items()}
     spare: list[int] = []
     overflow: list[int] = []
     for nid in usable:
@@ -146,7 +159,7 @@ def plan_table(p: list[RankPlan]):
     import pandas as pd
 
     return pd.DataFrame([{"rank": x.rank, "GPU": "none (CPU only)" if x.gpu is None else x.gpu, "node": x.node,
-                          "CPUs": format_cpulist(x.cpus),
+                          "CPUs": format_cpulist(x.cpus) if x.cpus else f"unknown (node {x.node})",
                           "count": len(x.cpus), "numactl": x.numactl, "note": x.note} for x in p])
 
 
@@ -163,8 +176,12 @@ def check_plan(p: list[RankPlan], topo: Topology) -> list[str]:
             seen[c] = x.rank
             if c not in known:
                 problems.append(f"rank {x.rank} gets CPU {c}, which is not in the topology")
-        if not x.cpus:
+        if not x.cpus and (x.node is None or x.node not in topo.unknown_cpus):
             problems.append(f"rank {x.rank} gets no CPU")
+        gpu = next((g for g in topo.gpus if g.index == x.gpu), None)
+        if gpu is not None and gpu.numa_node is not None and x.node != gpu.numa_node and \
+                any(n.id == gpu.numa_node and n.cpus for n in topo.nodes) and "fewer CPUs than ranks" not in x.note:
+            problems.append(f"rank {x.rank} is planned on node {x.node}, off its GPU {gpu.index}'s node {gpu.numa_node}")
     return problems
 
 
@@ -175,6 +192,9 @@ def numactl_available() -> bool:
 def bind_rank(rank_plan: RankPlan, pid: int = 0) -> dict[str, Any]:
     """Restrict process `pid` (0: this one) to the plan's CPUs with os.sched_setaffinity. Threads
     and processes it starts afterwards (DataLoader workers) inherit the set. Returns what changed."""
+    if not rank_plan.cpus:
+        raise InputError(f"rank {rank_plan.rank}'s CPUs are unknown (node {rank_plan.node}): bind it by node, "
+                         f"`{rank_plan.numactl} python ...`")
     before = sorted(os.sched_getaffinity(pid))
     os.sched_setaffinity(pid, rank_plan.cpus)
     after = sorted(os.sched_getaffinity(pid))

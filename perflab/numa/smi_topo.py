@@ -78,11 +78,16 @@ def _tokens(line: str) -> list[tuple[int, str]]:
     return out
 
 
-def _header(line: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+def _header(line: str) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
     """(device columns, extra columns) of the header line, each as (slot, name)."""
-    cells: list[tuple[int, str]] = []
+    cells: list[tuple[float, str]] = []
     if "\t" in line:
-        cells = [(i, c.strip()) for i, c in enumerate(line.split("\t")) if c.strip()]
+        # a cell may still hold several names separated by runs of spaces: older drivers wrote
+        # "CPU Affinity    NUMA Affinity" in one tab cell (8× V100-SXM2 tables of driver 470);
+        # each name gets its own slot between this tab cell and the next
+        for i, c in enumerate(line.split("\t")):
+            names = [x for x in re.split(r" {2,}", c.strip()) if x]
+            cells += [(i + j / len(names), x) for j, x in enumerate(names)]
     else:
         # names with a space inside ("CPU Affinity") are one column: tokens are runs of words
         # separated by single spaces; slots as in `_tokens`
@@ -238,18 +243,42 @@ def table_matches_sysfs(parsed: dict[str, Any], root: str | Path = "/sys") -> bo
                for g in parsed["gpus"])
 
 
+BLANK_NODE_NOTE = ("NUMA node {node}'s CPUs are not in the table (the CPU Affinity of {gpus} is blank, as when a job's "
+                   "cgroup holds none of that node's CPUs, e.g. under srun): ranks on those GPUs are bound by node "
+                   "(numactl --cpunodebind={node}), never to another node's CPUs. Give --sysfs ROOT (that machine's "
+                   "/sys, or /sys itself when run there) to name the CPUs")
+
+
 def topology_from_topo(parsed: dict[str, Any], sysfs: str | Path | None = "/sys") -> Topology:
     """A `Topology` from a parsed table: a node per NUMA affinity value holding its GPUs' CPUs
     (GPUs with "N/A" go to the node whose CPU list equals theirs, else none); distances are unknown
     there (local 10, remote 20 assumed). SMT siblings come from `sysfs` when the table is that
     machine's (`table_matches_sysfs`); otherwise they are guessed from the numbering (`infer_smt`)
-    and the topology's `notes` say so."""
+    and the topology's `notes` say so.
+
+    A node the NUMA column names but whose GPUs all have a blank CPU Affinity (a restricted
+    cgroup) takes its CPUs from `sysfs` when the table is that machine's; otherwise its CPUs are
+    unknown (`Topology.unknown_cpus`, and a note): the planner binds its ranks by node, and never
+    lends them another node's CPUs."""
+    matches = sysfs is not None and table_matches_sysfs(parsed, sysfs)
     node_cpus: dict[int, set[int]] = {}
     for g in parsed["gpus"]:
         if g["numa_node"] is not None:
             node_cpus.setdefault(g["numa_node"], set()).update(g["cpu_affinity"])
+    unknown: list[int] = []
+    notes: list[str] = []
+    blank = sorted(i for i, c in node_cpus.items() if not c)
+    if blank and matches:
+        from_sysfs = {n.id: n.cpus for n in read_nodes(sysfs)[0]}  # type: ignore[arg-type]  # matches: not None
+        for i in blank:
+            node_cpus[i] = set(from_sysfs.get(i, []))
+    for i in blank:
+        if not node_cpus[i]:
+            unknown.append(i)
+            gpus_here = [f"GPU{g['gpu']}" for g in parsed["gpus"] if g["numa_node"] == i]
+            notes.append(BLANK_NODE_NOTE.format(node=i, gpus=", ".join(gpus_here)))
     nodes = [Node(i, sorted(c), None) for i, c in sorted(node_cpus.items())]
-    if not nodes:  # every NUMA affinity N/A: one node per distinct CPU list
+    if not any(n.cpus for n in nodes) and not unknown:  # every NUMA affinity N/A: one node per distinct CPU list
         lists = []
         for g in parsed["gpus"]:
             if g["cpu_affinity"] and g["cpu_affinity"] not in lists:
@@ -259,15 +288,16 @@ def topology_from_topo(parsed: dict[str, Any], sysfs: str | Path | None = "/sys"
     for g in parsed["gpus"]:
         node = g["numa_node"]
         if node is None:
-            node = next((n.id for n in nodes if n.cpus == g["cpu_affinity"]), None)
+            node = next((n.id for n in nodes if n.cpus and n.cpus == g["cpu_affinity"]), None)
         gpus.append(GPU(g["gpu"], f"GPU{g['gpu']}", node, g["cpu_affinity"], "NVIDIA"))
     n = len(nodes)
     dist = [[10 if i == j else 20 for j in range(n)] for i in range(n)]
     cpus = sorted(c for nd in nodes for c in nd.cpus)
-    if sysfs is not None and table_matches_sysfs(parsed, sysfs):
-        return Topology(nodes, dist, gpus, [], smt_siblings(sysfs, cpus),
-                        source=f"nvidia-smi topo -m, SMT siblings from sysfs at {sysfs}")
+    if matches:
+        return Topology(nodes, dist, gpus, [], smt_siblings(sysfs, cpus),  # type: ignore[arg-type]  # matches: not None
+                        source=f"nvidia-smi topo -m, SMT siblings from sysfs at {sysfs}", notes=notes,
+                        unknown_cpus=unknown)
     siblings = infer_smt(nodes)
     how = GUESS_PAIRS if any(len(v) > 1 for v in siblings.values()) else GUESS_SINGLE
-    notes = [SMT_GUESS_NOTE.format(how=how)] if cpus else []
-    return Topology(nodes, dist, gpus, [], siblings, source="nvidia-smi topo -m", notes=notes)
+    notes = ([SMT_GUESS_NOTE.format(how=how)] if cpus else []) + notes
+    return Topology(nodes, dist, gpus, [], siblings, source="nvidia-smi topo -m", notes=notes, unknown_cpus=unknown)

@@ -86,11 +86,13 @@ class Topology:
     siblings: dict[int, list[int]] = field(default_factory=dict)  # cpu → its SMT group (itself included)
     source: str = "sysfs"
     notes: list[str] = field(default_factory=list)  # caveats a reader must see (a guessed SMT layout)
+    # nodes whose CPUs the source does not give (a table's blank CPU Affinity cells): not memory-only
+    unknown_cpus: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": [asdict(n) for n in self.nodes], "distances": self.distances,
                 "gpus": [asdict(g) for g in self.gpus], "affinity": self.affinity, "source": self.source,
-                "notes": self.notes}
+                "notes": self.notes, "unknown_cpus": self.unknown_cpus}
 
     def node_of(self, cpu: int) -> int | None:
         return next((n.id for n in self.nodes if cpu in n.cpus), None)

@@ -2,7 +2,8 @@
 torch.distributed and held against their predictions.
 
 - `formulas`: what each strategy should cost per rank (FSDP's memory from lesson 03's ZeRO-3
-  estimate in perflab.memory, collective calls and bytes, the bubble (p−1)/(m+p−1), a pipeline
+  estimate in perflab.memory, FSDP's peak, collective calls and bytes, the bubble in both conventions
+  ((p−1)/(m+p−1) of the step, Megatron-LM's (p−1)/m of the ideal time) and interleaved, a pipeline
   timeline replayed with instant hand-offs); no ranks needed
 - `worker`: the program each rank runs (ranks are started by perflab.distributed's torchrun launcher and
   report through its worker runtime)

@@ -6,17 +6,35 @@
   - **uneven dim-0 shards**: FSDP2 splits every parameter along its first dimension with
     `torch.chunk`, so rank r holds ceil(d0/n) rows (or fewer, or none, at the end), not exactly 1/n;
   - **AdamW's step counters**: one fp32 scalar `step` per parameter tensor, on every rank.
+* FSDP's peak (`fsdp_peak_unsharded`): beyond the shards, about two units of unsharded parameters
+  (the unit computing and the next one, whose all-gather FSDP2 prefetches; the root unit stays
+  unsharded from its forward to its backward) and, in the backward, one unit's unsharded gradients.
 * FSDP's collectives per training step: every unit's parameters are all-gathered before its forward
   and, because blocks reshard after forward, again before their backward; the root unit (embedding,
   final norm) does not reshard after forward (torch's default for the root), so it is gathered
   once. Every unit's gradients are reduce-scattered once. Bytes are those of the full (padded)
   buffer each collective assembles or reduces: n × the padded shard.
-* Tensor parallelism (Megatron's column- then row-parallel pairs): one all-reduce of the block's
-  b·s·h activations after each row-parallel layer in the forward, so 2 per transformer block
-  (attention output and MLP down projection).
-* Pipeline bubble: with p stages of equal time and m micro-batches, GPipe and 1F1B both take
-  (m + p − 1) slots of one micro-batch's forward and backward, of which each stage works m:
-  the idle fraction is (p − 1)/(m + p − 1) (Huang et al. 2019, GPipe §2.2; Narayanan et al. 2021, §2.2).
+* Tensor parallelism (Megatron's column- then row-parallel pairs; Shoeybi et al. 2019, "Megatron-LM",
+  arXiv:1909.08053, §3 and fig. 4): in the forward, one all-reduce of the block's b·s·h activations
+  after each row-parallel layer (attention output, MLP down projection); in the backward, one
+  all-reduce of the same size for the input gradient of each column-parallel layer (q/k/v, the MLP's
+  up/gate), whose input was replicated: 2 + 2 = 4 per transformer block per training step.
+  Sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198, section "Sequence Parallelism")
+  shards the norms' and dropouts' activations along the sequence and swaps each all-reduce for a
+  reduce-scatter and an all-gather of the same tensor (an all-gather before each column-parallel
+  layer and a reduce-scatter after each row-parallel one in the forward, the reverse in the
+  backward): 4 + 4 per block per step, the same bytes on a ring.
+* Pipeline bubble, p stages of equal time, m micro-batches. GPipe and 1F1B both take (m + p − 1)
+  slots of one micro-batch's forward and backward, of which each stage works m (Huang et al. 2019,
+  GPipe, arXiv:1811.06965, §2.2). Two conventions, both in use:
+  - idle over the whole step: (p − 1)/(m + p − 1) (`bubble_fraction`);
+  - idle over the ideal (busy) time: (p − 1)/m, which Megatron-LM's paper calls the "bubble time
+    fraction" (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+    Clusters Using Megatron-LM", SC'21, arXiv:2104.04473, §2.2.1) (`bubble_ratio`).
+  With b the second and f the first, f = b/(1 + b) and b = f/(1 − f).
+  Interleaved 1F1B (same paper, §2.2.2) gives each device v model chunks: the bubble over ideal
+  time becomes (p − 1)/(v·m), and every micro-batch now crosses v·p − 1 chunk boundaries instead of
+  p − 1 each way, about v× the point-to-point sends (`p2p_sends`).
 """
 
 from __future__ import annotations
@@ -33,9 +51,45 @@ FP32 = 4
 
 
 def bubble_fraction(p: int, m: int) -> float:
-    """Idle fraction of each stage of a p-stage pipeline over m micro-batches: (p−1)/(m+p−1)."""
+    """Idle fraction of each stage over the whole step, p stages and m micro-batches: (p−1)/(m+p−1).
+
+    The other convention, idle over the ideal time (Megatron-LM's), is `bubble_ratio`."""
     p, m = positive_int("stages", p), positive_int("microbatches", m)
     return (p - 1) / (m + p - 1)
+
+
+def bubble_ratio(p: int, m: int, v: int = 1) -> float:
+    """Idle time over ideal (busy) time: (p−1)/(v·m), Megatron-LM's "bubble time fraction"
+    (Narayanan et al. 2021, §2.2.1; v > 1: interleaved 1F1B with v chunks per device, §2.2.2)."""
+    p, m = positive_int("stages", p), positive_int("microbatches", m)
+    v = positive_int("chunks per device", v)
+    return (p - 1) / (v * m)
+
+
+def step_fraction_from_ratio(b: float) -> float:
+    """Idle over the whole step from idle over ideal time: f = b/(1 + b)."""
+    return b / (1 + b)
+
+
+def ratio_from_step_fraction(f: float) -> float:
+    """Idle over ideal time from idle over the whole step: b = f/(1 − f)."""
+    if not 0 <= f < 1:
+        raise InputError(f"an idle fraction of the step must lie in [0, 1), got {f}")
+    return f / (1 - f)
+
+
+def interleaved_bubble_fraction(p: int, m: int, v: int) -> float:
+    """Idle fraction of the whole step under interleaved 1F1B: b/(1 + b) with b = (p−1)/(v·m)."""
+    return step_fraction_from_ratio(bubble_ratio(p, m, v))
+
+
+def p2p_sends(p: int, m: int, v: int = 1) -> int:
+    """Point-to-point sends per training step over all stages: every micro-batch crosses each of
+    the v·p − 1 chunk boundaries once forward (activations) and once backward (gradients). With
+    chunks placed round-robin (interleaved 1F1B) every chunk boundary is a device boundary."""
+    p, m = positive_int("stages", p), positive_int("microbatches", m)
+    v = positive_int("chunks per device", v)
+    return 2 * m * (v * p - 1)
 
 
 def in_flight_microbatches(schedule: str, p: int, m: int, stage: int) -> int:
@@ -135,6 +189,29 @@ def fsdp_memory(cfg, n: int, rank: int = 0) -> dict[str, Any]:
     return {"params": N, "tensors": tensors, "estimate": estimate, "named": named, "exact": exact}
 
 
+def fsdp_peak_unsharded(cfg, n: int, itemsize: int = FP32) -> dict[str, Any]:
+    """What FSDP2 adds at its peak beyond the shards, per rank: about two units of unsharded
+    parameters and, in the backward, one unit of unsharded gradients.
+
+    FSDP2 prefetches: while one unit computes, the next unit's all-gather is already in flight (the
+    unit after it in the forward, before it in the backward), so two units' parameters are
+    unsharded at once. The root unit (embedding, final norm) is not resharded after its forward
+    (torch's default for the root), so it stays unsharded until the backward ends and is one of the
+    two; with it, the largest block. In the backward, a unit's gradients are unsharded (the full
+    padded buffer the reduce-scatter reduces) until the reduce-scatter has run. Bytes are of the
+    padded all-gather buffers (`Unit.padded_numel`). An upper estimate of FSDP's own share: where a
+    step's peak falls (a large logits gradient, say) decides how much of it is live then; the run
+    measures it per rank (`perflab.shard.run`, details "peak_holds")."""
+    n = positive_int("nproc", n)
+    units = fsdp_units(cfg)
+    root = next(u for u in units if u.root)
+    block = max((u for u in units if not u.root), key=lambda u: u.padded_numel(n))
+    params = (root.padded_numel(n) + block.padded_numel(n)) * itemsize
+    grads = block.padded_numel(n) * itemsize
+    return {"params": params, "grads": grads, "total": params + grads, "units": [root.name, block.name],
+            "unit_bytes": {u.name: u.padded_numel(n) * itemsize for u in units}}
+
+
 def fsdp_comm(cfg, n: int, itemsize: int = FP32) -> dict[str, dict[str, int]]:
     """All-gather and reduce-scatter calls and bytes per training step (see the module's docstring)."""
     n = positive_int("nproc", n)
@@ -159,13 +236,26 @@ def check_tp(cfg, t: int) -> None:
                              f"{', '.join(map(str, ok))}")
 
 
-def tp_comm(cfg, t: int, batch: int, seq: int, itemsize: int = FP32) -> dict[str, int]:
-    """Forward all-reduces of the transformer's blocks under tensor parallelism on t ranks."""
+def tp_comm(cfg, t: int, batch: int, seq: int, itemsize: int = FP32) -> dict[str, Any]:
+    """Collectives of the transformer's blocks in one training step under tensor parallelism on t
+    ranks (see the module's docstring): 2 forward all-reduces per block (after each row-parallel
+    layer) and 2 backward ones (the input gradients of the column-parallel layers), each of the
+    block's b·s·h activations. `sequence_parallel`: what replaces them with sequence parallelism,
+    a reduce-scatter and an all-gather per all-reduce (bytes: the full b·s·h tensor each one reduces
+    or assembles, as for FSDP's collectives)."""
     check_tp(cfg, t)
     per = batch * seq * cfg.hidden * itemsize if t > 1 else 0
-    calls = 2 * cfg.layers if t > 1 else 0
-    return {"calls": calls, "calls_per_block": calls // cfg.layers, "bytes": calls * per,
-            "bytes_per_call": per}
+    fwd = 2 * cfg.layers if t > 1 else 0
+    bwd = 2 * cfg.layers if t > 1 else 0
+    calls = fwd + bwd
+    per_block = calls // cfg.layers
+    return {"calls": calls, "calls_per_block": per_block, "bytes": calls * per, "bytes_per_call": per,
+            "forward": {"calls": fwd, "calls_per_block": fwd // cfg.layers, "bytes": fwd * per},
+            "backward": {"calls": bwd, "calls_per_block": bwd // cfg.layers, "bytes": bwd * per},
+            "sequence_parallel": {"reduce_scatter": {"calls": calls, "calls_per_block": per_block,
+                                                     "bytes": calls * per},
+                                  "all_gather": {"calls": calls, "calls_per_block": per_block,
+                                                 "bytes": calls * per}}}
 
 
 def tp_param_bytes(cfg, t: int, itemsize: int = FP32) -> int:

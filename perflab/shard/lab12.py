@@ -1,8 +1,11 @@
 """Checks for labs/12_sharding.ipynb: the pipeline bubble and FSDP's memory per rank, graded on
 closed-form cases and against the lab's live runs.
 
-A wrong answer that matches a known mistake gets the hint for that mistake (dividing by m alone,
-forgetting the ramp-down, counting only the weights, forgetting the gradients or the optimizer
+The bubble has two conventions in the field, and the learner names theirs (`denominator="step"`:
+idle over the whole step, (p−1)/(m+p−1); `denominator="ideal"`: idle over the ideal time, (p−1)/m,
+Megatron-LM's bubble time fraction); either is graded right. A wrong answer that matches a known
+mistake gets the hint for that mistake (the other convention without naming it, forgetting the
+ramp-down, counting only the weights, forgetting the gradients or the optimizer
 states, not dividing by the ranks, ...); any other wrong answer gets the general hint.
 """
 
@@ -15,9 +18,16 @@ from typing import Any
 from perflab.core.grading import NOT_DONE, LabCheckError, attempt, record
 from perflab.shard import formulas as F
 
+DENOMINATORS = {
+    "step": "idle over the whole step, (m + p − 1) slots: (p−1)/(m+p−1) (GPipe's overhead)",
+    "ideal": "idle over the ideal (busy) time, m slots: (p−1)/m (Megatron-LM's bubble time fraction, "
+             "Narayanan et al. 2021, §2.2.1)",
+}
+
 BUBBLE_MISTAKES: dict[str, tuple[Callable[[int, int], float], str]] = {
-    "(p−1)/m": (lambda p, m: (p - 1) / m, "that is idle time over *busy* time; the bubble is idle over the whole step, "
-                                          "which lasts m + p − 1 slots"),
+    "(p−1)/m": (lambda p, m: (p - 1) / m, "that is idle time over *busy* (ideal) time, Megatron-LM's convention; "
+                                          "you said denominator='step': the whole step lasts m + p − 1 slots. "
+                                          "If you mean Megatron's, say denominator='ideal'"),
     "(p−1)/(m+p)": (lambda p, m: (p - 1) / (m + p), "count the slots again: the last micro-batch enters the last "
                                                      "stage p − 1 slots after the first, so the step is m + p − 1 slots"),
     "p/(m+p−1)": (lambda p, m: p / (m + p - 1), "with one stage (p = 1) nothing waits: the idle slots are p − 1, not p"),
@@ -27,6 +37,29 @@ BUBBLE_MISTAKES: dict[str, tuple[Callable[[int, int], float], str]] = {
     "(p−1)//(m+p−1)": (lambda p, m: (p - 1) // (m + p - 1), "use / (true division), not // (integer division)"),
     "1 − (p−1)/(m+p−1)": (lambda p, m: m / (m + p - 1), "that is the busy fraction; the bubble is what is left"),
 }
+
+RATIO_MISTAKES: dict[str, tuple[Callable[[int, int], float], str]] = {
+    "(p−1)/(m+p−1)": (lambda p, m: (p - 1) / (m + p - 1), "that is idle over the whole step (m + p − 1 slots); "
+                                                          "you said denominator='ideal': divide by the m slots a "
+                                                          "stage works. If you mean the whole step, say "
+                                                          "denominator='step'"),
+    "p/m": (lambda p, m: p / m, "with one stage (p = 1) nothing waits: the idle slots are p − 1, not p"),
+    "(p−1)/(m+1)": (lambda p, m: (p - 1) / (m + 1), "the ideal time is the m slots a stage works, nothing more"),
+    "m/(p−1)": (lambda p, m: m / (p - 1) if p > 1 else 0.0, "upside down: idle slots (p − 1) over working slots (m)"),
+    "1/m": (lambda p, m: 1 / m, "the bubble grows with the number of stages p"),
+    "(p−1)//m": (lambda p, m: (p - 1) // m, "use / (true division), not // (integer division)"),
+    "(p−1)/(2m)": (lambda p, m: (p - 1) / (2 * m), "a slot is one micro-batch's forward AND backward: the ideal "
+                                                   "time is m slots, not 2m"),
+}
+
+
+def check_denominator(denominator: str) -> str:
+    d = str(denominator).strip().lower()
+    if d not in DENOMINATORS:
+        raise LabCheckError(f"denominator={denominator!r}: say 'step' (idle over the whole step) or 'ideal' "
+                            "(idle over the ideal, busy time, as Megatron-LM's paper does)")
+    return d
+
 
 FSDP_MISTAKES: dict[str, tuple[Callable[[int, int], float], str]] = {
     "16N": (lambda N, n: 16 * N, "under ZeRO-3 every rank keeps only its 1/n share of each state: divide by nproc"),
@@ -77,18 +110,50 @@ def _grade(name: str, student, cases, mistakes, *, rtol: float, atol: float, gen
     return True
 
 
-def check_bubble(student: Callable[[int, int], float], runs: list[dict[str, Any]] | None = None) -> bool:
-    """bubble(p, m): closed-form cases, then each live run (p, m, measured bubble) within its tolerance."""
+def check_bubble(student: Callable[[int, int], float], runs: list[dict[str, Any]] | None = None,
+                 denominator: str = "step") -> bool:
+    """bubble(p, m): closed-form cases, then each live run (p, m, measured bubble) within its tolerance.
+
+    Both conventions of the field are right; the learner says which one `bubble` returns:
+    `denominator="step"`, idle over the whole step, (p−1)/(m+p−1); or `denominator="ideal"`, idle
+    over the ideal (busy) time, (p−1)/m, as Megatron-LM's paper defines its bubble time fraction.
+    A live run measures idle over the step, f; in the "ideal" convention it is graded as f/(1 − f),
+    and its tolerance is the step's ±TOL_BUBBLE carried through b = f/(1 − f)."""
     from perflab.shard.run import TOL_BUBBLE
 
-    cases = [({"p": p, "m": m}, F.bubble_fraction(p, m)) for p, m in ((1, 4), (2, 1), (4, 8), (8, 32), (3, 2))]
-    if not _grade("pipeline bubble", student, cases, BUBBLE_MISTAKES, rtol=1e-9, atol=1e-12,
-                  general="draw the p × (m + p − 1) grid of slots and count the empty ones on one stage"):
+    d = check_denominator(denominator)
+    exact = F.bubble_fraction if d == "step" else F.bubble_ratio
+    mistakes = BUBBLE_MISTAKES if d == "step" else RATIO_MISTAKES
+    cases = [({"p": p, "m": m}, exact(p, m)) for p, m in ((1, 4), (2, 1), (4, 8), (8, 32), (3, 2))]
+    if not _grade("pipeline bubble", student, cases, mistakes, rtol=1e-9, atol=1e-12,
+                  general="draw the p × (m + p − 1) grid of slots and count the empty ones on one stage; "
+                          f"your denominator ({d}): {DENOMINATORS[d]}"):
         return False
-    live = [({"p": r["p"], "m": r["m"]}, r["replayed_bubble"]) for r in runs or []]
-    if live:
-        _grade("pipeline bubble vs the live runs", student, live, BUBBLE_MISTAKES, rtol=0.0, atol=TOL_BUBBLE,
+    if not runs:
+        return True
+    if d == "step":
+        live = [({"p": r["p"], "m": r["m"]}, r["replayed_bubble"]) for r in runs]
+        _grade("pipeline bubble vs the live runs", student, live, mistakes, rtol=0.0, atol=TOL_BUBBLE,
                general=f"your formula must land within ±{TOL_BUBBLE} of each measured bubble")
+        return True
+
+    def as_step(p, m):  # the learner's ratio, carried to the step convention the runs measure
+        return F.step_fraction_from_ratio(float(student(p, m)))
+
+    live = [({"p": r["p"], "m": r["m"]}, r["replayed_bubble"]) for r in runs]
+    for inputs, want in live:
+        got = attempt("pipeline bubble vs the live runs", student, what=str(inputs), **inputs)
+        if got is NOT_DONE:
+            return False
+        f = as_step(**inputs)
+        if abs(f - want) > TOL_BUBBLE:
+            raise LabCheckError(
+                f"pipeline bubble vs the live runs: for {inputs} you returned {got!r} (idle over ideal time), that "
+                f"is {f:.3f} of the step; the run measured {want:.3f} of the step (f = b/(1 + b), within "
+                f"±{TOL_BUBBLE}). Hint: {_diagnose(student, cases, mistakes, 1e-9) or 'recount the idle slots'}")
+    record("pipeline bubble vs the live runs", True)
+    print(f"✓ pipeline bubble vs the live runs: correct on {len(live)} cases (idle over ideal time b, "
+          "compared as b/(1 + b) of the step)")
     return True
 
 

@@ -36,3 +36,17 @@ def table(table_id: str):
                                   f"{t['section']} Hardware: {data['hardware']}.")
             return df
     raise InputError(f"unknown table {table_id!r}: use one of {', '.join(table_ids())}")
+
+
+def interleaved_1f1b_gain() -> dict[str, Any]:
+    """Interleaved 1F1B against 1F1B in torchtitan's table 5 (Llama 3.1 405B, 512 H100s, PP 8):
+    tokens/s per GPU and memory of each, and the ratios, computed from the table; `source` says where.
+    The table does not give the number of chunks per device (v)."""
+    t = table("pp_405b").set_index("schedule")
+    base, inter = t.loc["1F1B"], t.loc["Interleaved 1F1B"]
+    return {"tokens_per_s_per_gpu": {"1F1B": float(base.tokens_per_s_per_gpu),
+                                     "Interleaved 1F1B": float(inter.tokens_per_s_per_gpu)},
+            "memory_gib": {"1F1B": float(base.memory_gib), "Interleaved 1F1B": float(inter.memory_gib)},
+            "throughput_gain": float(inter.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1),
+            "memory_change": float(inter.memory_gib / base.memory_gib - 1),
+            "source": t.attrs["source"]}

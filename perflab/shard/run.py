@@ -9,9 +9,12 @@ Tolerances (stated once, used by the CLI, the lesson and the tests):
 * FSDP model states: lesson 03's ZeRO-3 estimate within 1 % per rank, and to the byte once the
   named differences (uneven dim-0 shards, AdamW's step counters) are added;
 * FSDP collectives: calls and bytes exactly as `formulas.fsdp_comm`;
+* FSDP's own share of the peak: unsharded parameters and gradients (gathered, in all-gather and
+  reduce-scatter buffers) at most two units of parameters and one of gradients
+  (`formulas.fsdp_peak_unsharded`), +1 % (a norm's gradient may wait unreduced beside them);
 * loss: every step's loss, averaged over ranks, within 1e-4 (relative) of the 1-rank run;
-* tensor parallelism: outputs within 1e-4 of the unsharded blocks (relative to their largest value),
-  all-reduces exactly as `formulas.tp_comm`;
+* tensor parallelism: outputs and input gradients within 1e-4 of the unsharded blocks (relative to
+  their largest value), all-reduces of the forward and of the backward exactly as `formulas.tp_comm`;
 * pipeline: the bubble of the measured timeline (each stage's own forward and backward times, in
   the order the schedule ran them) replayed with instant hand-offs, averaged over stages, within
   0.05 of (p−1)/(m+p−1); the wall-clock bubble is reported beside it, and the difference (messages
@@ -34,6 +37,7 @@ TOL_STATES_REL = 0.01
 TOL_LOSS_REL = 1e-4
 TOL_TP_REL = 1e-4
 TOL_BUBBLE = 0.05
+TOL_PEAK_UNSHARDED_REL = 0.01
 ROW_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_bytes", "comm_calls", "comm_bytes", "idle_s")
 
 
@@ -184,6 +188,7 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
     comm = F.fsdp_comm(cfg, n)
     act = estimate(cfg=cfg, precision="fp32", zero=3, dp=n, batch=batch, seq=seq, activation_model="perflab")
     rows, checks, named = [], [], {}
+    peak_model = F.fsdp_peak_unsharded(cfg, n)
     for r in results:
         mem = F.fsdp_memory(cfg, n, r["rank"])
         est, exact = mem["estimate"], mem["exact"]
@@ -209,7 +214,14 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
         named[r["rank"]] = {"named": mem["named"], "peak_parts": r["peak_parts"], "tracker_peak_bytes": r["peak_bytes"],
                             "peak_source": "torch.cuda.max_memory_allocated" if "cuda_max_allocated" in r
                             else "FSDPMemTracker (live tensors by kind)",
-                            "peak_remainder": peak_remainder(r, act)}
+                            "peak_remainder": peak_remainder(r, act), "peak_holds": peak_holds(r, peak_model)}
+        held = named[r["rank"]]["peak_holds"]
+        got = held["unsharded_params_bytes"] + held["unsharded_grads_bytes"]
+        checks.append(_check(f"rank {r['rank']} unsharded bytes at the peak vs two units of parameters + one of "
+                             "gradients", got, peak_model["total"], f"at most (+{TOL_PEAK_UNSHARDED_REL:.0%})",
+                             got <= peak_model["total"] * (1 + TOL_PEAK_UNSHARDED_REL),
+                             f"parameters {held['param_units']:.2f} of 2 unit(s) ({', '.join(peak_model['units'])}), "
+                             f"gradients {held['grad_units']:.2f} unit(s)"))
     c0 = results[0]["comm"]
     for op in ("all_gather", "reduce_scatter"):
         checks.append(_check(f"{op.replace('_', '-')} calls and bytes per step", c0[op], comm[op], "exact",
@@ -245,6 +257,24 @@ def peak_remainder(result: dict[str, Any], act) -> dict[str, int]:
     return out
 
 
+def peak_holds(result: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """What one rank's measured peak holds of FSDP's own, by part: unsharded parameters (gathered
+    and kept, and all-gather buffers in flight: the prefetched unit) and unsharded gradients (and
+    reduce-scatter buffers), in bytes; `param_units` counts the parameters in units of the average
+    of the two units `formulas.fsdp_peak_unsharded` predicts (2.0: both), `grad_units` the gradients
+    in units of the largest block (1.0: one)."""
+    p = result["peak_parts"]
+    parts = {"unsharded parameters (gathered, kept)": p.get("unsharded_param", 0),
+             "all-gather buffers (a unit being gathered)": p.get("all_gather", 0),
+             "unsharded gradients": p.get("unsharded_grad", 0),
+             "reduce-scatter buffers (a unit's gradients)": p.get("reduce_scatter", 0)}
+    params = p.get("unsharded_param", 0) + p.get("all_gather", 0)
+    grads = p.get("unsharded_grad", 0) + p.get("reduce_scatter", 0)
+    return {"parts": parts, "unsharded_params_bytes": params, "unsharded_grads_bytes": grads,
+            "param_units": params / (model["params"] / 2), "grad_units": grads / model["grads"],
+            "predicted_params_bytes": model["params"], "predicted_grads_bytes": model["grads"]}
+
+
 def tp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
     comm = F.tp_comm(cfg, n, batch, seq)
     pb = F.tp_param_bytes(cfg, n)
@@ -255,17 +285,25 @@ def tp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
                      "predicted_param_bytes": pb, "predicted_grad_bytes": None, "predicted_optim_bytes": None,
                      "predicted_peak_bytes": None, "predicted_comm_calls": comm["calls"],
                      "predicted_comm_bytes": comm["bytes"], "predicted_idle_s": None})
-    per_block = [sum(c["calls"] for op, c in b.items() if op == "all_reduce") for b in results[0]["per_block"]]
-    checks.append(_check("all-reduces per block (forward)", per_block, [comm["calls_per_block"]] * cfg.layers,
-                         "exact", all(x == comm["calls_per_block"] for x in per_block)))
-    checks.append(_check("all-reduce bytes per step (forward)", results[0]["comm_bytes"], comm["bytes"], "exact",
-                         all(r["comm_bytes"] == comm["bytes"] for r in results)))
+    fwd, bwd = comm["forward"], comm["backward"]
+    for when, key, want in (("forward", "per_block", fwd), ("backward", "per_block_backward", bwd)):
+        per_block = [sum(c["calls"] for op, c in b.items() if op == "all_reduce") for b in results[0][key]]
+        others = sorted({op for b in results[0][key] for op in b if op != "all_reduce"})
+        checks.append(_check(f"all-reduces per block ({when})", per_block, [want["calls_per_block"]] * cfg.layers,
+                             "exact", all(x == want["calls_per_block"] for x in per_block) and not others,
+                             f"other collectives: {', '.join(others)}" if others else ""))
+        checks.append(_check(f"all-reduce bytes per step ({when})", results[0][f"{when}_bytes"], want["bytes"], "exact",
+                             all(r[f"{when}_bytes"] == want["bytes"] for r in results)))
     checks.append(_check("blocks' parameter bytes per rank", results[0]["param_bytes"], pb, "exact",
                          all(r["param_bytes"] == pb for r in results)))
     rel = max(r["max_abs_diff"] / r["ref_max_abs"] for r in results)
     checks.append(_check("outputs vs the unsharded blocks", f"{rel:.1e}", 0, f"{TOL_TP_REL:g} relative",
                          rel <= TOL_TP_REL))
-    return rows, checks, {"comm_formula": comm, "per_block": results[0]["per_block"]}
+    grel = max(r["grad_max_abs_diff"] / r["ref_grad_max_abs"] for r in results)
+    checks.append(_check("input gradients vs the unsharded blocks", f"{grel:.1e}", 0, f"{TOL_TP_REL:g} relative",
+                         grel <= TOL_TP_REL))
+    return rows, checks, {"comm_formula": comm, "per_block": results[0]["per_block"],
+                          "per_block_backward": results[0]["per_block_backward"]}
 
 
 def pp_rows(p: int, results: list[dict[str, Any]], schedule: str):

@@ -173,19 +173,34 @@ def reference_losses(cfg, batches, steps: int, lr: float, device) -> list[float]
 # ----------------------------------------------------------------------------- tensor parallelism
 def tp_plan(cfg) -> dict[str, Any]:
     """Megatron's pairs in one block: q, k, v (and the MLP's up/gate) column-parallel, the attention
-    output and the MLP's down projection row-parallel."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    output and the MLP's down projection row-parallel.
 
-    plan: dict[str, Any] = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-                            "attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
+    The attention's and the MLP's inputs are made replicated DTensors once, at the module
+    (`PrepareModuleInput`), so that the input gradients of q, k and v (and of up and gate) are
+    summed as partial DTensors and all-reduced once per module in the backward, as Megatron's fused
+    QKV layer does. Without it each column-parallel layer would all-reduce its own input gradient
+    (q, k and v: three all-reduces where Megatron has one)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+    )
+
+    plan: dict[str, Any] = {
+        "attn": PrepareModuleInput(input_layouts=(Replicate(), None), desired_input_layouts=(Replicate(), None)),
+        "mlp": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),)),
+        "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+        "attn.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
     if cfg.glu:
         plan["mlp.gate"] = ColwiseParallel()
     return plan
 
 
 def tp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32) -> dict[str, Any]:
-    """Run the model's blocks unsharded and tensor-parallel on the same input; count the all-reduces
-    of each block's forward and compare the outputs."""
+    """Run the model's blocks unsharded and tensor-parallel on the same input, forward and backward
+    (the loss is the sum of the last block's output); count the collectives of each block's forward
+    and of each block's backward, and compare the outputs and the input gradients."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
@@ -201,33 +216,60 @@ def tp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32) -> dict[str
     rope = None
     if cfg.positions == "rotary":
         rope = (model.rope_cos[:seq], model.rope_sin[:seq])  # type: ignore[index]  # buffers of a rotary model
-    ctx.step("unsharded forward")
-    with torch.no_grad():
-        ref = x
-        for blk in model.blocks:
-            ref = blk(ref, rope)
+    ctx.step("unsharded forward and backward")
+    xr = x.clone().requires_grad_(True)
+    ref = xr
+    for blk in model.blocks:
+        ref = blk(ref, rope)
+    ref.sum().backward()
+    ref_grad = xr.grad.detach().clone()  # type: ignore[union-attr]  # xr requires grad
+    ref = ref.detach()
+    model.zero_grad(set_to_none=True)
     mesh = init_device_mesh(ctx.device.type, (n,))
     local_cfg = cfg.with_(heads=cfg.heads // n, kv_heads=cfg.n_kv // n, head_dim=cfg.d_head)
     for blk in model.blocks:
         parallelize_module(blk, mesh, tp_plan(cfg))
         blk.attn.cfg = local_cfg  # type: ignore[union-attr]  # each rank computes heads/n heads
     param_bytes = sum(_local_bytes(p) for blk in model.blocks for p in blk.parameters())
-    per_block = []
+    per_block: list[dict[str, dict[str, int]]] = []
+    per_block_bwd: list[dict[str, dict[str, int]]] = [{} for _ in model.blocks]
+    bwd_counter = functional_collective_counter()
+
+    def into(i):
+        def hook(module, grad_output):
+            bwd_counter.counts = per_block_bwd[i]  # what runs from here on is block i's backward
+        return hook
+
+    # registered before the forward: full backward hooks wrap the block's outputs as it runs
+    hooks = [blk.register_full_backward_pre_hook(into(i)) for i, blk in enumerate(model.blocks)]
     ctx.step("tensor-parallel forward")
-    y = x
+    xt = x.clone().requires_grad_(True)
+    y = xt
     t0 = time.perf_counter()
-    with torch.no_grad():
-        for blk in model.blocks:
-            counter = functional_collective_counter()
-            with counter:
-                y = blk(y, rope)
-            per_block.append(counter.counts)
+    for blk in model.blocks:
+        counter = functional_collective_counter()
+        with counter:
+            y = blk(y, rope)
+        per_block.append(counter.counts)
     seconds = time.perf_counter() - t0
+    ctx.step("tensor-parallel backward")
+    t0 = time.perf_counter()
+    with bwd_counter:
+        y.sum().backward()
+    backward_s = time.perf_counter() - t0
+    for h in hooks:
+        h.remove()
     calls = sum(c["calls"] for b in per_block for c in b.values())
     nbytes = sum(c["bytes"] for b in per_block for c in b.values())
-    diff = float((y - ref).abs().max())
-    return {"rank": ctx.rank, "param_bytes": param_bytes, "per_block": per_block, "comm_calls": calls,
-            "comm_bytes": nbytes, "max_abs_diff": diff, "ref_max_abs": float(ref.abs().max()), "forward_s": seconds}
+    bcalls = sum(c["calls"] for b in per_block_bwd for c in b.values())
+    bbytes = sum(c["bytes"] for b in per_block_bwd for c in b.values())
+    diff = float((y.detach() - ref).abs().max())
+    gdiff = float((xt.grad - ref_grad).abs().max())  # type: ignore[operator]  # xt requires grad
+    return {"rank": ctx.rank, "param_bytes": param_bytes, "per_block": per_block, "per_block_backward": per_block_bwd,
+            "forward_calls": calls, "forward_bytes": nbytes, "backward_calls": bcalls, "backward_bytes": bbytes,
+            "comm_calls": calls + bcalls, "comm_bytes": nbytes + bbytes, "max_abs_diff": diff,
+            "ref_max_abs": float(ref.abs().max()), "grad_max_abs_diff": gdiff,
+            "ref_grad_max_abs": float(ref_grad.abs().max()), "forward_s": seconds, "backward_s": backward_s}
 
 
 # ----------------------------------------------------------------------------- pipeline

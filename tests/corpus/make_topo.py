@@ -9,6 +9,9 @@ The variants are what happens to it on the way to a bug report: tabs turned into
 terminal, the header's underline escape codes kept, CRLF line ends, the shell prompt pasted above
 it, a CPU Affinity left blank for the GPUs a restricted cgroup hides (as under `srun`), and the
 older layout without NUMA columns whose NICs are named mlx5_N.
+
+The files named published_*.txt are not written here: they are tables copied from public pages,
+each listed in topo/published.json with where it was published and what it must parse to.
 """
 
 from __future__ import annotations
