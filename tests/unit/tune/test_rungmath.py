@@ -51,3 +51,10 @@ def test_rung_texts_follow_the_arithmetic():
     assert "does not fill whole tiles" in why and "16 bytes" in why and "50,257" in why
     assert "third more forward" not in ladder.rung("checkpoint").why
     assert "step" in ladder.rung("checkpoint").why
+
+
+def test_a_rung_is_adopted_only_above_two_percent():
+    from perflab.tune import runner
+
+    assert runner.ADOPT_MIN_GAIN == 0.02
+    assert "2 %" in ladder.__doc__
