@@ -69,7 +69,7 @@ def prefetch(*, unit_bytes: float, n: int, busbw_gbps: float, unit_forward_s: fl
     break-even compute time."""
     gather = collective_seconds("all_gather", unit_bytes, n, busbw_gbps=busbw_gbps)
     fwd = _positive("unit_forward_s", unit_forward_s)
-    out = {"gather_s": gather}
+    out: dict[str, Any] = {"gather_s": gather}
     for phase, compute in (("forward", fwd), ("backward", 2 * fwd)):
         out[phase] = {"compute_s": compute, "exposed_s": max(0.0, gather - compute), "hidden": gather <= compute}
     out["break_even_forward_s"] = gather

@@ -65,12 +65,12 @@ def _has_number(text: str, num: str) -> bool:
     return re.search(r"(?<![\d.,])" + re.escape(num) + r"(?![\d]|[.,]\d)", text) is not None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _notebook(name: str) -> list[dict]:
     return json.loads((ROOT / "notebooks" / name).read_text())["cells"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _defined_tests(path: str) -> frozenset[str]:
     tree = ast.parse((ROOT / path).read_text())
     names = set()
