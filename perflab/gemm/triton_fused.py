@@ -1,11 +1,15 @@
 """A fused bias + GeLU in Triton (lesson 10): checked in the interpreter, compiled for sm_90, timed on a GPU.
 
-Why bias + GeLU: it is the elementwise tail of the first matmul of a GPT-2-style MLP; eager
+Why bias + GeLU: it is the elementwise tail of the first matmul of a GPT-2-style MLP. What is
+checked and timed here is the stand-alone function `eager(x, bias)` = gelu(x + bias): eager
 PyTorch runs it as two kernels (`x + bias`, then `gelu`) with the intermediate written to memory
 and read back, and torch.compile's inductor fuses it into one kernel (`inductor_code` shows it).
 Fused, each element of x is read once and y written once: eager moves 4 tensors' worth of bytes
 (read x, write v, read v, write y; the bias is small), the fused kernel 2, so a memory-bound op
-should take about half the time. Lesson 09's C++ extension fuses the same op
+should take about half the time. That holds for the stand-alone function only: in a real
+`nn.Linear` eager adds the bias inside `addmm` (on CUDA, cuBLASLt's bias epilogue; PyTorch's
+aten/src/ATen/native/cuda/Blas.cpp, `addmm_out_cuda_impl`), so the eager tail of a real MLP is the
+GeLU alone, one read and one write. Lesson 09's C++ extension fuses the same op
 (perflab.profiling.kernel), so the two can be compared.
 
 The kernel computes in fp32 and rounds once to the output dtype; eager in fp16/bf16 rounds the
@@ -99,7 +103,9 @@ def check_all(rows: int = 64, cols: int = 1000, dtypes: tuple[str, ...] | list[s
 
 
 def compile_for(target: str = "sm_90", dtype: str = "bf16", cols: int = 4096, num_warps: int = 4) -> dict[str, Any]:
-    """Compile the fused kernel for a GPU (no GPU needed): registers, spills, shared memory, occupancy."""
+    """Compile the fused kernel for a GPU (no GPU needed): registers, spills, shared memory, occupancy,
+    and `limited_by`, every per-SM limit that allows no more blocks (joined by ' and ' on a tie: with
+    few registers and 4 warps, registers and warps often allow the same number)."""
     from perflab.gemm import compiled
     from perflab.gemm.occupancy import TARGET_GPU, occupancy, sm_limits
 
@@ -128,8 +134,9 @@ def compile_for(target: str = "sm_90", dtype: str = "bf16", cols: int = 4096, nu
 
 
 def time_on_gpu(rows: int = 8192, cols: int = 8192, dtype: str = "bf16") -> dict[str, Any] | str:
-    """On a CUDA GPU: eager, torch.compile and the Triton kernel, in ms and GB/s of the fused
-    traffic (read x, write y). Otherwise one line saying why not."""
+    """On a CUDA GPU: the stand-alone gelu(x + bias) eager (two kernels), under torch.compile, and
+    the Triton kernel, in ms and GB/s of the fused traffic (read x, write y). Otherwise one line
+    saying why not. (Not a real nn.Linear's tail, whose bias eager already adds inside addmm.)"""
     import torch
 
     if not torch.cuda.is_available():

@@ -67,8 +67,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 def bias_gelu_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     """y = gelu_tanh(x + bias) for a row-major [n_rows × n_cols] x and a [n_cols] bias, in one pass.
 
-    Eager PyTorch runs this as two kernels (an add, then GeLU) and writes and reads x + bias once in
-    between; fused, each element is read once and written once. The arithmetic is done in fp32 and
+    Eager PyTorch runs the stand-alone gelu(x + bias) as two kernels (an add, then GeLU) and writes
+    and reads x + bias once in between; fused, each element is read once and written once. (After a
+    real nn.Linear the bias is already inside addmm, so there only the GeLU is left to fuse.) The arithmetic is done in fp32 and
     the result is stored in y's dtype. GeLU's tanh form: 0.5·v·(1 + tanh(√(2/π)·(v + 0.044715·v³))),
     with tanh written through exp so the kernel needs no libdevice call.
     """

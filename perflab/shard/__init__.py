@@ -11,6 +11,8 @@ torch.distributed and held against their predictions.
   beside each measurement, and the checks with their tolerances
 - `netns`: two nodes on one machine, each its own network namespace, joined by
   `torchrun --nnodes 2 --rdzv-backend c10d`
+- `costmodel`: what the collectives cost in time (bytes ÷ lesson 06's busbw), ZeRO-3's 3Ψ against
+  DDP's 2Ψ of traffic per step, and whether prefetch hides a unit's all-gather
 - `published`: torchtitan's FSDP, pipeline and async-TP tables with their source
 - `plots`: the lesson's figures
 - `lab12`: the lab's checks
@@ -18,5 +20,5 @@ torch.distributed and held against their predictions.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("formulas", "worker", "run", "netns", "published", "plots", "lab12")
+MODULES = ("formulas", "costmodel", "worker", "run", "netns", "published", "plots", "lab12")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -6,6 +6,8 @@
   peak bytes, loss parity against the baseline), saves each rung as it is measured and resumes
 - `waterfall`: where the baseline's time went (compute, data wait, host sync, launch overhead,
   optimizer) from a profiled step, and how each rung moved it
+- `rungmath`: the arithmetic behind two rungs' explanations (padding the vocabulary: tile counts and
+  row alignment; full checkpointing: the recomputed share of a step's FLOPs)
 - `published`: published figures (nanoGPT, llm.c) with their sources (`data/published_tune.json`)
 - `plots`: lesson 11's figures (the waterfall)
 - `lab11`: the lab's checks (a rung plan that must beat the baseline with parity kept)
@@ -19,5 +21,5 @@ perflab.profiling (lesson 09's trace diagnosis).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("ladder", "runner", "waterfall", "published", "plots", "lab11")
+MODULES = ("ladder", "runner", "rungmath", "waterfall", "published", "plots", "lab11")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

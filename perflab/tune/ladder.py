@@ -52,7 +52,11 @@ RUNGS: tuple[Rung, ...] = (
          "the for-loop AdamW runs ~10 small ops per parameter tensor; foreach/fused run a few ops over all of them"),
     Rung("vocab64", "vocabulary padded to a multiple of 64", "token embedding (and tied output layer) padded with zero rows to "
          "a multiple of 64; the padded logits are cut off before the loss", "04 tiles and waves (shapes GEMMs like)",
-         "the logits GEMM is the largest in a small model; a dimension that is a multiple of 64 fills whole tiles"),
+         "the logits GEMM is the largest in a small model; padding does not fill whole tiles (50,257 and 50,304 "
+         "need as many 64-, 128- and 256-wide tiles, `perflab.tune.rungmath.vocab_padding`) but aligns every row: "
+         "a bf16 row of 50,257 values is not a multiple of 16 bytes, so the logits GEMM and both of its backward "
+         "GEMMs lose the aligned, vectorised Tensor Core paths (NVIDIA, Matrix Multiplication Background "
+         "User's Guide, Tensor Core requirements)"),
     Rung("sdpa", "SDPA / flash attention", "attention through F.scaled_dot_product_attention (flash or memory-efficient "
          "kernels) instead of softmax(QKᵀ)·V written out", "02 MFU vs HFU and 03 memory (the s×s scores)",
          "one fused kernel, and the s×s score matrix is never stored: less memory traffic and less memory"),
@@ -63,8 +67,10 @@ RUNGS: tuple[Rung, ...] = (
          "03 memory anatomy", "bigger matmuls run nearer the device's ceiling and per-step overheads are paid fewer times"),
     Rung("checkpoint", "activation checkpointing where memory needs it", "only if the memory budget capped the micro-batch: "
          "every block recomputed in the backward pass so a larger micro-batch fits", "03 memory and 10 torch.compile",
-         "trades a third more forward FLOPs (HFU counts them, MFU does not) for room; pays only where the larger "
-         "micro-batch gains more than the recompute costs"),
+         "re-runs the forward of every block in the backward: about one more forward, at most a third more step "
+         "FLOPs, less because the LM head is not recomputed (`perflab.tune.rungmath.checkpoint_cost`; HFU counts "
+         "them, MFU does not); trades them for room and pays only where the larger micro-batch gains more than the "
+         "recompute costs"),
     Rung("loader", "DataLoader workers + pinned memory", "batches read by DataLoader worker processes ahead of the step; "
          "pinned host memory and non_blocking copies on a GPU", "07 input pipeline",
          "the step stops waiting for storage: workers read while the device computes"),

@@ -595,7 +595,7 @@ def explain(name: str, row: dict[str, Any], prev: dict[str, Any] | None, device:
         "bf16": "the conversions to and from bf16 cost more than the faster products save at these sizes"
                 if device.type == "cpu" else "the step is not bound by matmul rate here",
         "adamw": "the optimizer was a small share of the step",
-        "vocab64": "the padded columns are extra work and the CPU's matmul has no tile boundary to gain"
+        "vocab64": "the padded columns are extra work and the CPU's matmul gains little from aligned rows"
                    if device.type == "cpu" else "the logits GEMM was already efficient at this shape",
         "sdpa": "at this sequence length the s×s scores are small: there is little traffic to save",
         "compile": "the compiled wrapper's guards and the generated C++ cost more than the fusion saves at this size"

@@ -1,0 +1,76 @@
+"""What sharding's communication costs in time, and when FSDP's prefetch hides it.
+
+    >>> collective_seconds("all_gather", 1e9, 8, busbw_gbps=100)   # seconds, nccl-tests' busbw convention
+    >>> step_traffic(124e6, 8, itemsize=2)                          # bytes each rank sends, DDP vs ZeRO-3
+    >>> prefetch(unit_bytes=57e6, n=8, busbw_gbps=100, unit_forward_s=2e-3)
+
+* **Time = bytes ÷ bandwidth.** nccl-tests define a collective's bus bandwidth as
+  busbw = (S / t) · factor(op, n) (lesson 06, `perflab.dist.busbw`), so a collective of S bytes
+  on a link that sustains `busbw` takes t = S · factor(op, n) / busbw. `factor · S` is also the
+  number of bytes each rank sends (and receives) in the ring algorithm.
+* **Traffic per step, Ψ parameters** (Rajbhandari et al. 2020, *ZeRO: Memory Optimizations Toward
+  Training Trillion Parameter Models*, arXiv:1910.02054, §7 "Communication Analysis of ZeRO-DP"):
+  data parallelism all-reduces the gradients: a reduce-scatter and an all-gather, 2Ψ per rank
+  (times (n−1)/n). ZeRO-3 / FSDP all-gathers the parameters before the forward and again before the
+  backward and reduce-scatters the gradients: 3Ψ, 1.5× DDP's.
+* **Prefetch.** FSDP issues the all-gather of the next unit while the current unit computes; the
+  gather is hidden when it takes no longer than that unit's compute, and the rest is exposed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perflab.core.errors import InputError
+from perflab.dist.busbw import bus_factor
+
+# per step, in units of Ψ·itemsize·(n−1)/n: (collective, how many times)
+TRAFFIC = {
+    "ddp": (("reduce_scatter", 1), ("all_gather", 1)),  # one all-reduce of the gradients (ring: RS + AG)
+    "zero3": (("all_gather", 2), ("reduce_scatter", 1)),  # parameters forward + backward, gradients once
+}
+SOURCE = ("Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models', "
+          "https://arxiv.org/abs/1910.02054, §7 'Communication Analysis of ZeRO-DP'")
+
+
+def _positive(name: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise InputError(f"{name} must be a positive number (got {v!r})")
+    return float(v)
+
+
+def collective_seconds(op: str, nbytes: float, n: int, *, busbw_gbps: float) -> float:
+    """Seconds for one collective of `nbytes` (nccl-tests' S) on n ranks at `busbw_gbps` (GB/s, 1e9)."""
+    nbytes = _positive("bytes", nbytes)
+    return nbytes * bus_factor(op, n) / (_positive("busbw_gbps", busbw_gbps) * 1e9)
+
+
+def step_traffic(n_params: float, n: int, *, itemsize: int = 2, busbw_gbps: float | None = None) -> dict[str, Any]:
+    """Bytes each rank sends per training step under DDP and ZeRO-3 (FSDP), and in units of Ψ·itemsize;
+    with `busbw_gbps`, the seconds of communication too (none of it overlapped)."""
+    psi = _positive("parameters", n_params) * _positive("itemsize", itemsize)
+    out: dict[str, Any] = {"psi_bytes": psi, "source": SOURCE}
+    for strategy, ops in TRAFFIC.items():
+        sent = sum(k * bus_factor(op, n) * psi for op, k in ops)
+        row = {"bytes": sent, "psi": sent / psi, "ops": [op for op, k in ops for _ in range(k)]}
+        if busbw_gbps is not None:
+            row["seconds"] = sum(k * collective_seconds(op, psi, n, busbw_gbps=busbw_gbps) for op, k in ops)
+        out[strategy] = row
+    out["ratio"] = out["zero3"]["bytes"] / out["ddp"]["bytes"]
+    return out
+
+
+def prefetch(*, unit_bytes: float, n: int, busbw_gbps: float, unit_forward_s: float) -> dict[str, Any]:
+    """One FSDP unit's all-gather (`unit_bytes` unsharded) against the compute it overlaps with.
+
+    In the forward the next unit's gather overlaps this unit's forward (`unit_forward_s`); in the
+    backward it overlaps this unit's backward, about twice the forward. Returns the gather's
+    seconds, the compute it can hide behind, the exposed seconds (0 when hidden) and the
+    break-even compute time."""
+    gather = collective_seconds("all_gather", unit_bytes, n, busbw_gbps=busbw_gbps)
+    fwd = _positive("unit_forward_s", unit_forward_s)
+    out: dict[str, Any] = {"gather_s": gather}
+    for phase, compute in (("forward", fwd), ("backward", 2 * fwd)):
+        out[phase] = {"compute_s": compute, "exposed_s": max(0.0, gather - compute), "hidden": gather <= compute}
+    out["break_even_forward_s"] = gather
+    return out

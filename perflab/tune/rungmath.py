@@ -1,0 +1,81 @@
+"""The arithmetic behind two rungs' explanations, computed rather than typed.
+
+    >>> vocab_padding(50257, 64)["tiles"]          # tile counts across the vocabulary, before and after
+    {64: (786, 786), 128: (393, 393), 256: (197, 197)}
+    >>> vocab_padding(50257, 64)["row_bytes"]      # one bf16 row of logits (or of the output layer)
+    (100514, 100608)
+    >>> from perflab.workload.models import preset
+    >>> round(checkpoint_cost(preset("gpt2-small"), 1, 1024)["step_increase"], 3)   # GPT-2 small
+    0.173
+
+* **Padding the vocabulary** (rung `vocab64`) does not fill whole tiles: 50,257 → 50,304 leaves the
+  number of 64-, 128- and 256-wide tiles across the vocabulary unchanged. What it changes is
+  alignment: a bf16 row of 50,257 values is not a multiple of 16 bytes, so the logits GEMM and both
+  backward GEMMs that have the vocabulary as a dimension lose the aligned, vectorised paths (NVIDIA,
+  *Matrix Multiplication Background User's Guide*, "Tensor Core Requirements";
+  `perflab.gemm.shapes.tensor_core_alignment`).
+* **Full activation checkpointing** (rung `checkpoint`) runs the forward of every block again in
+  the backward: about one more forward, so at most about a third more *step* FLOPs (a step is one
+  forward and a backward of twice its FLOPs). The exact count (`perflab.flops.transformer.exact_flops`)
+  is smaller: the LM head is outside the blocks and is not recomputed, and torch's non-reentrant
+  checkpoint stops before each block's last product.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perflab.core.validate import positive_int
+
+TILE_WIDTHS = (64, 128, 256)
+ALIGN_BYTES = 16  # Tensor Core requirement on every dimension's bytes (the guide; lesson 04 §3)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def vocab_padding(vocab: int, multiple: int = 64, *, itemsize: int = 2,
+                  widths: tuple[int, ...] = TILE_WIDTHS, align_bytes: int = ALIGN_BYTES) -> dict[str, Any]:
+    """What padding `vocab` up to a multiple of `multiple` changes.
+
+    tiles: {width: (tiles across the vocabulary before, after)}; row_bytes: (before, after) for
+    `itemsize`-byte values; aligned: (before, after), whether those rows are multiples of
+    `align_bytes`; padded: the new size; extra: the share of extra columns.
+    """
+    vocab = positive_int("vocab", vocab)
+    multiple = positive_int("multiple", multiple)
+    itemsize = positive_int("itemsize", itemsize)
+    padded = _ceil_div(vocab, multiple) * multiple
+    before, after = vocab * itemsize, padded * itemsize
+    return {
+        "vocab": vocab,
+        "padded": padded,
+        "extra": (padded - vocab) / vocab,
+        "tiles": {w: (_ceil_div(vocab, w), _ceil_div(padded, w)) for w in widths},
+        "tiles_unchanged": all(_ceil_div(vocab, w) == _ceil_div(padded, w) for w in widths),
+        "row_bytes": (before, after),
+        "aligned": (before % align_bytes == 0, after % align_bytes == 0),
+        "align_bytes": align_bytes,
+    }
+
+
+def checkpoint_cost(cfg, batch: int = 1, seq: int | None = None) -> dict[str, float]:
+    """What full activation checkpointing adds to one training step of `cfg`, from the exact count.
+
+    recompute_over_forward: recomputed FLOPs / one forward's; step_increase: hardware FLOPs with
+    checkpointing / without, minus 1; naive_step_increase: the same if the whole forward were run
+    again (one forward over forward + backward = 1/3); logits_share: the LM head's share of the
+    forward, which is never recomputed.
+    """
+    from perflab.flops.transformer import exact_flops
+
+    plain = exact_flops(cfg, batch, seq)
+    ck = exact_flops(cfg, batch, seq, checkpointing=True)
+    extra = ck.recompute_total - plain.recompute_total
+    return {
+        "recompute_over_forward": extra / plain.forward_total,
+        "step_increase": ck.hardware / plain.hardware - 1,
+        "naive_step_increase": plain.forward_total / plain.model,
+        "logits_share": plain.forward.get("logits", 0) / plain.forward_total,
+    }

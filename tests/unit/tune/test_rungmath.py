@@ -1,0 +1,60 @@
+"""The arithmetic behind the vocab64 and checkpoint rungs' explanations."""
+
+import pytest
+
+from perflab.core.errors import InputError
+from perflab.flops.transformer import exact_flops
+from perflab.tune import ladder, rungmath
+from perflab.workload.models import preset
+
+
+def test_padding_gpt2_vocab_keeps_tile_counts_and_aligns_rows():
+    p = rungmath.vocab_padding(50257, 64)
+    assert p["padded"] == 50304
+    assert p["tiles"] == {64: (786, 786), 128: (393, 393), 256: (197, 197)}
+    assert p["tiles_unchanged"]
+    assert p["row_bytes"] == (100514, 100608)
+    assert p["aligned"] == (False, True)
+
+
+def test_padding_can_change_tiles_for_other_sizes():
+    p = rungmath.vocab_padding(129, 64, widths=(128,))
+    assert p["tiles"][128] == (2, 2) and p["padded"] == 192
+    p = rungmath.vocab_padding(100, 64, widths=(64,))
+    assert p["tiles"][64] == (2, 2)
+    # fp32 rows of an odd size are not 16-byte aligned either; a multiple of 4 values is
+    assert rungmath.vocab_padding(50257, 64, itemsize=4)["aligned"] == (False, True)
+    assert rungmath.vocab_padding(64, 64)["extra"] == 0
+
+
+def test_padding_rejects_bad_input():
+    with pytest.raises(InputError):
+        rungmath.vocab_padding(0, 64)
+    with pytest.raises(InputError):
+        rungmath.vocab_padding(50257, -1)
+
+
+def test_checkpoint_costs_less_than_a_third_of_the_step_for_gpt2_small():
+    cfg = preset("gpt2-small")
+    c = rungmath.checkpoint_cost(cfg, 1, 1024)
+    assert c["naive_step_increase"] == pytest.approx(1 / 3)
+    assert 0.15 < c["step_increase"] < 0.20  # the LM head (and each block's last product) are not recomputed
+    assert c["step_increase"] < c["naive_step_increase"]
+    assert 0.2 < c["logits_share"] < 0.35
+    plain, ck = exact_flops(cfg, 1, 1024), exact_flops(cfg, 1, 1024, checkpointing=True)
+    assert c["step_increase"] == pytest.approx(ck.hardware / plain.hardware - 1)
+    assert c["recompute_over_forward"] * plain.forward_total == pytest.approx(ck.recompute_total - plain.recompute_total)
+
+
+def test_rung_texts_follow_the_arithmetic():
+    why = ladder.rung("vocab64").why
+    assert "does not fill whole tiles" in why and "16 bytes" in why and "50,257" in why
+    assert "third more forward" not in ladder.rung("checkpoint").why
+    assert "step" in ladder.rung("checkpoint").why
+
+
+def test_a_rung_is_adopted_only_above_two_percent():
+    from perflab.tune import runner
+
+    assert runner.ADOPT_MIN_GAIN == 0.02
+    assert "2 %" in ladder.__doc__
