@@ -58,6 +58,10 @@ _SDPA_BWD = _attention_ops([
     "_efficient_attention_backward",
 ])
 
+# grouped products (mixture-of-experts layers run every expert's tokens in one call); torch's own
+# counter has no formula for them, so an MoE's experts would count 0
+_GROUPED = _attention_ops(["_grouped_mm"])
+
 _IGNORED = {
     "detach", "view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
     "slice", "select", "split", "split_with_sizes", "chunk", "unbind", "as_strided", "alias", "clone", "copy_",
@@ -105,6 +109,24 @@ def _sdpa_backward_flops(func, args) -> tuple[int, int]:
     backward = 2 * bh * sq * sk * dv * 2 + 2 * bh * sq * sk * dq * 2
     recompute = 2 * bh * sq * sk * dq
     return backward, recompute
+
+
+def _grouped_mm_flops(args, kwargs) -> int:
+    """FLOPs of `torch._grouped_mm(a, b, offs)`: each group's product, 2·m·k·n, summed. With `offs`
+    (cumulative group ends along the ragged dimension), only the rows up to offs[-1] are computed:
+    2-D·3-D [rows, k]·[g, k, n] → 2·rows·k·n; 3-D·2-D [g, m, k]·[k, cols] → 2·m·k·cols;
+    2-D·2-D [m, rows]·[rows, n] (a weight gradient per group) → 2·m·rows·n; 3-D·3-D → 2·g·m·k·n."""
+    a, b = args[0], args[1]
+    offs = args[2] if len(args) > 2 else kwargs.get("offs")
+    ragged = int(offs[-1]) if isinstance(offs, torch.Tensor) and offs.numel() else None
+    if a.dim() == 3 and b.dim() == 3:
+        g, m, k = a.shape
+        return 2 * g * m * k * b.shape[-1]
+    if a.dim() == 2 and b.dim() == 3:
+        return 2 * (ragged if ragged is not None else a.shape[0]) * a.shape[1] * b.shape[-1]
+    if a.dim() == 3 and b.dim() == 2:
+        return 2 * a.shape[1] * a.shape[2] * (ragged if ragged is not None else b.shape[1])
+    return 2 * a.shape[0] * (ragged if ragged is not None else a.shape[1]) * b.shape[1]
 
 
 def _other_flops(func, args, out) -> int:
@@ -318,6 +340,7 @@ class _CountingMode(TorchDispatchMode):
         self.registry = {k: v for k, v in flop_registry.items() if isinstance(k, torch._ops.OpOverloadPacket)}
         self.fwd = set(_SDPA_FWD)
         self.bwd = set(_SDPA_BWD)
+        self.grouped = set(_GROUPED)
         self.mod_counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(PHASES, 0))
 
     def _book(self, phase: str, n: int, op: str, owners: list[str], dtype: str = "fp32") -> None:
@@ -338,7 +361,7 @@ class _CountingMode(TorchDispatchMode):
         in_backward = torch._C._current_graph_task_id() != -1
         phase = "forward" if not in_backward else ("recompute" if torch.is_grad_enabled() else "backward")
         op = packet.__name__
-        counted = packet in self.fwd or packet in self.bwd or packet in self.registry
+        counted = packet in self.fwd or packet in self.bwd or packet in self.registry or packet in self.grouped
         if not counted:
             try:
                 self.res.other += _other_flops(func, args, out)
@@ -347,7 +370,9 @@ class _CountingMode(TorchDispatchMode):
             return out
         owners = _with_ancestors(self.tracker.owner(phase))
         dt = _operand_dtype(args)
-        if (packet in self.fwd or packet in self.bwd) and args[1].dim() != 4:
+        if packet in self.grouped:
+            self._book(phase, _grouped_mm_flops(args, kwargs), op, owners, dt)
+        elif (packet in self.fwd or packet in self.bwd) and args[1].dim() != 4:
             # variable-length (packed) attention: torch's own formula knows the layout
             if packet in self.registry:
                 self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op, owners, dt)
