@@ -126,8 +126,8 @@ def parse_overrides(items: Iterable[str] | None) -> dict[str, Any]:
 
 
 def _transformers():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never a download: a config is built here, never fetched
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # never a download: a config is built here, never fetched
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from perflab.core.extras import need
 
