@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from clirun import perflab
 
 pytest.importorskip("transformers")
@@ -52,3 +51,18 @@ def test_the_real_entry_point_never_reaches_the_network():
                 fresh=True, env={"HF_HUB_OFFLINE": "", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["flops_per_step"] > 0
+
+
+def test_the_readme_factory_example_meets_the_contract(tmp_path, monkeypatch):
+    """The README's example, copied as a learner would, loads and passes the contract's checks."""
+    import re
+
+    from perflab.audit import from_factory
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"<!-- audit-factory-example -->\n```python\n(.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 20
+    (tmp_path / "mystep.py").write_text(code.replace("n_layer=2, n_embd=128, n_head=4",
+                                                     "n_layer=1, n_embd=16, n_head=2, vocab_size=64"))
+    t = from_factory(f"{tmp_path}/mystep.py:build")
+    assert t.tokens_per_batch == 1024 and t.loss_fn is not None and t.optimizer is not None
