@@ -24,8 +24,6 @@ import torch
 
 from perflab.audit.target import Target, to_device
 
-TARGETS = {"bf16": ("compute",), "adamw": ("optimizer",), "vocab64": ("compute",), "sdpa": ("compute",),
-           "compile": ("launch", "compute"), "batch": ("launch",), "loader": ("data_wait",)}
 TRIABLE = ("bf16", "adamw", "sdpa", "compile", "loader")
 NOISE = 0.02
 
@@ -81,11 +79,12 @@ def applicable(target: Target, opt: torch.optim.Optimizer, device: torch.device,
 def ranked(items: list[Applicable], breakdown: dict[str, float]) -> list[dict[str, Any]]:
     """Recommendations ordered by the seconds of the waterfall parts each rung acts on (largest first)."""
     from perflab.tune.ladder import rung
+    from perflab.tune.levers import ACTS_ON, can_save
 
     rows = []
     for a in items:
-        parts = TARGETS.get(a.rung, ("compute",))
-        can = sum(breakdown.get(p, 0.0) for p in parts)
+        parts = ACTS_ON.get(a.rung, ("compute",))
+        can = can_save(a.rung, breakdown)
         r = rung(a.rung)
         why = (f"{a.reason}; acts on {' + '.join(p.replace('_', ' ') for p in parts)}, "
                f"{can * 1e3:.3g} ms of the step by the waterfall; {r.why} (lesson {r.lesson})")
