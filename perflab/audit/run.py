@@ -65,6 +65,7 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
     hardware_flops_per_step: int = 0
     ceilings: dict[str, float] = field(default_factory=dict)  # 'flops' (FLOP/s), 'bytes' (B/s)
+    breaks_read: bool = True  # False: the graph-break report was skipped (graph_breaks is then empty, not "none")
 
     def summary(self) -> str:
         from perflab.audit.text import summary
@@ -336,7 +337,8 @@ def run_audit(target: Target, *, device: str | torch.device | None = None, steps
     assert tuple(out) == JSON_FIELDS
     return AuditReport(out, target.name, f"{info.kind}: {info.name}", samples / step_s if samples else None, tokens,
                        gap, mem_notes, meter.reason if joules is None else f"energy by {meter.source}", notes,
-                       int(hw_flops), {"flops": ceil_flops, "bytes": bw or 0.0})
+                       int(hw_flops), {"flops": ceil_flops, "bytes": bw or 0.0}, explain_breaks and not any(
+                           n.startswith("graph breaks not read") for n in notes))
 
 
 def _bandwidth(dev: torch.device) -> float | None:

@@ -58,7 +58,10 @@ def summary(rep: AuditReport) -> str:
     for n in rep.memory_notes:
         out.append(f"         {n}")
     gb = j["graph_breaks"]
-    out.append(f"compiler {len(gb)} graph break site(s)")
+    if not rep.breaks_read:
+        out.append("compiler graph breaks not read (skipped, or dynamo could not trace the loss)")
+    else:
+        out.append(f"compiler {len(gb)} graph break site(s)")
     for b in gb:
         out.append(f"         {b['where']}: {b['reason']}")
     e = j["energy_j_per_step"]

@@ -80,7 +80,8 @@ def render(rep) -> str:
                  + "".join(f"<p class='note'>{_e(n)}</p>" for n in rep.memory_notes) + "</section>")
     parts.append("<section><h2>Graph breaks</h2>" + (_table(["where", "reason"], [[b["where"], b["reason"]]
                                                                                for b in j["graph_breaks"]])
-                                                      if j["graph_breaks"] else "<p>none</p>") + "</section>")
+                                                      if j["graph_breaks"] else ("<p>none</p>" if rep.breaks_read
+                                                                                 else "<p>not read</p>")) + "</section>")
     e = j["energy_j_per_step"]
     parts.append("<section><h2>Energy</h2><p>" + (_e(rep.energy_note) if e is None else f"{num(e)} J per step "
                                                   f"({_e(rep.energy_note)})") + "</p></section>")
