@@ -46,9 +46,11 @@ def summary(rep: AuditReport) -> str:
                                        for k, v in sorted(bd.items(), key=lambda kv: -kv[1])))
     out.append(f"         largest share: {LABELS[largest_lever(j)]}")
     if j["top_ops"]:
-        out.append("top ops  name, calls, self time, achieved FLOP/s, bytes/s, bound")
+        out.append("top ops  name, calls, self time, achieved FLOP/s, bytes/s (tensor inputs + outputs), bound "
+                   "(against the measured ceiling and copy bandwidth; –: not seen by the counting pass)")
         for r in j["top_ops"]:
-            fl = "–" if r["flops_per_s"] is None else f"{num(r['flops_per_s'] / 1e9)} GFLOP/s"
+            fl = "–" if r["flops_per_s"] is None else (f"{num(r['flops_per_s'] / 1e9)} GFLOP/s" if r["flops"]
+                                                        else "no matmul FLOPs")
             by = "–" if r["bytes_per_s"] is None else f"{num(r['bytes_per_s'] / 1e9)} GB/s"
             out.append(f"         {r['name']}, {r['count']}, {seconds(r['self_s'])}, {fl}, {by}, {r['bound'] or '–'}")
     m = j["memory_bytes"]
