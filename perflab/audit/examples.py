@@ -25,7 +25,7 @@ class SlowTokens(torch.utils.data.Dataset):
         return x[:-1], x[1:]
 
 
-def slow_data_step(smoke: bool = False, io_s: float = 0.02) -> dict:
+def slow_data_step(smoke: bool = False, io_s: float = 0.05) -> dict:
     """A factory's return value: perflab's tiny GPT (lesson 02's preset) and a DataLoader that reads in
     the training loop (num_workers=0) from a slow dataset."""
     from perflab.workload.models import build_model, preset
