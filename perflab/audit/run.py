@@ -1,6 +1,7 @@
 """`run_audit(target)`: the learner's training step measured by every lesson's instrument.
 
-    >>> from perflab.audit import from_hf_config, run_audit
+    >>> from perflab.audit.target import from_hf_config
+    >>> from perflab.audit.run import run_audit
     >>> rep = run_audit(from_hf_config("gpt2", {"n_layer": 2, "n_embd": 64, "n_head": 2}, batch=2, seq=32))
     >>> rep.json["mfu"], rep.json["mfu_basis"], rep.json["breakdown_s"]
     >>> print(rep.summary())
@@ -45,9 +46,7 @@ JSON_FIELDS = ("step_s", "step_s_spread", "tokens_per_s", "flops_per_step", "flo
                "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "breakdown_s", "top_ops",
                "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations")
 BREAKDOWN = ("data_wait", "host_sync", "launch", "optimizer", "compute")
-CONVENTION = ("matmul-class FLOPs (2 per multiply-add), forward + backward, attention included and counted dense: the "
-              "causal mask's skipped upper triangle is counted as computed (the convention of 6N + 12·L·H·Q·T and of "
-              "fused attention kernels' FLOP counts); hardware FLOPs add recomputation")
+
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from perflab.core.readout import nbytes, num, percent, seconds
 
-if TYPE_CHECKING:  # pragma: no cover
-    from perflab.audit.run import AuditReport
+CONVENTION = ("matmul-class FLOPs (2 per multiply-add), forward + backward, attention included and counted dense: the "
+              "causal mask's skipped upper triangle is counted as computed (the convention of 6N + 12·L·H·Q·T and of "
+              "fused attention kernels' FLOP counts); hardware FLOPs add recomputation")
 
 LABELS = {"data_wait": "data wait", "host_sync": "host sync", "launch": "launch overhead", "optimizer": "optimizer",
           "compute": "compute"}
@@ -19,9 +20,8 @@ def largest_lever(json: dict) -> str:
     return max(bd, key=lambda k: bd[k])
 
 
-def summary(rep: AuditReport) -> str:
-    from perflab.audit.run import CONVENTION
-
+def summary(rep: Any) -> str:
+    """The terminal summary of a `perflab.audit.run.AuditReport`."""
     j = rep.json
     out = [f"audit of {rep.name} on {rep.device}"]
     out.append(f"time     step {seconds(j['step_s'])} (median; spread IQR/median {percent(j['step_s_spread'], 2)})"

@@ -34,8 +34,7 @@ def register(sub) -> None:
 
 
 def build_target(args):
-    from perflab.audit import from_factory, from_hf_config
-    from perflab.audit.target import parse_overrides
+    from perflab.audit.target import from_factory, from_hf_config, parse_overrides
     from perflab.core.errors import InputError
 
     if bool(args.target) == bool(args.hf_config):
@@ -50,7 +49,7 @@ def build_target(args):
 def run(args) -> int:
     import contextlib
 
-    from perflab.audit import run_audit
+    from perflab.audit.run import run_audit
 
     def progress(msg: str) -> None:
         if not args.json:

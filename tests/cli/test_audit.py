@@ -13,7 +13,7 @@ SMALL = ["--hf-set", "n_layer=1", "n_embd=16", "n_head=2", "vocab_size=64", "n_p
 
 
 def test_json_and_html_of_a_hugging_face_config(tmp_path):
-    from perflab.audit import JSON_FIELDS
+    from perflab.audit.run import JSON_FIELDS
 
     page = tmp_path / "audit.html"
     r = perflab("audit", "--hf-config", "gpt2", *SMALL, "--seq", "8", "--steps", "2", "--no-breaks", "--json",
@@ -57,7 +57,7 @@ def test_the_readme_factory_example_meets_the_contract(tmp_path, monkeypatch):
     """The README's example, copied as a learner would, loads and passes the contract's checks."""
     import re
 
-    from perflab.audit import from_factory
+    from perflab.audit.target import from_factory
 
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     code = re.search(r"<!-- audit-factory-example -->\n```python\n(.*?)```", text, re.S).group(1)

@@ -6,7 +6,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from perflab.audit import JSON_FIELDS, from_hf_config, run_audit, target_from  # noqa: E402
+from perflab.audit.run import JSON_FIELDS, run_audit  # noqa: E402
+from perflab.audit.target import from_hf_config, target_from  # noqa: E402
 
 from . import factories as F  # noqa: E402
 

@@ -4,7 +4,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from perflab.audit import AuditInputError, from_factory, from_hf_config, run_audit  # noqa: E402
+from perflab.audit.run import run_audit  # noqa: E402
+from perflab.audit.target import AuditInputError, from_factory, from_hf_config  # noqa: E402
 from perflab.core.errors import InputError  # noqa: E402
 
 HERE = __file__.rsplit("/", 1)[0]
