@@ -150,7 +150,8 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
             elif name == "adamw":
                 kw = {"fused": True} if fused_adamw_available(device) else {"foreach": True}
             elif name == "sdpa":
-                before = model.config._attn_implementation
+                mcfg: Any = getattr(model, "config", None)
+                before = str(mcfg._attn_implementation)
                 _set_attn(model, "sdpa")
                 restore = lambda before=before: _set_attn(model, before)  # noqa: E731
             elif name == "compile":

@@ -261,7 +261,7 @@ def run_audit(target: Target, *, device: str | torch.device | None = None, steps
     if six_n is not None:
         attn = sum(v for k, v in fc.by_op.items() if "attention" in k and "recomputed" not in k)
         bmm = sum(v for k, v in fc.by_op.items() if k in ("bmm", "baddbmm"))
-        emb = -6 * _embedding_only_params(model) * tokens
+        emb = -6 * _embedding_only_params(model) * (tokens or 0)
         gap.append(("attention (scores and values products, not in 6N)", attn + bmm))
         gap.append(("embedding tables (in N, but a lookup does no multiply-add)", emb))
         if params_active != params_total:

@@ -74,13 +74,10 @@ def from_factory(spec: str) -> Target:
 
 def target_from(built: Any, name: str = "factory", user_file: str | None = None) -> Target:
     """A `Target` from what a factory returned (a dict or an object with the contract's fields)."""
-    if isinstance(built, Mapping):
-        get = built.get
-        unknown = sorted(set(map(str, built)) - set(FIELDS))
-    else:
-        def get(k, default=None):
-            return getattr(built, k, default)
-        unknown = []
+    def get(k: str) -> Any:
+        return built.get(k) if isinstance(built, Mapping) else getattr(built, k, None)
+
+    unknown = sorted(set(map(str, built)) - set(FIELDS)) if isinstance(built, Mapping) else []
     model, batches = get("model"), get("batches")
     if model is None or batches is None:
         got = f"a dict with keys {sorted(map(str, built))}" if isinstance(built, Mapping) else f"a {type(built).__name__}"
@@ -100,7 +97,7 @@ def target_from(built: Any, name: str = "factory", user_file: str | None = None)
                               "torch.optim.Optimizer over the model's parameters")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise AuditInputError(f"the factory {name} returned tokens_per_batch={tokens!r}: expected a whole number ≥ 1")
-    t = Target(name, model, batches, loss_fn, opt, tokens, user_file, getattr(model, "config", None))
+    t = Target(name, model, batches, loss_fn, opt, tokens, user_file, getattr(model, "config", None))  # pyright: ignore[reportArgumentType]  # checked callable above
     if unknown:
         t.notes.append(f"ignored factory keys: {', '.join(unknown)}")
     return t
