@@ -171,13 +171,23 @@ def _user_code(what: str, user_file: str | None, point: list[str], samples: int 
 def run_audit(target: Target, *, device: str | torch.device | None = None, steps: int = 5, warmup: int = 1,
               try_rungs: bool = False, explain_breaks: bool = True,
               progress: Callable[[str], None] | None = None) -> AuditReport:
-    """Audit one training step (module docstring). Bad input raises `AuditInputError` with one line."""
-    from perflab.core.device import describe, pick_device
+    """Audit one training step (module docstring). Bad input raises `AuditInputError` with one line.
+    The measurements hold the device's lock (`perflab.core.lock`): other learners' measurements wait."""
+    from perflab.core.device import pick_device
+    from perflab.core.lock import device_lock
     from perflab.core.validate import positive_int
 
     steps = positive_int("steps", steps)
-    say = progress or (lambda _m: None)
     dev = pick_device(str(device)) if device is not None else pick_device()
+    with device_lock(dev, label=f"perflab audit of {target.name}"):
+        return _audit(target, dev, steps, warmup, try_rungs, explain_breaks, progress)
+
+
+def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs: bool, explain_breaks: bool,
+           progress: Callable[[str], None] | None) -> AuditReport:
+    from perflab.core.device import describe
+
+    say = progress or (lambda _m: None)
     info = describe(dev)
     point = ["moving the model to the device"]
     model = target.model
