@@ -13,6 +13,7 @@ parity holds and the step is faster by more than 2 % (less is timing noise).
 from __future__ import annotations
 
 import copy
+import inspect
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -130,7 +131,8 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
 
     def fresh_opt(**kw):
         model.load_state_dict(init_state)
-        defaults = {k: v for k, v in opt.defaults.items() if k not in ("fused", "foreach", "differentiable")}
+        takes = inspect.signature(type(opt).__init__).parameters  # defaults may hold keys the constructor refuses
+        defaults = {k: v for k, v in opt.defaults.items() if k in takes and k not in ("fused", "foreach", "differentiable")}
         return type(opt)(model.parameters(), **defaults, **kw)
 
     say = progress or (lambda _m: None)

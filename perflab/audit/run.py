@@ -11,7 +11,8 @@ steps, each from `next()` on the batches to the optimizer's update (data wait in
 perflab's FLOP counter (`perflab.flops.counter`: matmul-class FLOPs per phase and per dtype, attention
 counted dense, as if the causal mask's upper triangle were computed, which is what the fused kernels
 and every published MFU convention count); one step under torch.profiler read as lesson 09 reads a trace
-(`perflab.tune.waterfall.breakdown_of_trace`); one step for memory (lesson 03); dynamo's explain of the
+(`perflab.tune.waterfall.breakdown_of_trace`), except the data wait, timed around `next()` in the
+timed steps as lesson 07 times it; one step for memory (lesson 03); dynamo's explain of the
 loss (lesson 10); the energy meter around the timed steps. It uses other topics' formulas and
 measurements, never their widgets.
 """
@@ -242,12 +243,15 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     say(f"timing {steps} steps")
     point[0] = "the timed steps"
     meter = EnergyMeter(dev)
-    times = []
+    times: list[float] = []
+    waits: list[float] = []
     with _user_code(f"a timed step of {target.name}", target.user_file, point, samples):
         meter.start()
         for _ in range(steps):
             t0 = time.perf_counter()
-            step(fetch())
+            b = fetch()
+            waits.append(time.perf_counter() - t0)  # lesson 07: the loop's wait, timed around next()
+            step(b)
             _sync(dev)
             times.append(time.perf_counter() - t0)
         joules = meter.stop()
@@ -289,9 +293,15 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     point[0] = "the profiled step"
     with _user_code(f"a profiled step of {target.name}", target.user_file, point, samples):
         raw = profile_steps(lambda: step(fetch()), dev, steps=1)
-    bd = breakdown_of_trace(raw, step_s)
-    breakdown = {"data_wait": bd["data_wait"], "host_sync": bd["host_sync"], "launch": bd["launch_overhead"],
-                 "optimizer": bd["optimizer"], "compute": bd["compute"]}
+    # data wait as lesson 07 times it (around next() in the timed steps: the profiler's overhead on small
+    # ops would shrink its share); the rest of the step split by the profiled step's shares of the rest
+    data_s = min(statistics.median(waits), step_s)
+    bd = breakdown_of_trace(raw)
+    rest = {"host_sync": bd["host_sync"], "launch": bd["launch_overhead"], "optimizer": bd["optimizer"],
+            "compute": bd["compute"]}
+    total = sum(rest.values())
+    breakdown = {"data_wait": data_s, **{k: (v / total if total else (1.0 if k == "compute" else 0.0)) * (step_s - data_s)
+                                          for k, v in rest.items()}}
 
     # 5. utilization, per dtype
     from perflab.audit.peaks import utilization

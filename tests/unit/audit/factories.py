@@ -90,3 +90,21 @@ def out_of_memory():
     def loss(m, b):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
     return {"model": nn.Linear(16, 4), "batches": [torch.randn(2, 16)], "loss_fn": loss}
+
+
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 64)
+        self.b = nn.Linear(64, 4)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.b(checkpoint(lambda t: self.a(t).relu(), x, use_reentrant=False))
+
+
+def checkpointed():
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, requires_grad=True)  # so the checkpointed product's input gradient runs too
+    return {"model": Checkpointed(), "batches": [(x, torch.randint(0, 4, (8,))) for _ in range(8)]}
