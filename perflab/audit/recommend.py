@@ -163,7 +163,7 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
             o = fresh_opt(**kw)
             lf = loss_fn if m_model is model else (lambda _m, b, mm=m_model: loss_fn(mm, b))
             losses, s = _timed_losses(m_model, o, batches, lf, device, autocast_dtype, fetch,
-                                      warmup=2 if name == "compile" else 1)
+                                      warmup=3 if name == "compile" else 1)
             ref_losses, ref_s = base_losses, base_s
             if name == "loader":  # against the same step reading its data in the loop, as the learner's does
                 ref_losses, ref_s = _timed_losses(model, fresh_opt(), batches, loss_fn, device,

@@ -338,7 +338,7 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     if try_rungs and recs:
         say("trying the rungs")
         point[0] = "--try"
-        batches = [src.next() for _ in range(4)]
+        batches = [src.next() for _ in range(6)]
         with _user_code(f"a tried step of {target.name}", target.user_file, point, samples):
             recommend.try_rungs(recs, target, init_state, opt, loss_fn, batches, dev, progress=say)
     for r in recs:
