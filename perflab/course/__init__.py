@@ -8,6 +8,7 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `nbclean`: strip outputs and execution counts (what git holds)
 - `report`: `perflab report`, this machine measured the way the lessons measure it, and two reports compared
 - `report_html`: a report as one standalone HTML page, its figures embedded
+- `audit_html`: `perflab audit --html`, an audit as one such page, with its waterfall and roofline figures
 - `gradebook`: `perflab grade`, a class's lab notebooks run in fresh kernels, one gradebook
 - `release`: `perflab release`, the course for learners: no solutions, no outputs
 - `predict`: the learner's prediction written down before a measurement, compared and summarised
@@ -16,6 +17,6 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "gradebook", "release", "predict",
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "audit_html", "gradebook", "release", "predict",
            "gpu_figures")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

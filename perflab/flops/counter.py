@@ -58,6 +58,10 @@ _SDPA_BWD = _attention_ops([
     "_efficient_attention_backward",
 ])
 
+# grouped products (mixture-of-experts layers run every expert's tokens in one call); torch's own
+# counter has no formula for them, so an MoE's experts would count 0
+_GROUPED = _attention_ops(["_grouped_mm"])
+
 _IGNORED = {
     "detach", "view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
     "slice", "select", "split", "split_with_sizes", "chunk", "unbind", "as_strided", "alias", "clone", "copy_",
@@ -107,6 +111,24 @@ def _sdpa_backward_flops(func, args) -> tuple[int, int]:
     return backward, recompute
 
 
+def _grouped_mm_flops(args, kwargs) -> int:
+    """FLOPs of `torch._grouped_mm(a, b, offs)`: each group's product, 2·m·k·n, summed. With `offs`
+    (cumulative group ends along the ragged dimension), only the rows up to offs[-1] are computed:
+    2-D·3-D [rows, k]·[g, k, n] → 2·rows·k·n; 3-D·2-D [g, m, k]·[k, cols] → 2·m·k·cols;
+    2-D·2-D [m, rows]·[rows, n] (a weight gradient per group) → 2·m·rows·n; 3-D·3-D → 2·g·m·k·n."""
+    a, b = args[0], args[1]
+    offs = args[2] if len(args) > 2 else kwargs.get("offs")
+    ragged = int(offs[-1]) if isinstance(offs, torch.Tensor) and offs.numel() else None
+    if a.dim() == 3 and b.dim() == 3:
+        g, m, k = a.shape
+        return 2 * g * m * k * b.shape[-1]
+    if a.dim() == 2 and b.dim() == 3:
+        return 2 * (ragged if ragged is not None else a.shape[0]) * a.shape[1] * b.shape[-1]
+    if a.dim() == 3 and b.dim() == 2:
+        return 2 * a.shape[1] * a.shape[2] * (ragged if ragged is not None else b.shape[1])
+    return 2 * a.shape[0] * (ragged if ragged is not None else a.shape[1]) * b.shape[1]
+
+
 def _other_flops(func, args, out) -> int:
     """Rough FLOPs of a non-matmul op: one per element written (pointwise) or read (reductions)."""
     name = func._overloadpacket.__name__
@@ -138,6 +160,9 @@ class FlopCount:
     by_phase: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     by_op: dict[str, int] = field(default_factory=dict)
     by_module: dict[str, dict[str, int]] = field(default_factory=dict)  # module → phase → FLOPs (inclusive)
+    # dtype the product ran in ('fp32', 'bf16', 'fp16', 'fp8', 'fp64'; 'tf32' for fp32 on CUDA with TF32
+    # matmuls allowed) → phase → FLOPs: what a peak per dtype divides
+    by_dtype: dict[str, dict[str, int]] = field(default_factory=dict)
     other: int = 0  # estimated softmax / norm / elementwise FLOPs, not in `total`
     result: Any = None  # what the function returned
 
@@ -150,6 +175,14 @@ class FlopCount:
     def hardware(self) -> int:
         """Everything that ran, recomputation included: the hardware FLOPs HFU counts."""
         return self.total
+
+    def model_by_dtype(self) -> dict[str, int]:
+        """Model FLOPs (forward + backward) per dtype the products ran in."""
+        return {d: p["forward"] + p["backward"] for d, p in self.by_dtype.items()}
+
+    def hardware_by_dtype(self) -> dict[str, int]:
+        """Hardware FLOPs (recompute included) per dtype the products ran in."""
+        return {d: sum(p.values()) for d, p in self.by_dtype.items()}
 
     def table(self, depth: int | None = 2, root: bool = True):
         """Per-module DataFrame (inclusive counts: a block includes its layers), to `depth` levels.
@@ -177,7 +210,7 @@ class FlopCount:
 
     def as_dict(self) -> dict[str, Any]:
         return {"total": self.total, "model": self.model, "hardware": self.hardware, "by_phase": dict(self.by_phase),
-                "by_op": dict(self.by_op), "other_estimate": self.other}
+                "by_op": dict(self.by_op), "by_dtype": self.hardware_by_dtype(), "other_estimate": self.other}
 
     def __str__(self) -> str:
         p = self.by_phase
@@ -307,12 +340,15 @@ class _CountingMode(TorchDispatchMode):
         self.registry = {k: v for k, v in flop_registry.items() if isinstance(k, torch._ops.OpOverloadPacket)}
         self.fwd = set(_SDPA_FWD)
         self.bwd = set(_SDPA_BWD)
+        self.grouped = set(_GROUPED)
         self.mod_counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(PHASES, 0))
 
-    def _book(self, phase: str, n: int, op: str, owners: list[str]) -> None:
+    def _book(self, phase: str, n: int, op: str, owners: list[str], dtype: str = "fp32") -> None:
         if not n:
             return
         self.res.total += n
+        per = self.res.by_dtype.setdefault(dtype, dict.fromkeys(PHASES, 0))
+        per[phase] += n
         self.res.by_phase[phase] += n
         self.res.by_op[op] = self.res.by_op.get(op, 0) + n
         for name in owners:
@@ -325,7 +361,7 @@ class _CountingMode(TorchDispatchMode):
         in_backward = torch._C._current_graph_task_id() != -1
         phase = "forward" if not in_backward else ("recompute" if torch.is_grad_enabled() else "backward")
         op = packet.__name__
-        counted = packet in self.fwd or packet in self.bwd or packet in self.registry
+        counted = packet in self.fwd or packet in self.bwd or packet in self.registry or packet in self.grouped
         if not counted:
             try:
                 self.res.other += _other_flops(func, args, out)
@@ -333,19 +369,40 @@ class _CountingMode(TorchDispatchMode):
                 pass
             return out
         owners = _with_ancestors(self.tracker.owner(phase))
-        if (packet in self.fwd or packet in self.bwd) and args[1].dim() != 4:
+        dt = _operand_dtype(args)
+        if packet in self.grouped:
+            self._book(phase, _grouped_mm_flops(args, kwargs), op, owners, dt)
+        elif (packet in self.fwd or packet in self.bwd) and args[1].dim() != 4:
             # variable-length (packed) attention: torch's own formula knows the layout
             if packet in self.registry:
-                self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op, owners)
+                self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op, owners, dt)
         elif packet in self.fwd:
-            self._book(phase, _sdpa_forward_flops(func, args), op, owners)
+            self._book(phase, _sdpa_forward_flops(func, args), op, owners, dt)
         elif packet in self.bwd:
             n, r = _sdpa_backward_flops(func, args)
-            self._book(phase, n, op, owners)
-            self._book("recompute", r, op + " (scores recomputed)", owners)
+            self._book(phase, n, op, owners, dt)
+            self._book("recompute", r, op + " (scores recomputed)", owners, dt)
         else:
-            self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op, owners)
+            self._book(phase, int(self.registry[packet](*args, **kwargs, out_val=out)), op, owners, dt)
         return out
+
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+
+
+def _operand_dtype(args) -> str:
+    """The dtype a product ran in: that of its first floating-point operand of two or more dimensions
+    (addmm's 1-D bias is passed over; autocast gives a product's operands one dtype). fp32 on CUDA with
+    TF32 matmuls allowed counts as 'tf32', any float8 as 'fp8'."""
+    t = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 2), None)
+    if t is None:
+        return "fp32"
+    if "float8" in str(t.dtype):
+        return "fp8"
+    name = _DTYPE_NAMES.get(t.dtype, str(t.dtype).replace("torch.", ""))
+    if name == "fp32" and t.is_cuda and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return name
 
 
 def count_flops(fn: Callable[..., Any], *args, **kwargs) -> FlopCount:

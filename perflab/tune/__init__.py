@@ -10,7 +10,8 @@
   row alignment; full checkpointing: the recomputed share of a step's FLOPs)
 - `published`: published figures (nanoGPT, llm.c) with their sources (`data/published_tune.json`)
 - `plots`: lesson 11's figures (the waterfall)
-- `lab11`: the lab's checks (a rung plan that must beat the baseline with parity kept)
+- `levers`: which part of a step's time (the waterfall's parts) each rung acts on, and so the most it can save
+- `lab11`: the lab's checks (a rung plan that must beat the baseline with parity kept; an audit's largest lever)
 
 Uses other topics' formulas, never their figures, widgets or lab checks: perflab.flops (exact
 FLOPs of a step, the measured matmul ceiling), perflab.memory (lesson 03's step-memory estimator
@@ -21,5 +22,5 @@ perflab.profiling (lesson 09's trace diagnosis).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("ladder", "runner", "rungmath", "waterfall", "published", "plots", "lab11")
+MODULES = ("ladder", "runner", "rungmath", "waterfall", "published", "plots", "levers", "lab11")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

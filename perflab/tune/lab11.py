@@ -114,3 +114,53 @@ def check_result(plan: Sequence[str] | None, result, *, target: float, budget: i
     return _passed(name, f"{sp:.2f}× the baseline (target {target:g}×), parity kept on every rung, peak "
                          f"{final['peak_bytes'] / 2**20:.1f} MiB" + (f" of {budget / 2**20:.1f} MiB" if budget else "")
                    + "." + table)
+
+
+# ---------------------------------------------------------------- reading an audit (perflab audit)
+
+
+def largest_lever(audit: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """(part, rungs) of an audit's largest lever: of the parts of the step's time that the rungs it
+    recommends act on (`perflab.tune.levers`), the one holding the most seconds, and the recommended
+    rungs that act on it (any of them is the answer)."""
+    from perflab.tune.levers import ACTS_ON
+
+    bd = dict(audit["breakdown_s"])
+    recs = [r["rung"] for r in audit["recommendations"]]
+    parts = {p for r in recs for p in ACTS_ON.get(r, ())}
+    if not parts:
+        raise LabCheckError("the audit recommends no rung: audit another step")
+    part = max(parts, key=lambda p: bd.get(p, 0.0))
+    return part, [r for r in recs if part in ACTS_ON.get(r, ())]
+
+
+def check_largest_lever(answer: str | None, audit: Mapping[str, Any]) -> bool:
+    """The rung the learner names is the audit's largest lever (see `largest_lever`)."""
+    from perflab.tune.levers import ACTS_ON, PARTS
+
+    name = "the audit's largest lever"
+    if answer is None:
+        record(name, False)
+        print(f"… {name}: not done yet — name the rung in the cell above and run it again.")
+        return False
+    if not isinstance(answer, str):
+        raise LabCheckError(f"{name}: write the rung's name as a string, such as 'adamw' (got {type(answer).__name__})")
+    key = answer.strip().lower()
+    bd = dict(audit["breakdown_s"])
+    recs = [r["rung"] for r in audit["recommendations"]]
+    part, rungs = largest_lever(audit)
+    ms = ", ".join(f"{p} {bd.get(p, 0.0) * 1e3:.3g} ms" for p in PARTS)
+    if key in PARTS:
+        raise LabCheckError(f"{name}: {key!r} is a part of the step's time, not a lever: name the rung the audit "
+                            "recommends that acts on the largest part (its 'why' says which part each acts on)")
+    if key not in ACTS_ON:
+        raise LabCheckError(f"{name}: {answer!r} is not a rung the audit could recommend: choose from {', '.join(recs)}")
+    if key not in recs:
+        raise LabCheckError(f"{name}: the audit does not recommend {key!r} for this step (it does not apply here): "
+                            f"choose among {', '.join(recs)}")
+    if key not in rungs:
+        acts = " + ".join(p.replace("_", " ") for p in ACTS_ON[key])
+        raise LabCheckError(f"{name}: {key!r} acts on {acts}, not the largest part a recommended rung can act on. "
+                            f"Look at breakdown_s ({ms}): which part holds the most time?")
+    return _passed(name, f"{key!r} acts on {part.replace('_', ' ')}, {bd[part] * 1e3:.3g} ms of a "
+                         f"{audit['step_s'] * 1e3:.3g} ms step: the most any recommended rung can save")

@@ -1,0 +1,68 @@
+"""`perflab audit TARGET`: your own training step, measured by every lesson's instrument."""
+
+from __future__ import annotations
+
+import sys
+
+from perflab.commands._args import emit, positive_int
+
+
+def register(sub) -> None:
+    p = sub.add_parser("audit", help="audit your own training step: time, FLOPs, honest MFU/HFU, where the time goes, "
+                                     "memory, graph breaks, energy, what to try")
+    p.add_argument("target", nargs="?", metavar="TARGET",
+                   help="path/to/file.py:FACTORY or module:FACTORY; FACTORY() returns {'model', 'batches'} and "
+                        "optionally 'loss_fn', 'optimizer', 'tokens_per_batch' (see the README)")
+    p.add_argument("--hf-config", metavar="TYPE_OR_PATH",
+                   help="a Hugging Face model from its config instead: a model type (gpt2, llama, mixtral) or a local "
+                        "config.json; random weights, no download")
+    p.add_argument("--hf-set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides for --hf-config, e.g. n_layer=4 n_embd=256")
+    p.add_argument("--batch", type=positive_int, default=2, help="sequences per batch with --hf-config (default 2)")
+    p.add_argument("--seq", type=positive_int, default=64, help="tokens per sequence with --hf-config (default 64)")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps (default 5)")
+    p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: the best available)")
+    p.add_argument("--try", dest="try_rungs", action="store_true",
+                   help="measure each recommended rung on your step, with loss parity")
+    p.add_argument("--no-breaks", action="store_true", help="skip the graph-break report (dynamo's trace)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: {step_s, step_s_spread, tokens_per_s, flops_per_step, flops_by_dtype, "
+                        "flops_6n_per_step, params_total, params_active, peak_tflops, mfu, hfu, mfu_basis, breakdown_s, "
+                        "top_ops, memory_bytes, graph_breaks, energy_j_per_step, recommendations}")
+    p.add_argument("--html", metavar="FILE", help="also write a one-page HTML report")
+    p.set_defaults(func=run)
+
+
+def build_target(args):
+    from perflab.audit.target import from_factory, from_hf_config, parse_overrides
+    from perflab.core.errors import InputError
+
+    if bool(args.target) == bool(args.hf_config):
+        raise InputError("give TARGET (path/to/file.py:FACTORY or module:FACTORY) or --hf-config TYPE_OR_PATH, one of them")
+    if args.hf_set and not args.hf_config:
+        raise InputError("--hf-set goes with --hf-config")
+    if args.hf_config:
+        return from_hf_config(args.hf_config, parse_overrides(args.hf_set), batch=args.batch, seq=args.seq)
+    return from_factory(args.target)
+
+
+def run(args) -> int:
+    import contextlib
+
+    from perflab.audit.run import run_audit
+
+    def progress(msg: str) -> None:
+        if not args.json:
+            sys.stderr.write(f"[audit] {msg}\n")
+
+    # the learner's code may print: keep stdout for the report (and its JSON)
+    with contextlib.redirect_stdout(sys.stderr):
+        target = build_target(args)
+        rep = run_audit(target, device=args.device, steps=args.steps, try_rungs=args.try_rungs,
+                        explain_breaks=not args.no_breaks, progress=progress)
+    if args.html:
+        from perflab.course.audit_html import write_html
+
+        write_html(rep, args.html)
+    emit(rep.json, args.json, rep.summary() + (f"\nHTML report: {args.html}" if args.html else ""))
+    return 0
