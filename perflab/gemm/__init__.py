@@ -13,12 +13,13 @@
 - `triton_fused`: the fused bias + GeLU of lesson 10, checked, compiled and timed
 - `kernel_panel`: lesson 04's compiled-tile panel
 - `attention_io`, `flash`, `lab13`: lesson 13, FlashAttention in Triton: its bytes and FLOPs by formula,
-  the kernel run, checked, its loads and stores counted, compiled; the lab's checks
+  the kernel run, checked, its loads and stores counted, compiled; the lab's checks;
+  `attention_panel`: lesson 13's panel
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("shapes", "mamf", "swiglu", "attention", "plots", "lab04", "lab05", "lab04b", "triton_kernels",
-           "triton_matmul", "compiled", "occupancy", "triton_fused", "kernel_panel", "attention_io", "flash",
+           "triton_matmul", "compiled", "occupancy", "triton_fused", "kernel_panel", "attention_io", "flash", "attention_panel",
            "lab13")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -538,3 +538,19 @@ def compile_attention(block_m: int = 64, block_n: int = 64, d: int = 64, dtype: 
                       target: str | int = "sm_90", **kw) -> dict[str, Any]:
     """One configuration: see `compile_configs`."""
     return compile_configs([(block_m, block_n)], d, dtype, target, **kw)[0]
+
+
+def kernel_source(loop_only: bool = True) -> str:
+    """The kernel's source text, read from its file (importing it would fix Triton's mode): the whole
+    function, or from the state's initialisation to the end of the K/V loop."""
+    from pathlib import Path
+
+    text = Path(__file__).with_name("triton_kernels.py").read_text()
+    start = text.index("def flash_attention_fwd_kernel(")
+    body = text[start:]
+    if not loop_only:
+        return body.rstrip() + "\n"
+    lines = body.splitlines()
+    first = next(i for i, line in enumerate(lines) if "m_i = tl.zeros" in line)
+    last = next(i for i, line in enumerate(lines) if line.strip() == "m_i = m_new")
+    return "\n".join(line[4:] for line in lines[first: last + 1]) + "\n"
