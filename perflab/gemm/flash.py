@@ -45,6 +45,7 @@ from perflab.gemm import triton_matmul as tm
 HEAD_DIMS = (64, 128)
 BLOCKS = (16, 32, 64, 128, 256, 512)
 DEFAULT_BLOCKS = (64, 64)
+LOG2E = 1.4426950408889634  # exp(x) = exp2(x·log2 e): the kernel works in base 2
 INTERPRETER_MAX_ELEMENTS = 2 * 1024 * 64 * 8  # b·a·s·d: beyond this the interpreter takes minutes here
 
 
@@ -102,7 +103,7 @@ def attention(q, k, v, *, causal: bool = False, block_m: int = 64, block_n: int 
                               WIDEN=bool(interpret and q.dtype == torch.bfloat16))
     if not interpret:
         kw.update(num_warps=num_warps, num_stages=num_stages)
-    _kernel(bool(interpret))[grid](q, k, v, o, lse, s, a, scale, q.stride(0), q.stride(1), q.stride(2),
+    _kernel(bool(interpret))[grid](q, k, v, o, lse, s, a, scale * LOG2E, q.stride(0), q.stride(1), q.stride(2),
                                    k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
                                    o.stride(0), o.stride(1), o.stride(2), **kw)
     return (o, lse) if return_lse else o
@@ -254,7 +255,7 @@ def count_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: 
     kern = tm.jitted(flash_attention_fwd_kernel, True)
     with counting_loads_and_stores({"q": q, "k": k, "v": v, "o": o, "lse": lse}) as c:
         kern[(tm.triton_cdiv(s, block_m), b * a)](
-            q, k, v, o, lse, s, a, 1.0 / math.sqrt(d), q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+            q, k, v, o, lse, s, a, LOG2E / math.sqrt(d), q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
             k.stride(2), v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal), WIDEN=name == "bf16")
     out: dict[str, Any] = {n: c[n]["read"] + c[n]["written"] for n in ("q", "k", "v", "o", "lse")}
@@ -429,7 +430,7 @@ def attention_job(block_m: int, block_n: int, d: int, dtype: str, cc: int, *, ca
     ty = "*" + TRITON_DTYPE[dtype]
     sd, hsd = seq * d, heads * seq * d
     args: list[tuple[str, Any]] = [("q_ptr", ty), ("k_ptr", ty), ("v_ptr", ty), ("o_ptr", ty), ("lse_ptr", "*fp32"),
-                                   ("seq_len", seq), ("n_heads", heads), ("sm_scale", "fp32")]
+                                   ("seq_len", seq), ("n_heads", heads), ("qk_scale", "fp32")]
     for t in ("q", "k", "v", "o"):
         args += [(f"stride_{t}b", hsd), (f"stride_{t}h", sd), (f"stride_{t}s", d)]
     signature: dict[str, str] = {}

@@ -88,12 +88,12 @@ def bias_gelu_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y,
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_len, n_heads, sm_scale,
+def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_len, n_heads, qk_scale,
                                stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
                                stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
                                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                CAUSAL: tl.constexpr, WIDEN: tl.constexpr = False):  # pyright: ignore[reportArgumentType]
-    """O = softmax(Q·Kᵀ·sm_scale)·V for one BLOCK_M tile of queries of one (batch, head); fp32 accumulation.
+    """O = softmax(Q·Kᵀ·scale)·V for one BLOCK_M tile of queries of one (batch, head); fp32 accumulation.
 
     Q, K, V, O are [batch, heads, seq, HEAD_DIM] with a unit stride along the head dimension; the
     grid is (⌈seq/BLOCK_M⌉, batch·heads). The program loads its Q tile once, then streams K and V
@@ -106,7 +106,8 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_len, n_h
 
     and divides acc by l once at the end (FlashAttention-2's deferred normalisation). It also
     stores the log-sum-exp m + log l of every row (fp32), which a backward needs to recompute P.
-    Scores use exp2 with log2(e) folded into the scale, as Triton's fused-attention tutorial does.
+    Scores use exp2, as Triton's fused-attention tutorial does: the caller passes qk_scale = scale·log2(e)
+    (scale = 1/√d), so exp2(qk_scale·q·k) = exp(scale·q·k).
 
     Masks: query rows and key columns at or past seq_len are never loaded or stored (any length
     works); with CAUSAL, query i sees keys 0..i, and the loop stops after the block holding the
@@ -132,7 +133,6 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_len, n_h
     m_i = tl.zeros((BLOCK_M,), dtype=tl.float32) - float("inf")
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
 
     if CAUSAL:
         hi = min(seq_len, (pid_m + 1) * BLOCK_M)
