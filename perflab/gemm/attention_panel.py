@@ -21,7 +21,7 @@ def _count(s: int, d: int, block_m: int, block_n: int, causal: bool) -> int:
 
 
 def bytes_frame(seq: int, head_dim: int = 64, block_m: int = 64, block_n: int = 64, causal: bool = False,
-                points: int = 4, count: bool = True):
+                points: int = 3, count: bool = True):
     """One head, fp16: per sequence length (seq/points … seq), the fused kernel's predicted bytes, the
     bytes counted in the interpreter, and the standard path's predicted bytes."""
     import pandas as pd

@@ -16,7 +16,10 @@ unmasked ones go through them too with an all-true mask). `count_bytes` wraps th
 for the duration of one launch and adds, per call, the number of elements whose mask is true times
 the element size, split by which tensor the addresses fall in. That is what the compiled kernel
 would ask HBM for if nothing were cached (a GPU's L2 can serve re-reads of K and V: the count is
-the traffic the algorithm requests, the formula's quantity).
+the traffic the algorithm requests, the formula's quantity). The `triton-viz` package (PyPI,
+version 3.0) records loads and stores the same way, but does not import with the Triton 3.9.0
+perflab pins (its patch module reads `InterpreterBuilder.create_make_block_ptr`, which 3.9 no
+longer has: AttributeError, checked on 2026-11-25), so perflab keeps this hook of its own.
 
 **The eager path.** `count_eager_bytes` runs the textbook softmax(Q·Kᵀ/√d)·V in PyTorch under a
 TorchDispatchMode and adds, for every operator, the bytes of the tensors it reads and writes: the
