@@ -84,3 +84,21 @@ def test_compiled_for_hopper_and_a_config_that_does_not_fit():
     assert r["registers"] > 0 and r["shared_bytes"] > 0 and r["blocks_per_sm"] >= 1 and r["limited_by"]
     big = flash.compile_configs([(256, 512)], 128, "fp16", "sm_90")
     assert big == [] or "KiB" in (big[0]["cannot_run"] or "")
+
+
+@needs_triton
+def test_the_panel_draws_predicted_against_counted_bytes():
+    from perflab.gemm import attention_panel
+
+    fig, table, text = attention_panel.panel(seq=64, block_m=32, block_n=32, causal=True, compile_kernel=False)
+    assert (table["flash_counted"] == table["flash_predicted"]).all() and len(table) == 3
+    assert (table["standard_predicted"] > table["flash_predicted"]).all()
+    assert "counted" in text and fig.axes[0].get_xlabel() == "sequence length s"
+
+
+def test_the_lesson_shows_the_kernels_loop_without_importing_triton():
+    from perflab.gemm import flash
+
+    loop = flash.kernel_source()
+    assert loop.startswith("m_i = tl.zeros") and "alpha = tl.exp2(m_i - m_new)" in loop and loop.rstrip().endswith("m_i = m_new")
+    assert flash.kernel_source(loop_only=False).startswith("def flash_attention_fwd_kernel(")
