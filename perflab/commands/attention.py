@@ -56,19 +56,13 @@ def run(args) -> int:
         out["flash_bytes_counted"] = None
         out["flash_count_skipped"] = reason or ("too large to count in the interpreter here (b·a·s·d over "
                                                 f"{flash.INTERPRETER_MAX_ELEMENTS:,})")
-    if b * a * s * s <= 16 * 1024 * 1024:
-        e = flash.count_eager_bytes(b, a, s, d, "fp32", causal=args.causal)
-        out["eager_bytes_counted_fp32"] = e["total"]
-        out["eager_bytes_counted"] = e["total"] * item // 4  # the same tensors in the input dtype
-    else:
-        out["eager_bytes_counted"] = None
+    out["eager_bytes_counted"] = flash.count_eager_bytes(b, a, s, d, dtype, causal=args.causal)["total"]
     lines.append(f"fused (FlashAttention): predicted {nbytes(out['flash_bytes'])}"
                  + (f", counted {nbytes(out['flash_bytes_counted'])} (every tl.load/tl.store in the interpreter)"
                     if out["flash_bytes_counted"] is not None else f", not counted: {out['flash_count_skipped']}"))
     lines.append(f"standard: predicted {nbytes(out['standard_bytes'])} (s×s scores and probabilities: "
                  f"{nbytes(out['standard_scores_bytes'])})"
-                 + (f", eager PyTorch counted {nbytes(out['eager_bytes_counted'])} (each operator's inputs and outputs)"
-                    if out["eager_bytes_counted"] is not None else ", eager not counted (s² too large here)"))
+                 + f", eager PyTorch counted {nbytes(out['eager_bytes_counted'])} (each operator's inputs and outputs)")
     lines.append(f"FLOPs: forward {num(out['forward_flops'])} FLOPs, backward with recompute "
                  f"{num(out['backward_flops_recompute'])} FLOPs (2.5×); a step: model {num(out['model_flops'])} FLOPs "
                  f"(MFU counts these), hardware {num(out['hardware_flops'])} FLOPs (HFU)")
