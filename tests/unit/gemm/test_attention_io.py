@@ -69,3 +69,11 @@ def test_bad_input_is_one_line():
     with pytest.raises(InputError):
         io.utilization(1e12, 0, 100)
     assert io.utilization(1e12, 1.0, 1.0) == 1.0
+
+
+def test_the_fused_kernels_rereads_are_a_fraction_d_over_2_block_m_of_standard_traffic():
+    """K and V re-read once per Q tile: 2·(s/BLOCK_M)·s·d against 4·s², so the ratio tends to 2·BLOCK_M/d."""
+    for bm, d in ((64, 64), (128, 64), (64, 128)):
+        s = 1 << 15
+        ratio = io.standard_bytes(1, 1, s, d)["total"] / io.flash_bytes(1, 1, s, d, block_m=bm)["total"]
+        assert ratio == pytest.approx(2 * bm / d, rel=0.02)
