@@ -3,21 +3,28 @@ prediction) over sequence length, and the compiled kernel's occupancy, for one t
 
 `bytes_frame` and `panel` are pure functions of the widget values (perflab.course.widgets.Panel
 calls `panel`): it returns (figure, table, text). Counts come from Triton's interpreter
-(`flash.count_bytes`, memoised); the compile from lesson 04's on-disk cache after the first time.
+(`flash.count_totals`, memoised; one child process per change where Triton runs natively); the compile from lesson 04's on-disk cache after the first time.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from perflab.gemm import attention_io as io
 from perflab.gemm import flash
 
+_COUNTS: dict[tuple[int, int, int, int, bool], int] = {}
 
-@functools.lru_cache(maxsize=256)
-def _count(s: int, d: int, block_m: int, block_n: int, causal: bool) -> int:
-    return int(flash.count_bytes(1, 1, s, d, "fp16", causal=causal, block_m=block_m, block_n=block_n)["total"])
+
+def _counts(sizes: list[int], d: int, block_m: int, block_n: int, causal: bool) -> list[int]:
+    """Counted bytes per sequence length (memoised; the missing ones in one interpreter run)."""
+    keys = [(s, d, block_m, block_n, causal) for s in sizes]
+    todo = [k for k in dict.fromkeys(keys) if k not in _COUNTS]
+    if todo:
+        got = flash.count_totals([dict(b=1, a=1, s=k[0], d=d, dtype="fp16", causal=causal, block_m=block_m,
+                                       block_n=block_n) for k in todo])
+        _COUNTS.update(zip(todo, got, strict=True))
+    return [_COUNTS[k] for k in keys]
 
 
 def bytes_frame(seq: int, head_dim: int = 64, block_m: int = 64, block_n: int = 64, causal: bool = False,
@@ -26,13 +33,12 @@ def bytes_frame(seq: int, head_dim: int = 64, block_m: int = 64, block_n: int = 
     bytes counted in the interpreter, and the standard path's predicted bytes."""
     import pandas as pd
 
-    rows = []
-    for i in range(1, points + 1):
-        s = max(1, seq * i // points)
-        rows.append({"seq": s, "flash_predicted": io.flash_bytes(1, 1, s, head_dim, 2, block_m=block_m,
-                                                                 block_n=block_n, causal=causal)["total"],
-                     "flash_counted": _count(s, head_dim, block_m, block_n, causal) if count else None,
-                     "standard_predicted": io.standard_bytes(1, 1, s, head_dim, 2)["total"]})
+    sizes = [max(1, seq * i // points) for i in range(1, points + 1)]
+    counted = _counts(sizes, head_dim, block_m, block_n, causal) if count else [None] * len(sizes)
+    rows = [{"seq": s, "flash_predicted": io.flash_bytes(1, 1, s, head_dim, 2, block_m=block_m, block_n=block_n,
+                                                         causal=causal)["total"],
+             "flash_counted": c, "standard_predicted": io.standard_bytes(1, 1, s, head_dim, 2)["total"]}
+            for s, c in zip(sizes, counted, strict=True)]
     return pd.DataFrame(rows)
 
 

@@ -275,6 +275,14 @@ def count_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: 
     return out
 
 
+def count_totals(points: list[dict[str, Any]]) -> list[int]:
+    """`count_bytes(**p)["total"]` for each p, in one interpreter process (a child one when this
+    process runs Triton natively, as on a GPU after a native launch: one child for all points)."""
+    if tm.import_triton(True) is False:
+        return tm.run_in_interpreter_process(__name__, "count_totals", {"points": points})
+    return [int(count_bytes(**p)["total"]) for p in points]
+
+
 def tm_itemsize(dtype: str) -> int:
     return {"fp32": 4, "fp16": 2, "bf16": 2}[tm.dtype_name(dtype)]
 
