@@ -11,11 +11,13 @@
 - `compiled`, `occupancy`: what the compiler made of a kernel for sm_80/sm_90 (registers, spills,
   shared memory, Tensor Core instructions), blocks per SM, occupancy, waves
 - `triton_fused`: the fused bias + GeLU of lesson 10, checked, compiled and timed
-- `panel`: lesson 04's compiled-tile panel
+- `panel`: the panels of lessons 04 (a compiled tile) and 13 (attention's bytes and the compiled kernel)
+- `attention_io`, `flash`, `lab13`: lesson 13, FlashAttention in Triton: its bytes and FLOPs by formula,
+  the kernel run, checked, its loads and stores counted, compiled; the lab's checks
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("shapes", "mamf", "swiglu", "attention", "plots", "lab04", "lab05", "lab04b", "triton_kernels",
-           "triton_matmul", "compiled", "occupancy", "triton_fused", "panel")
+           "triton_matmul", "compiled", "occupancy", "triton_fused", "panel", "attention_io", "flash", "lab13")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

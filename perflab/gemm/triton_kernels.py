@@ -87,3 +87,81 @@ def bias_gelu_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y,
     t = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)
     y = 0.5 * v * (1.0 + t)
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_len, n_heads, qk_scale,
+                               stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+                               stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
+                               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               CAUSAL: tl.constexpr, WIDEN: tl.constexpr = False):  # pyright: ignore[reportArgumentType]
+    """O = softmax(Q·Kᵀ·scale)·V for one BLOCK_M tile of queries of one (batch, head); fp32 accumulation.
+
+    Q, K, V, O are [batch, heads, seq, HEAD_DIM] with a unit stride along the head dimension; the
+    grid is (⌈seq/BLOCK_M⌉, batch·heads). The program loads its Q tile once, then streams K and V
+    in BLOCK_N-row blocks (FlashAttention's loop order: K and V are read once per Q tile), and keeps
+    an online softmax (Milakov & Gimelshein 2018; Dao et al. 2022, Algorithm 1):
+
+    * m, the running row maximum of the scores (starts at −∞),
+    * l, the running sum of exp(score − m),
+    * acc, the running Σ exp(score − m)·V, rescaled by exp(m_old − m_new) whenever m grows,
+
+    and divides acc by l once at the end (FlashAttention-2's deferred normalisation). It also
+    stores the log-sum-exp m + log l of every row (fp32), which a backward needs to recompute P.
+    Scores use exp2, as Triton's fused-attention tutorial does: the caller passes qk_scale = scale·log2(e)
+    (scale = 1/√d), so exp2(qk_scale·q·k) = exp(scale·q·k).
+
+    Masks: query rows and key columns at or past seq_len are never loaded or stored (any length
+    works); with CAUSAL, query i sees keys 0..i, and the loop stops after the block holding the
+    tile's last row, so about half the K/V blocks are never read. WIDEN: as in matmul_kernel, the
+    interpreter's bf16 dot needs fp32 operands; compiled kernels never widen.
+    """
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_len
+
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    q = tl.load(q_base + offs_m[:, None] * stride_qs + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if WIDEN:
+        q = q.to(tl.float32)
+
+    m_i = tl.zeros((BLOCK_M,), dtype=tl.float32) - float("inf")
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
+
+    if CAUSAL:
+        hi = min(seq_len, (pid_m + 1) * BLOCK_M)
+    else:
+        hi = seq_len
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        col_ok = cols < seq_len
+        k = tl.load(k_base + cols[None, :] * stride_ks + offs_d[:, None], mask=col_ok[None, :], other=0.0)  # Kᵀ block
+        v = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        if WIDEN:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, k) * qk_scale
+        keep = col_ok[None, :]
+        if CAUSAL:
+            keep = keep & (offs_m[:, None] >= cols[None, :])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)  # how much the old running values shrink
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+
+    acc = acc / l_i[:, None]
+    o_base = o_ptr + b * stride_ob + h * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :], acc.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # back to natural log: ln 2
+    tl.store(lse_ptr + pid_bh * seq_len + offs_m, lse, mask=row_ok)

@@ -5,7 +5,7 @@
     >>> prefetch(unit_bytes=57e6, n=8, busbw_gbps=100, unit_forward_s=2e-3)
 
 * **Time = bytes ÷ bandwidth.** nccl-tests define a collective's bus bandwidth as
-  busbw = (S / t) · factor(op, n) (lesson 06, `perflab.dist.busbw`), so a collective of S bytes
+  busbw = (S / t) · factor(op, n) (lesson 06, `perflab.distributed.busbw`), so a collective of S bytes
   on a link that sustains `busbw` takes t = S · factor(op, n) / busbw. `factor · S` is also the
   number of bytes each rank sends (and receives) in the ring algorithm.
 * **Traffic per step, Ψ parameters** (Rajbhandari et al. 2020, *ZeRO: Memory Optimizations Toward
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.dist.busbw import bus_factor
+from perflab.distributed.busbw import bus_factor
 
 # per step, in units of Ψ·itemsize·(n−1)/n: (collective, how many times)
 TRAFFIC = {

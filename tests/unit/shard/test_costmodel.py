@@ -3,7 +3,7 @@
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.dist import busbw
+from perflab.distributed import busbw
 from perflab.shard import costmodel
 
 

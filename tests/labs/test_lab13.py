@@ -1,0 +1,124 @@
+"""Lab 13's grader: the reference online-softmax update passes, each plausible mistake is rejected with its hint."""
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from perflab.core.grading import LabCheckError
+from perflab.gemm import lab13
+
+# The reference solution and its mutants: kept here, not in the package, so the learners' release holds no answer.
+
+
+def solution_init_state(rows: int, d: int):
+    import torch
+
+    return (torch.full((rows,), -math.inf), torch.zeros(rows), torch.zeros(rows, d))
+
+
+def solution_update(q, k, v, m, lsum, acc, *, q_start, k_start, seq_len, causal, _mutant: str = ""):
+    import torch
+
+    d = q.shape[-1]
+    scale = 1 / d if _mutant == "scale_1_over_d" else 1 / math.sqrt(d)
+    s = (q.float() @ k.float().T) * scale
+    cols = k_start + torch.arange(k.shape[0])
+    keep = (
+        (cols < seq_len)[None, :]
+        if _mutant != "unmasked_tail"
+        else torch.ones(1, k.shape[0], dtype=torch.bool)
+    )
+    if causal:
+        rows = q_start + torch.arange(q.shape[0])
+        keep = keep & (
+            (rows[:, None] > cols[None, :])
+            if _mutant == "causal_off_by_one"
+            else (rows[:, None] >= cols[None, :])
+        )
+    s = s.masked_fill(~keep, -math.inf)
+    m_new = torch.maximum(m, s.max(-1).values)
+    safe = torch.where(
+        torch.isinf(m_new), torch.zeros_like(m_new), m_new
+    )  # a row with nothing seen yet
+    alpha = torch.exp(m - safe)
+    p = torch.exp(s - safe[:, None])
+    l_new = (lsum if _mutant == "sum_not_rescaled" else lsum * alpha) + p.sum(-1)
+    pv = p.to(v.dtype).float() @ v.float()
+    if _mutant == "fp16_accumulation":
+        acc_new = (acc.half() * alpha.half()[:, None] + pv.half()).float()
+        l_new = (lsum.half() * alpha.half() + p.sum(-1).half()).float()
+    elif _mutant == "acc_not_rescaled":
+        acc_new = acc + pv
+    else:
+        acc_new = acc * alpha[:, None] + pv
+    return m_new, l_new, acc_new
+
+
+MUTANTS = (
+    "acc_not_rescaled",
+    "sum_not_rescaled",
+    "max_init_zero",
+    "causal_off_by_one",
+    "scale_1_over_d",
+    "fp16_accumulation",
+    "unmasked_tail",
+)
+
+
+def mutant(name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(init_state, update) with one plausible mistake."""
+
+    import torch
+
+    if name == "max_init_zero":
+        return (
+            lambda rows, d: (torch.zeros(rows), torch.zeros(rows), torch.zeros(rows, d))
+        ), solution_update
+    return solution_init_state, functools.partial(solution_update, _mutant=name)
+
+
+HINTS = {
+    "acc_not_rescaled": "accumulator is not rescaled",
+    "sum_not_rescaled": "running sum is not rescaled",
+    "max_init_zero": "Start it at −inf",
+    "causal_off_by_one": "causal mask off by one",
+    "scale_1_over_d": "√d, not d",
+    "fp16_accumulation": "fp32",
+    "unmasked_tail": "padding in the last block",
+}
+
+
+def test_every_listed_mutant_has_a_test():
+    assert set(HINTS) == set(MUTANTS)
+
+
+def test_the_reference_solution_passes():
+    assert lab13.check_online_softmax(solution_init_state, solution_update)
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_each_mutant_is_rejected_with_its_hint(name):
+    with pytest.raises(LabCheckError, match=HINTS[name]):
+        lab13.check_online_softmax(*mutant(name))
+
+
+def test_a_stub_is_not_done_yet(capsys):
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    assert not lab13.check_online_softmax(stub, stub)
+    assert "not done yet" in capsys.readouterr().out
+
+
+def test_the_kernel_loop_matches_sdpa_on_an_odd_causal_length():
+    case = dict(
+        s=37, d=64, causal=True, dtype="fp16", block_m=16, block_n=16, kind="normal", seed=11
+    )
+    q, k, v = lab13.make_inputs(case)
+    o = lab13.forward(
+        solution_init_state, solution_update, q, k, v, causal=True, block_m=16, block_n=16
+    )
+    assert float((o - lab13.reference(q, k, v, True)).abs().max()) <= lab13.tolerance("fp16")

@@ -1,0 +1,104 @@
+"""Lesson 13's FlashAttention kernel in Triton's interpreter: right against SDPA on odd shapes, its loads and
+stores counted against the formula, the eager path's s² bytes, the recompute backward, the compiled kernel."""
+
+import pytest
+
+from perflab.core.errors import InputError
+from perflab.gemm import attention_io as io
+from perflab.gemm import triton_matmul as tm
+
+needs_triton = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
+
+
+@needs_triton
+@pytest.mark.parametrize("s,d,causal,dtype,bm,bn", [
+    (77, 64, False, "fp16", 32, 16),
+    (77, 64, True, "fp16", 64, 32),
+    (45, 128, True, "bf16", 32, 16),
+    (33, 128, False, "bf16", 16, 64),
+])
+def test_matches_sdpa_on_odd_lengths(s, d, causal, dtype, bm, bn):
+    from perflab.gemm import flash
+
+    r = flash.check(1, 2, s, d, dtype, causal=causal, block_m=bm, block_n=bn, seed=s)
+    assert r["passed"], r
+    assert r["max_abs_err"] <= flash.tolerance(dtype) and r["lse_max_abs_err"] < 1e-3
+
+
+@needs_triton
+@pytest.mark.parametrize("causal", [False, True])
+def test_counted_bytes_match_the_formula(causal):
+    from perflab.gemm import flash
+
+    c = flash.count_bytes(1, 2, 200, 64, block_m=64, block_n=32, causal=causal)
+    assert c["other"] == 0
+    assert c["total"] == c["predicted"]  # every masked load and store, to the byte
+    pred = io.flash_bytes(1, 2, 200, 64, 2, block_m=64, block_n=32, causal=causal)
+    assert {k: c[k] for k in ("q", "k", "v", "o", "lse")} == {k: pred[k] for k in ("q", "k", "v", "o", "lse")}
+    if not causal:
+        assert c["total"] == c["predicted_closed"]
+    else:  # the closed form is off only by the diagonal blocks' rounding
+        assert abs(c["total"] - c["predicted_closed"]) < 0.25 * c["total"]
+
+
+def test_eager_bytes_show_the_s_squared_term():
+    from perflab.gemm import flash
+
+    a = flash.count_eager_bytes(1, 2, 64, 64)
+    b = flash.count_eager_bytes(1, 2, 128, 64)
+    assert a["largest"] == a["s2_bytes"] == 2 * 64 * 64 * 4  # the scores of both heads, fp32
+    # at least standard attention's 4·s² (S and P, each written and read), on top of Q, K, V and O
+    assert b["total"] >= io.standard_bytes(1, 2, 128, 64, 4)["total"]
+    assert b["total"] > 2 * a["total"]  # faster than linear in s
+    # eager PyTorch scales S in a multiplication of its own: one more read and write of s² values
+    assert [r["op"] for r in b["ops"]] == ["bmm", "mul", "_softmax", "bmm"]
+
+
+@needs_triton
+def test_backward_recompute_matches_autograd():
+    from perflab.gemm import flash
+
+    r = flash.check_backward(1, 2, 50, 64, "fp32", causal=True)
+    assert r["passed"], r
+    assert r["backward_flops"] == 2.5 * r["forward_flops"]
+
+
+@needs_triton
+def test_bad_input_is_one_line():
+    from perflab.gemm import flash
+
+    with pytest.raises(InputError, match="head dimensions 64 and 128"):
+        flash.check(1, 1, 16, 80)
+    with pytest.raises(InputError, match="power of two"):
+        flash.count_bytes(1, 1, 16, 64, block_m=48)
+    with pytest.raises(InputError, match="too large"):
+        flash.count_bytes(8, 32, 4096, 128)
+
+
+@needs_triton
+def test_compiled_for_hopper_and_a_config_that_does_not_fit():
+    from perflab.gemm import flash
+
+    r = flash.compile_attention(64, 64, 64, "fp16", "sm_90")
+    assert r["cannot_run"] is None and r["tensor_core_kind"] == "wgmma"
+    assert r["registers"] > 0 and r["shared_bytes"] > 0 and r["blocks_per_sm"] >= 1 and r["limited_by"]
+    big = flash.compile_configs([(256, 512)], 128, "fp16", "sm_90")
+    assert big == [] or "KiB" in (big[0]["cannot_run"] or "")
+
+
+@needs_triton
+def test_the_panel_draws_predicted_against_counted_bytes():
+    from perflab.gemm import panel as gemm_panel
+
+    fig, table, text = gemm_panel.attention(seq=64, block_m=32, block_n=32, causal=True, compile_kernel=False)
+    assert (table["flash_counted"] == table["flash_predicted"]).all() and len(table) == 3
+    assert (table["standard_predicted"] > table["flash_predicted"]).all()
+    assert "counted" in text and fig.axes[0].get_xlabel() == "sequence length s"
+
+
+def test_the_lesson_shows_the_kernels_loop_without_importing_triton():
+    from perflab.gemm import flash
+
+    loop = flash.kernel_source()
+    assert loop.startswith("m_i = tl.zeros") and "alpha = tl.exp2(m_i - m_new)" in loop and loop.rstrip().endswith("m_i = m_new")
+    assert flash.kernel_source(loop_only=False).startswith("def flash_attention_fwd_kernel(")
