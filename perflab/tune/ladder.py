@@ -82,35 +82,6 @@ RUNG_NAMES = tuple(r.name for r in RUNGS)
 _BY_NAME = {r.name: r for r in RUNGS}
 
 
-def checkpoint_flop_overhead(cfg: ModelConfig | str, batch: int = 1, seq: int | None = None, *,
-                             fused_attention: bool = True, early_stop: bool = True) -> dict[str, Any]:
-    """What the `checkpoint` rung costs in FLOPs, from perflab's exact count of one training step
-    (`perflab.flops.transformer.exact_flops`): full activation checkpointing re-runs every block's
-    forward in the backward pass, but not the LM head (the logits GEMM is outside the blocks), so
-    the step grows by less than one forward.
-
-    early_stop: torch's non-reentrant checkpoint stops recomputing once the last tensor the backward
-      needs is back (its default), so each block's MLP down projection is not redone; False re-runs
-      the whole block.
-    fused_attention: the step's attention backward already recomputes the scores (flash-style).
-
-    Returns extra FLOPs, the step's FLOPs without checkpointing (hardware FLOPs: what it computes),
-    `overhead` = extra / step, the extra as a share of one forward, and what is (not) recomputed.
-    """
-    from perflab.flops.transformer import exact_flops
-
-    c = model_preset(cfg) if isinstance(cfg, str) else cfg
-    plain = exact_flops(c, batch, seq, checkpointing=False, fused_attention=fused_attention)
-    ckpt = exact_flops(c, batch, seq, checkpointing=True, fused_attention=fused_attention,
-                       checkpoint_early_stop=early_stop)
-    extra = ckpt.hardware - plain.hardware
-    redone = [k for k, v in ckpt.recompute.items() if v > plain.recompute.get(k, 0)]
-    return {"model": c.name, "batch": plain.batch, "seq": plain.seq, "extra_flops": extra,
-            "step_flops": plain.hardware, "overhead": extra / plain.hardware,
-            "of_forward": extra / plain.forward_total, "recomputed": redone,
-            "not_recomputed": [k for k in plain.forward if k not in redone], "early_stop": early_stop}
-
-
 def rung(name: str) -> Rung:
     key = str(name).strip().lower()
     if key not in _BY_NAME:

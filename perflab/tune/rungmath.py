@@ -60,22 +60,40 @@ def vocab_padding(vocab: int, multiple: int = 64, *, itemsize: int = 2,
     }
 
 
-def checkpoint_cost(cfg, batch: int = 1, seq: int | None = None) -> dict[str, float]:
-    """What full activation checkpointing adds to one training step of `cfg`, from the exact count.
+def checkpoint_cost(cfg, batch: int = 1, seq: int | None = None, *, early_stop: bool = True,
+                    fused_attention: bool = True) -> dict:
+    """What full activation checkpointing (the `checkpoint` rung) adds to one training step of `cfg`
+    (a ModelConfig or a preset name), from perflab's exact count (`perflab.flops.transformer`): every
+    block's forward runs again in the backward pass, the LM head (outside the blocks) does not.
 
-    recompute_over_forward: recomputed FLOPs / one forward's; step_increase: hardware FLOPs with
-    checkpointing / without, minus 1; naive_step_increase: the same if the whole forward were run
+    early_stop: torch's non-reentrant checkpoint stops recomputing once the last tensor the backward
+      needs is back (its default), so each block's last product (the MLP down projection) is not
+      redone; False re-runs the whole block.
+    fused_attention: the step's attention backward already recomputes the scores (flash-style).
+
+    step_increase: hardware FLOPs with checkpointing / without, minus 1; recompute_over_forward:
+    recomputed FLOPs / one forward's; naive_step_increase: the same if the whole forward were run
     again (one forward over forward + backward = 1/3); logits_share: the LM head's share of the
-    forward, which is never recomputed.
+    forward; extra_flops and step_flops (hardware FLOPs without checkpointing); recomputed and
+    not_recomputed: the forward's products by name.
     """
     from perflab.flops.transformer import exact_flops
+    from perflab.workload.models import preset
 
-    plain = exact_flops(cfg, batch, seq)
-    ck = exact_flops(cfg, batch, seq, checkpointing=True)
-    extra = ck.recompute_total - plain.recompute_total
+    c = preset(cfg) if isinstance(cfg, str) else cfg
+    plain = exact_flops(c, batch, seq, checkpointing=False, fused_attention=fused_attention)
+    ck = exact_flops(c, batch, seq, checkpointing=True, fused_attention=fused_attention,
+                     checkpoint_early_stop=early_stop)
+    extra = ck.hardware - plain.hardware
+    redone = [k for k, v in ck.recompute.items() if v > plain.recompute.get(k, 0)]
     return {
-        "recompute_over_forward": extra / plain.forward_total,
-        "step_increase": ck.hardware / plain.hardware - 1,
+        "seq": plain.seq,
+        "extra_flops": extra,
+        "step_flops": plain.hardware,
+        "step_increase": extra / plain.hardware,
+        "recompute_over_forward": (ck.recompute_total - plain.recompute_total) / plain.forward_total,
         "naive_step_increase": plain.forward_total / plain.model,
         "logits_share": plain.forward.get("logits", 0) / plain.forward_total,
+        "recomputed": redone,
+        "not_recomputed": [k for k in plain.forward if k not in redone],
     }

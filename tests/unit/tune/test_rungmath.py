@@ -58,3 +58,20 @@ def test_a_rung_is_adopted_only_above_two_percent():
 
     assert runner.ADOPT_MIN_GAIN == 0.02
     assert "2 %" in ladder.__doc__
+
+
+
+def test_gpt2_small_pays_about_17_percent_per_step_for_full_checkpointing():
+    r = rungmath.checkpoint_cost("gpt2-small")
+    assert r["seq"] == 1024 and r["step_increase"] == pytest.approx(0.1729, abs=5e-4)
+    assert "logits" in r["not_recomputed"] and "mlp_down" in r["not_recomputed"]  # torch stops early
+    # the extra is exactly the blocks' forward products up to the last saved tensor
+    cfg = preset("gpt2-small")
+    from perflab.flops.transformer import layer_forward
+
+    layer = layer_forward(cfg, 1, 1024)
+    assert r["extra_flops"] == cfg.layers * (sum(layer.values()) - layer["mlp_down"])
+    assert r["step_flops"] == exact_flops(cfg, 1, 1024).hardware
+    whole = rungmath.checkpoint_cost(cfg, early_stop=False)
+    assert whole["extra_flops"] == cfg.layers * sum(layer.values()) and r["step_increase"] < whole["step_increase"] < 1 / 3
+    assert r["recompute_over_forward"] < 1  # less than one more forward: the LM head is not recomputed
