@@ -1,0 +1,264 @@
+"""The learner's report, graded: what they claim, what they saw, the switch they turn back.
+
+    >>> ev = collect_evidence(draw.step())      # the instruments' readings of one step (no answers in it)
+    >>> claims = [Claim("gc_full_collections", "2 gen-2 collections per step", "no_gc_in_step"), ...]
+    >>> g = grade(claims, draw, costs)          # re-runs the step with the fixes, in a process of its own
+    >>> g.score, g.precision, g.recall, g.passed
+
+Scoring (`score_of`):
+
+* a claim is *right* when its category is one of the planted regressions' (precision = right claims
+  / claims; recall = planted regressions claimed / planted);
+* a planted regression counts in full when a right claim's fix recovers at least `RECOVER_SHARE`
+  (half) of that regression's measured cost, with the loss within fp32's tolerance of the clean
+  step's; a right category with a fix that does not recover counts half;
+* score = (credited regressions / planted) × precision, minus `MODEL_PENALTY` for each fix that
+  changes the model (`perflab.hunt.pool.MODEL_FIXES`) and `PARITY_PENALTY` when the fixed step's
+  loss leaves parity; at least 0. A report passes at `PASS_SCORE`.
+
+Claiming every category gives precision k / (number of claims), so with 3 of 9 it scores at most
+1/3: a careful hunt that names the 3 right causes scores 1.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from perflab.core.errors import InputError, PerflabError
+from perflab.hunt.pool import ALL_FIXES, CATEGORIES, MODEL_FIXES, POOL, regression
+
+RECOVER_SHARE = 0.5  # a fix must win back at least half of its regression's measured cost
+MODEL_PENALTY = 0.25  # per fix that changes the model
+PARITY_PENALTY = 0.5  # when the fixed step's loss leaves the tolerance
+PASS_SCORE = 0.75
+
+
+@dataclass(frozen=True)
+class Claim:
+    category: str  # one of CATEGORIES
+    evidence: str  # what the learner saw: an op and its calls, a share, a counter
+    fix: str  # one of ALL_FIXES
+
+
+def parse_claims(claims: Iterable[Any]) -> list[Claim]:
+    """Claims from Claim objects, dicts ({'category', 'evidence', 'fix'}) or (category, evidence, fix)
+    tuples; a bad one raises InputError in one line."""
+    out = []
+    for i, c in enumerate(claims):
+        if isinstance(c, Claim):
+            cl = c
+        elif isinstance(c, Mapping):
+            cl = Claim(str(c.get("category", "")), str(c.get("evidence", "")), str(c.get("fix", "")))
+        elif isinstance(c, Sequence) and not isinstance(c, str) and len(c) == 3:
+            cl = Claim(*(str(x) for x in c))
+        else:
+            raise InputError(f"claim {i + 1} is {c!r}: write each claim as Claim(category, evidence, fix)")
+        cat, fix = cl.category.strip().lower(), cl.fix.strip().lower()
+        if cat not in CATEGORIES:
+            raise InputError(f"claim {i + 1}: unknown category {cl.category!r}: choose from {', '.join(CATEGORIES)}")
+        if fix not in ALL_FIXES:
+            raise InputError(f"claim {i + 1}: unknown fix {cl.fix!r}: choose from {', '.join(ALL_FIXES)}")
+        if len(cl.evidence.strip()) < 8:
+            raise InputError(f"claim {i + 1} ({cat}): say what you saw as evidence (an op and its calls, a share, "
+                             "a counter), not an empty line")
+        out.append(Claim(cat, cl.evidence.strip(), fix))
+    return out
+
+
+# ---------------------------------------------------------------- evidence
+
+
+def collect_evidence(step, epochs: int = 1) -> dict[str, Any]:
+    """The instruments' readings of `step` (a `perflab.hunt.step.HuntStep`), after one warm-up epoch:
+    each phase's share of the step (the phase timer), the step time, the counters (threads, usable
+    cores, gen-2 collections per step, the data wait on an epoch's first step and on the others) and
+    one profiled step (op calls, the top ops by time, lesson 09's diagnosis)."""
+    from perflab.hunt.step import PHASES
+
+    e = step.sizes.epoch_steps
+    step.run(e)
+    recs = step.run(e * epochs)
+    total = statistics.mean(r["step"] for r in recs)
+    shares = {p: statistics.mean(r[p] for r in recs) / total for p in PHASES}
+    c = step.counters()
+    prof = step.profile()
+    return {"step_s": total, "shares": shares, "counters": c, "op_calls": prof["op_calls"], "top_ops": prof["ops"],
+            "diagnosis": prof["diagnosis"]}
+
+
+# ---------------------------------------------------------------- recovery
+
+
+def measure_recovery(planted: Sequence[str], fixes: Sequence[str], sizes=None, *, reps: int = 3) -> dict[str, Any]:
+    """Time, in turns: the clean step, the step with every claimed fix, and for each claimed fix of a
+    planted regression, the step with every claimed fix but that one. A fix's recovery is what
+    leaving it out costs, as a share of the clean step. Parity: the fixed step's loss against the
+    clean step's (the same number of steps)."""
+    from perflab.hunt.step import HuntStep, interleaved, parity
+
+    fixes = list(dict.fromkeys(fixes))
+    useful = [f for f in fixes if any(regression(p).fix == f for p in planted)]
+    configs = {"clean": lambda: HuntStep((), (), sizes), "fixed": lambda: HuntStep(planted, fixes, sizes)}
+    for f in useful:
+        configs[f"without:{f}"] = lambda f=f: HuntStep(planted, [x for x in fixes if x != f], sizes)
+    t = interleaved(configs, reps=reps)
+    clean = t["clean"].step_s
+    ok, rel = parity(t["fixed"].loss, t["clean"].loss)
+    return {"clean_s": clean, "fixed_s": t["fixed"].step_s,
+            "recovered": {f: (t[f"without:{f}"].step_s - t["fixed"].step_s) / clean for f in useful},
+            "parity_ok": ok, "loss_rel": rel}
+
+
+def measure_recovery_in_process(planted: Sequence[str], fixes: Sequence[str], sizes_name: str = "lesson", *,
+                                reps: int = 3, timeout: float = 300.0) -> dict[str, Any]:
+    """`measure_recovery` in a fresh Python process (the grader's own: nothing the learner's kernel
+    changed reaches it)."""
+    payload = json.dumps({"planted": list(planted), "fixes": list(fixes), "sizes": sizes_name, "reps": reps})
+    try:
+        p = subprocess.run([sys.executable, "-m", "perflab.hunt.report"], input=payload, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PerflabError(f"the grader's re-run took more than {timeout:.0f} s: try again on a quieter machine") from None
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["no message"])[-1]
+        raise PerflabError(f"the grader's re-run failed: {last}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def sizes_named(name: str):
+    from perflab.hunt.step import SIZES, SMOKE
+
+    table = {"lesson": SIZES, "smoke": SMOKE}
+    if name not in table:
+        raise InputError(f"unknown sizes {name!r}: use {' or '.join(table)}")
+    return table[name]
+
+
+# ---------------------------------------------------------------- the grade
+
+
+@dataclass
+class Graded:
+    rows: list[dict[str, Any]]
+    planted: list[str]
+    precision: float
+    recall: float
+    credited: float
+    model_changes: list[str]
+    parity_ok: bool
+    score: float
+    recovery: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= PASS_SCORE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{k: r[k] for k in ("category", "right", "fix", "recovered", "needed", "verdict")}
+                             for r in self.rows])
+
+    def __str__(self) -> str:
+        lines = [f"score {self.score:.2f} (pass at {PASS_SCORE:.2f}): precision {self.precision:.2f}, "
+                 f"recall {self.recall:.2f}, parity {'kept' if self.parity_ok else 'BROKEN'}"]
+        for r in self.rows:
+            lines.append(f"  {r['category']:<24} {r['verdict']}")
+        if self.model_changes:
+            lines.append(f"  fixes that change the model: {', '.join(self.model_changes)} "
+                         f"(−{MODEL_PENALTY:.2f} each)")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str, float],
+             recovery: Mapping[str, Any]) -> Graded:
+    """Grade `claims` against the `planted` regressions, each regression's measured cost share
+    (`costs`) and the measured `recovery` (`measure_recovery`'s result)."""
+    planted = list(planted)
+    by_cat = {regression(p).category: p for p in planted}
+    rec = recovery.get("recovered", {})
+    parity_ok = bool(recovery.get("parity_ok", True))
+    rows, credit = [], {}
+    for c in claims:
+        p = by_cat.get(c.category)
+        row: dict[str, Any] = {"category": c.category, "evidence": c.evidence, "fix": c.fix, "right": p is not None,
+                               "recovered": None, "needed": None}
+        if p is None:
+            row["verdict"] = "not planted (a wrong claim)"
+        else:
+            need = RECOVER_SHARE * float(costs[p])
+            got = float(rec.get(c.fix, 0.0)) if c.fix == regression(p).fix else 0.0
+            row["recovered"], row["needed"] = got, need
+            ok = got >= need and parity_ok
+            credit[p] = max(credit.get(p, 0.0), 1.0 if ok else 0.5)
+            row["verdict"] = (f"planted; the fix recovered {got:.0%} of the clean step (needed {need:.0%})" if ok else
+                              f"planted, but the fix recovered {got:.0%} of the clean step, below the {need:.0%} "
+                              "needed" + ("" if parity_ok else ", or parity broke"))
+        rows.append(row)
+    right = sum(r["right"] for r in rows)
+    precision = right / len(rows) if rows else 0.0
+    recall = len(credit) / len(planted) if planted else 0.0
+    credited = sum(credit.values()) / len(planted) if planted else 0.0
+    model = sorted({c.fix for c in claims if c.fix in MODEL_FIXES})
+    score = credited * precision - MODEL_PENALTY * len(model) - (0.0 if parity_ok else PARITY_PENALTY)
+    return Graded(rows, planted, precision, recall, credited, model, parity_ok, max(0.0, score), dict(recovery))
+
+
+def grade(claims: Iterable[Any], planted: Sequence[str] | Any, costs: Mapping[str, Any], *, sizes_name: str = "lesson",
+          reps: int = 3, in_process: bool = False) -> Graded:
+    """Parse the claims, re-run the step with their fixes (in a process of its own unless
+    `in_process`), and score them. `planted`: the names, or a `perflab.hunt.draw.Draw`.
+    `costs`: each planted regression's measured cost (a share, or a `Cost`)."""
+    from perflab.hunt.draw import Draw, reveal_draw
+
+    cl = parse_claims(claims)
+    names = list(reveal_draw(planted)) if isinstance(planted, Draw) else [regression(p).name for p in planted]
+    shares = {p: _share(costs.get(p)) for p in names}
+    missing = [p for p in names if shares[p] is None]
+    if missing:
+        raise InputError(f"no measured cost for {', '.join(missing)}: measure the costs first (measure_costs)")
+    fixes = [c.fix for c in cl]
+    if in_process:
+        recovery = measure_recovery(names, fixes, sizes_named(sizes_name), reps=reps)
+    else:
+        recovery = measure_recovery_in_process(names, fixes, sizes_name, reps=reps)
+    return score_of(cl, names, {p: float(s) for p, s in shares.items() if s is not None}, recovery)
+
+
+def _share(c: Any) -> float | None:
+    if c is None:
+        return None
+    if isinstance(c, int | float):
+        return float(c)
+    if isinstance(c, Mapping):
+        return float(c["share"])
+    return float(c.share)
+
+
+ALL_CATEGORIES = CATEGORIES
+POOL_CATEGORIES = tuple(r.category for r in POOL)
+
+
+def _main() -> int:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    req = json.loads(sys.stdin.read())
+    out = measure_recovery(req["planted"], req["fixes"], sizes_named(req["sizes"]), reps=int(req.get("reps", 3)))
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
