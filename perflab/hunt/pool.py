@@ -79,14 +79,7 @@ POOL: tuple[Regression, ...] = (
                "the thread counter (torch.get_num_threads against the cores of os.sched_getaffinity) and every "
                "compute phase slower at once",
                "more intra-op threads than usable cores",
-               "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html",
-               conflicts=("threads_starved",)),
-    Regression("threads_starved", "threads_starved", "threads_match_cores",
-               "torch.set_num_threads(1) on a machine where this process may use more cores",
-               "the thread counter (torch.get_num_threads against usable cores)",
-               "fewer intra-op threads than usable cores",
-               "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html",
-               conflicts=("threads_over",)),
+               "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html"),
     Regression("gc", "gc_full_collections", "no_gc_in_step",
                "`gc.collect()` in the step (a memory-hygiene line): a full collection walks every Python object, "
                "every step",
@@ -101,7 +94,7 @@ NAMES = tuple(_BY)
 # What a claim may name: the pool's categories, and others a learner may suspect that this pool
 # never plants (claiming one of them is a wrong claim, not an error)
 CATEGORIES: tuple[str, ...] = tuple(dict.fromkeys([r.category for r in POOL] + [
-    "collate_copy", "print_tensor", "graph_break", "recompile", "fp32_not_bf16", "denormals",
+    "threads_starved", "collate_copy", "print_tensor", "graph_break", "recompile", "fp32_not_bf16", "denormals",
     "pageable_copies", "no_sync_accumulation"]))
 
 # The fixes a report may ask for: the pool's, then the tempting ones that change the model
@@ -118,6 +111,9 @@ MODEL_FIXES: dict[str, str] = {
 ALL_FIXES: dict[str, str] = {**FIXES, **MODEL_FIXES}
 
 NOT_HERE: dict[str, str] = {
+    "threads_starved": "the clean step runs on one intra-op thread (on a machine shared with others, more threads than "
+                       "free cores make every parallel region wait for its slowest thread), so there is nothing to "
+                       "starve; on a machine of your own, `torch.get_num_threads()` below the usable cores is the sign",
     "collate_copy": "a collate that copies each batch costs a memcpy of b·s token ids, microseconds beside the step "
                     "at the lesson's sizes; it matters where batches are large images on a GPU",
     "print_tensor": "printing a tensor formats a summary of at most a few elements per dimension (torch's print "
@@ -179,12 +175,10 @@ def distinguishing_instrument(a: str, b: str) -> str:
 # where each regression's extra time lands in the phase timer (`perflab.hunt.step.PHASES`)
 _PHASE = {"loader": "data", "respawn": "data", "host_stats": "forward", "clip_loop": "clip",
           "adamw_loop": "optimizer", "attention": "forward and backward", "threads_over": "forward and backward",
-          "threads_starved": "forward and backward", "gc": "other"}
+          "gc": "other"}
 _TELL = {
     frozenset(("loader", "respawn")): "the phase timer step by step: loader waits every step, respawn only at each "
                                       "epoch's first step",
     frozenset(("attention", "threads_over")): "the thread counter (threads against usable cores), and the op table "
                                               "(softmax and masked_fill appear only with attention written out)",
-    frozenset(("attention", "threads_starved")): "the thread counter, and the op table (softmax and masked_fill)",
-    frozenset(("threads_over", "threads_starved")): "the thread counter: above or below the usable cores",
 }

@@ -92,6 +92,58 @@ def collect_evidence(step, epochs: int = 1) -> dict[str, Any]:
             "diagnosis": prof["diagnosis"]}
 
 
+def record_signatures(names: Sequence[str] | None = None, sizes=None) -> dict[str, Any]:
+    """The evidence of the clean step and of the step with each regression alone (`collect_evidence`),
+    as one JSON-ready dict: what `synthetic_evidence` composes draws from."""
+    from perflab.hunt.pool import NAMES
+    from perflab.hunt.step import HuntStep
+
+    out = {}
+    for n in ("clean", *(names or NAMES)):
+        s = HuntStep(() if n == "clean" else (n,), (), sizes)
+        try:
+            ev = collect_evidence(s)
+        finally:
+            s.close()
+        ev.pop("top_ops", None)
+        out[n] = ev
+    return out
+
+
+def load_signatures(name: str = "smoke") -> dict[str, Any]:
+    """The signatures recorded with `record_signatures` at the smoke sizes (perflab/hunt/data)."""
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / f"signatures_{name}.json").read_text())
+
+
+def synthetic_evidence(planted: Sequence[str], signatures: Mapping[str, Any]) -> dict[str, Any]:
+    """The evidence a step with all of `planted` on would give, composed from recorded signatures:
+    each regression's extra seconds per phase, extra op calls and counters added to the clean step's.
+    (Regressions that wait on different things add up; this is the model the tests hunt in.)"""
+    from perflab.hunt.step import PHASES
+
+    clean = signatures["clean"]
+    secs = {p: clean["shares"][p] * clean["step_s"] for p in PHASES}
+    calls = dict(clean["op_calls"])
+    counters = dict(clean["counters"])
+    for n in planted:
+        sig = signatures[n]
+        for p in PHASES:
+            secs[p] += max(0.0, sig["shares"][p] * sig["step_s"] - clean["shares"][p] * clean["step_s"])
+        for op in set(sig["op_calls"]) | set(clean["op_calls"]):
+            calls[op] = calls.get(op, 0) + sig["op_calls"].get(op, 0) - clean["op_calls"].get(op, 0)
+        for key in ("threads", "gen2_per_step", "loader_workers"):
+            if sig["counters"].get(key) != clean["counters"].get(key):
+                counters[key] = sig["counters"][key]
+        for key in ("data_wait_epoch_first_s", "data_wait_other_s", "worker_starts_per_epoch"):
+            counters[key] = (counters.get(key) or 0.0) + max(0.0, (sig["counters"].get(key) or 0.0)
+                                                              - (clean["counters"].get(key) or 0.0))
+    total = sum(secs.values())
+    return {"step_s": total, "shares": {p: secs[p] / total for p in PHASES}, "counters": counters,
+            "op_calls": {k: v for k, v in calls.items() if v > 0}, "diagnosis": {}}
+
+
 # ---------------------------------------------------------------- recovery
 
 

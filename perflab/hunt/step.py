@@ -173,8 +173,6 @@ class HuntStep:
         on = self._on
         if "threads_over" in on:
             self.threads = 4 * usable_cores()
-        elif "threads_starved" in on:
-            self.threads = 1
         else:
             self.threads = self.clean_threads
         cfg = sz.cfg
@@ -207,6 +205,9 @@ class HuntStep:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*worker processes in total.*")
             self.loader = torch.utils.data.DataLoader(ds, batch_size=sz.batch, shuffle=False, num_workers=workers, **kw)
+        self._pids: set[int] = set()
+        self._epochs = 0
+        self._restarts = 0
         self._it = self._batches()
         self.losses: list[float] = []
         self.steps_done = 0
@@ -217,7 +218,13 @@ class HuntStep:
 
     def _batches(self):
         while True:
-            yield from self.loader
+            it = iter(self.loader)
+            pids = {w.pid for w in getattr(it, "_workers", [])}
+            if self._epochs:
+                self._restarts += len(pids - self._pids)
+            self._pids |= pids
+            self._epochs += 1
+            yield from it
 
     def _count_gc(self, phase, info):
         if phase == "start" and info.get("generation") == 2:
@@ -287,7 +294,9 @@ class HuntStep:
     # ---------------------------------------------------------------- instruments
 
     def counters(self) -> dict[str, Any]:
-        """What the counters saw over the steps run so far (after the first, a warm-up)."""
+        """What the counters saw over the steps run so far (after the first, a warm-up). Worker starts
+        per epoch count the DataLoader worker processes (by process id) that are new after the first
+        epoch."""
         h = self.history[1:] or self.history
         firsts = [r["data"] for r in h if r["epoch_first"]]
         others = [r["data"] for r in h if not r["epoch_first"]]
@@ -295,7 +304,8 @@ class HuntStep:
                 "gen2_per_step": statistics.mean(r["gen2"] for r in h) if h else 0.0,
                 "data_wait_epoch_first_s": statistics.median(firsts) if firsts else None,
                 "data_wait_other_s": statistics.median(others) if others else None,
-                "loader_workers": getattr(self.loader, "num_workers", None)}
+                "loader_workers": getattr(self.loader, "num_workers", None),
+                "worker_starts_per_epoch": self._restarts / (self._epochs - 1) if self._epochs > 1 else 0.0}
 
     def profile(self, top: int = 12) -> dict[str, Any]:
         """One more step under torch.profiler: the op table (name, calls, self ms) of the top ops by
