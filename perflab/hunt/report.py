@@ -10,7 +10,8 @@ Scoring (`score_of`):
 * a claim is *right* when its category is one of the planted regressions' (precision = right claims
   / claims; recall = planted regressions claimed / planted);
 * a planted regression counts in full when a right claim's fix recovers at least `RECOVER_SHARE`
-  (half) of that regression's measured cost, with the loss within fp32's tolerance of the clean
+  (half) of that regression's cost, both measured in the grader's process (a full collection's
+  cost depends on the process's heap, so the two must come from one process), with the loss within fp32's tolerance of the clean
   step's; a right category with a fix that does not recover counts half;
 * score = (credited regressions / planted) × precision, minus `MODEL_PENALTY` for each fix that
   changes the model (`perflab.hunt.pool.MODEL_FIXES`) and `PARITY_PENALTY` when the fixed step's
@@ -159,11 +160,15 @@ def measure_recovery(planted: Sequence[str], fixes: Sequence[str], sizes=None, *
     configs = {"clean": lambda: HuntStep((), (), sizes), "fixed": lambda: HuntStep(planted, fixes, sizes)}
     for f in useful:
         configs[f"without:{f}"] = lambda f=f: HuntStep(planted, [x for x in fixes if x != f], sizes)
+    fixed_by = [p for p in planted if regression(p).fix in useful]
+    for p in fixed_by:  # the regression's cost in this same process (a collection's cost depends on the heap)
+        configs[f"only:{p}"] = lambda p=p: HuntStep((p,), (), sizes)
     t = interleaved(configs, reps=reps)
     clean = t["clean"].step_s
     ok, rel = parity(t["fixed"].loss, t["clean"].loss)
     return {"clean_s": clean, "fixed_s": t["fixed"].step_s,
             "recovered": {f: (t[f"without:{f}"].step_s - t["fixed"].step_s) / clean for f in useful},
+            "costs": {p: t[f"only:{p}"].step_s / clean - 1 for p in fixed_by},
             "parity_ok": ok, "loss_rel": rel}
 
 
@@ -190,6 +195,23 @@ def sizes_named(name: str):
     if name not in table:
         raise InputError(f"unknown sizes {name!r}: use {' or '.join(table)}")
     return table[name]
+
+
+def rerun(planted: Sequence[str] | Any, fixes: Sequence[str], sizes=None, *, reps: int = 2,
+          before: Sequence[str] = ()) -> dict[str, Any]:
+    """The step as drawn (with the fixes `before`, already adopted) and with `fixes` too, timed in
+    turns: each one's step time and phases, the share of the as-drawn step that the new fixes
+    recovered, and parity of the fixed step's loss against the as-drawn step's."""
+    from perflab.hunt.draw import Draw, reveal_draw
+    from perflab.hunt.step import HuntStep, interleaved, parity
+
+    names = list(reveal_draw(planted)) if isinstance(planted, Draw) else list(planted)
+    fixes, before = list(dict.fromkeys(fixes)), list(before)
+    t = interleaved({"before": lambda: HuntStep(names, before, sizes),
+                     "with your fixes": lambda: HuntStep(names, list(dict.fromkeys(before + fixes)), sizes)}, reps=reps)
+    ok, rel = parity(t["with your fixes"].loss, t["before"].loss)
+    b, a = t["before"].step_s, t["with your fixes"].step_s
+    return {"timed": t, "before_s": b, "after_s": a, "recovered_share": (b - a) / b, "parity_ok": ok, "loss_rel": rel}
 
 
 # ---------------------------------------------------------------- the grade
@@ -249,7 +271,7 @@ def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str
         if p is None:
             row["verdict"] = "not planted (a wrong claim)"
         else:
-            need = RECOVER_SHARE * float(costs[p])
+            need = RECOVER_SHARE * float(recovery.get("costs", {}).get(p, costs[p]))
             got = float(rec.get(c.fix, 0.0)) if c.fix == regression(p).fix else 0.0
             row["recovered"], row["needed"] = got, need
             ok = got >= need and parity_ok
