@@ -46,8 +46,9 @@ POOL: tuple[Regression, ...] = (
     Regression("respawn", "persistent_workers", "persistent_workers",
                "persistent_workers=False on a short epoch: the workers (each opening the data set, a costly start) "
                "are started again every epoch",
-               "the phase timer's data share, step by step: the wait comes at every epoch's first step, not every step",
-               "the data phase is long on the first step of each epoch and near zero on the others",
+               "the DataLoader's worker processes (new worker process ids after the first epoch: worker starts per "
+               "epoch) and the data wait on each epoch's first step",
+               "worker processes start again every epoch; the data wait sits on each epoch's first step",
                "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader", conflicts=("loader",)),
     Regression("host_stats", "host_sync_logging", "log_on_device",
                "a logging hook copies every Linear layer's output to the host (`.cpu().numpy()`) and computes "
@@ -177,8 +178,8 @@ _PHASE = {"loader": "data", "respawn": "data", "host_stats": "forward", "clip_lo
           "adamw_loop": "optimizer", "attention": "forward and backward", "threads_over": "forward and backward",
           "gc": "other"}
 _TELL = {
-    frozenset(("loader", "respawn")): "the phase timer step by step: loader waits every step, respawn only at each "
-                                      "epoch's first step",
+    frozenset(("loader", "respawn")): "the DataLoader's workers: none with loader (a wait every step), new worker "
+                                      "processes every epoch with respawn",
     frozenset(("attention", "threads_over")): "the thread counter (threads against usable cores), and the op table "
                                               "(softmax and masked_fill appear only with attention written out)",
 }
