@@ -87,6 +87,21 @@ def evidence_table(ev: dict[str, Any]):
     return phases, counters
 
 
+def top_ops_table(ev: dict[str, Any], n: int = 8):
+    """The profiled step's top ops by time: name, calls, time (with its unit)."""
+    import pandas as pd
+
+    from perflab.core.readout import seconds
+
+    return pd.DataFrame([{"op": r["op"], "calls": r["calls"], "time": seconds(r["total_ms"] / 1e3)}
+                         for r in ev.get("top_ops", [])[:n]])
+
+
+def describe(hunt: Hunt) -> str:
+    """One line about the draw that names none of its regressions."""
+    return f"your draw: {hunt.draw.k} hidden regression{'s' if hunt.draw.k != 1 else ''} (token {hunt.draw.token[:10]}…)"
+
+
 def _hidden_draws(n: int = 8, seed: int = 14) -> list[tuple[str, ...]]:
     """Every pool member alone, then `n` draws of three (any member can be drawn on some machine)."""
     kept = list(NAMES)
