@@ -204,11 +204,11 @@ class HuntStep:
                   "worker_init_fn": _OpenDataset(sz.worker_start_s)}
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*worker processes in total.*")
-            self.loader = torch.utils.data.DataLoader(ds, batch_size=sz.batch, shuffle=False, num_workers=workers, **kw)
+            self.loader: Any = torch.utils.data.DataLoader(ds, batch_size=sz.batch, shuffle=False, num_workers=workers, **kw)
         self._pids: set[int] = set()
         self._epochs = 0
         self._restarts = 0
-        self._it = self._batches()
+        self._it: Any = self._batches()
         self.losses: list[float] = []
         self.steps_done = 0
         self._gen2 = 0
