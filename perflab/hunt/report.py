@@ -268,15 +268,18 @@ def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str
         p = by_cat.get(c.category)
         row: dict[str, Any] = {"category": c.category, "evidence": c.evidence, "fix": c.fix, "right": p is not None,
                                "recovered": None, "needed": None}
+        applies = c.fix in MODEL_FIXES or any(regression(q).fix == c.fix for q in planted)
         if p is None:
-            row["verdict"] = "not planted (a wrong claim)"
+            row["verdict"] = "not planted (a wrong claim)" + ("" if applies else f"; the fix {c.fix} changes nothing "
+                                                                              "in this step")
         else:
             need = RECOVER_SHARE * float(recovery.get("costs", {}).get(p, costs[p]))
             got = float(rec.get(c.fix, 0.0)) if c.fix == regression(p).fix else 0.0
             row["recovered"], row["needed"] = got, need
             ok = got >= need and parity_ok
             credit[p] = max(credit.get(p, 0.0), 1.0 if ok else 0.5)
-            row["verdict"] = (f"planted; the fix recovered {got:.0%} of the clean step (needed {need:.0%})" if ok else
+            row["verdict"] = (f"planted, but the fix {c.fix} changes nothing in this step" if not applies else
+                              f"planted; the fix recovered {got:.0%} of the clean step (needed {need:.0%})" if ok else
                               f"planted, but the fix recovered {got:.0%} of the clean step, below the {need:.0%} "
                               "needed" + ("" if parity_ok else ", or parity broke"))
         rows.append(row)

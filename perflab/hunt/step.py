@@ -41,6 +41,7 @@ from perflab.workload.models import ModelConfig, build_model
 from perflab.workload.train import next_token_loss
 
 PHASES = ("data", "forward", "backward", "clip", "optimizer", "other")
+LOADER_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,8 @@ class HuntStep:
         kw: dict[str, Any] = {}
         if workers:
             kw = {"prefetch_factor": 4, "persistent_workers": "respawn" not in on,
-                  "worker_init_fn": _OpenDataset(sz.worker_start_s)}
+                  "worker_init_fn": _OpenDataset(sz.worker_start_s),
+                  "timeout": LOADER_TIMEOUT_S}  # a worker that hangs raises instead of stalling the lesson
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*worker processes in total.*")
             self.loader: Any = torch.utils.data.DataLoader(ds, batch_size=sz.batch, shuffle=False, num_workers=workers, **kw)

@@ -50,8 +50,11 @@ def test_a_fix_that_changes_the_model_breaks_parity(fix, clean_loss):
     assert not parity(_run((), (fix,))[0], clean_loss)[0]
 
 
-def test_a_draw_of_three_runs_and_keeps_parity(clean_loss):
-    loss, _c, _s = _run(("gc", "host_stats", "attention"))
+@pytest.mark.parametrize("user", ["ada", "bob", "learner7"])
+def test_a_draw_of_three_runs_and_keeps_parity(user, clean_loss):
+    from perflab.hunt.draw import draw_for, reveal_draw
+
+    loss, _c, _s = _run(reveal_draw(draw_for(user, 3)))
     assert parity(loss, clean_loss)[0]
 
 
