@@ -53,9 +53,9 @@ POOL: tuple[Regression, ...] = (
     Regression("host_stats", "host_sync_logging", "log_on_device",
                "a logging hook copies every Linear layer's output to the host (`.cpu().numpy()`) and computes "
                "percentiles there, every step",
-               "the profiler's op table (aten::to / aten::_local_scalar_dense, many calls per step) and the phase "
-               "timer's forward share",
-               "many host copies per step; the forward phase grows with the activations' size",
+               "the profiler's op table (aten::isfinite, aten::item and a host copy once per Linear layer) and the "
+               "phase timer's forward share",
+               "aten::isfinite appears, once per Linear layer, with as many aten::item calls more",
                "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution"),
     Regression("clip_loop", "grad_clip_per_tensor", "clip_foreach",
                "gradient clipping written in Python, one tensor at a time, reading each norm back with `.item()`",
@@ -167,10 +167,12 @@ def regressions_fixed_by(fix: str) -> tuple[str, ...]:
 def distinguishing_instrument(a: str, b: str) -> str:
     """Which instrument tells regressions `a` and `b` apart (the lesson's table of pairs)."""
     ra, rb = regression(a), regression(b)
+    if frozenset((a, b)) in _TELL:
+        return _TELL[frozenset((a, b))]
     phase_a, phase_b = _PHASE[ra.name], _PHASE[rb.name]
     if phase_a != phase_b:
         return f"the phase timer: {a} costs in {phase_a}, {b} in {phase_b}"
-    return f"{_TELL[frozenset((a, b))]}"
+    return f"the op table and counters: {ra.evidence}; {rb.evidence}"
 
 
 # where each regression's extra time lands in the phase timer (`perflab.hunt.step.PHASES`)
@@ -180,6 +182,37 @@ _PHASE = {"loader": "data", "respawn": "data", "host_stats": "forward", "clip_lo
 _TELL = {
     frozenset(("loader", "respawn")): "the DataLoader's workers: none with loader (a wait every step), new worker "
                                       "processes every epoch with respawn",
+    frozenset(("host_stats", "attention")): "the op table: aten::isfinite per layer with host_stats, aten::masked_fill "
+                                            "and aten::softmax with attention written out",
+    frozenset(("host_stats", "threads_over")): "the op table (aten::isfinite per layer) and the thread counter",
     frozenset(("attention", "threads_over")): "the thread counter (threads against usable cores), and the op table "
                                               "(softmax and masked_fill appear only with attention written out)",
 }
+
+
+def pool_table():
+    """The pool for a person: each regression, its category, fix and the instrument that shows it."""
+    import pandas as pd
+
+    return pd.DataFrame([{"regression": r.name, "category": r.category, "fix": r.fix, "instrument": r.instrument}
+                         for r in POOL])
+
+
+def not_here_table():
+    """The candidates this CPU step does not host, each with its reason."""
+    import pandas as pd
+
+    return pd.DataFrame([{"candidate": k, "why not here": v} for k, v in NOT_HERE.items()])
+
+
+def pairs_table():
+    """Every pair of pool members whose extra time lands in the same phase, and the instrument that
+    tells them apart (pairs in different phases are told apart by the phase timer)."""
+    import pandas as pd
+
+    rows = []
+    for i, a in enumerate(NAMES):
+        for b in NAMES[i + 1:]:
+            if _PHASE[a] == _PHASE[b] or (_PHASE[a] in _PHASE[b] or _PHASE[b] in _PHASE[a]):
+                rows.append({"pair": f"{a} / {b}", "tell them apart with": distinguishing_instrument(a, b)})
+    return pd.DataFrame(rows)
