@@ -165,8 +165,13 @@ def check_report(student: Callable[[dict[str, Any]], Any], hunt: Hunt) -> Verdic
     got = attempt(name, student, hunt.evidence, what="your step's evidence")
     if got is NOT_DONE:
         return NOT_PASSED
+    reps = 2 if hunt.sizes_name == "smoke" else 3
     try:
-        g = grade(got, hunt.draw, hunt.costs, sizes_name=hunt.sizes_name, reps=2 if hunt.sizes_name == "smoke" else 3)
+        g = grade(got, hunt.draw, hunt.costs, sizes_name=hunt.sizes_name, reps=reps)
+        if not g.passed and g.precision == 1.0 and g.recall == 1.0 and g.parity_ok and not g.model_changes:
+            # every cause named with its own switch, yet a fix measured short: a burst of load from other
+            # programs can do that, so the grader measures once more, longer, before it fails the report
+            g = grade(got, hunt.draw, hunt.costs, sizes_name=hunt.sizes_name, reps=reps + 2)
     except InputError as e:
         raise LabCheckError(f"{name}: {e}") from None
     print(g)

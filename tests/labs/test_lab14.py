@@ -47,3 +47,34 @@ def test_a_malformed_claim_is_one_clear_line():
     grading.reset()
     with pytest.raises(LabCheckError, match="write each claim"):
         lab14.check_read_evidence(lambda ev: ["gc"])
+
+
+def _hunt():
+    from perflab.hunt.draw import draw_for, reveal_draw
+    from perflab.hunt.report import load_signatures, synthetic_evidence
+
+    d = draw_for("ada", 3)
+    return lab14.Hunt(d, {n: 0.5 for n in reveal_draw(d)}, "smoke", synthetic_evidence(reveal_draw(d), load_signatures()))
+
+
+def test_the_report_stub_is_not_done(capsys):
+    grading.reset()
+
+    def stub(ev):
+        raise NotImplementedError
+
+    assert not lab14.check_report(stub, _hunt())
+    assert "not done yet" in capsys.readouterr().out
+
+
+def test_a_report_with_an_unknown_fix_is_one_line_before_any_run():
+    grading.reset()
+    with pytest.raises(LabCheckError, match="unknown fix"):
+        lab14.check_report(lambda ev: [("gc_full_collections", "a collection every step", "reboot")], _hunt())
+
+
+def test_the_draw_line_names_no_regression():
+    from perflab.hunt.pool import NAMES
+
+    line = lab14.describe(_hunt())
+    assert not any(n in line for n in NAMES)
