@@ -19,14 +19,35 @@ from perflab.core.grading import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, a
 from perflab.hunt.pool import NAMES, regression
 
 
+def _key(draw: Any, name: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{draw.seed}:{name}".encode()).hexdigest()[:12]
+
+
 @dataclass
 class Hunt:
-    """A learner's hunt: their draw, the measured costs of what it reached, the step's evidence."""
+    """A learner's hunt: their draw, the measured cost share of each drawn regression (keyed so that
+    it names none of them), the step's evidence."""
 
     draw: Any
-    costs: dict[str, Any]
+    shares: dict[str, float]
     sizes_name: str
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, draw: Any, costs: dict[str, Any], sizes_name: str, evidence: dict[str, Any]) -> Hunt:
+        """From name → cost (a `Cost` or a share): kept only for the drawn regressions, keyed."""
+        from perflab.hunt.draw import reveal_draw
+
+        shares = {_key(draw, n): float(getattr(costs[n], "share", costs[n])) for n in reveal_draw(draw)}
+        return cls(draw, shares, sizes_name, evidence)
+
+    def costs(self) -> dict[str, float]:
+        """Name → measured cost share of each drawn regression (what the grader needs)."""
+        from perflab.hunt.draw import reveal_draw
+
+        return {n: self.shares[_key(self.draw, n)] for n in reveal_draw(self.draw)}
 
     @property
     def sizes(self):
@@ -64,7 +85,7 @@ def start(smoke: bool = False, user: str | None = None, k: int | None = None, po
         ev = collect_evidence(s)
     finally:
         s.close()
-    return Hunt(d, costs, name, ev)
+    return Hunt.of(d, costs, name, ev)
 
 
 def evidence_table(ev: dict[str, Any]):
@@ -167,11 +188,11 @@ def check_report(student: Callable[[dict[str, Any]], Any], hunt: Hunt) -> Verdic
         return NOT_PASSED
     reps = 2 if hunt.sizes_name == "smoke" else 3
     try:
-        g = grade(got, hunt.draw, hunt.costs, sizes_name=hunt.sizes_name, reps=reps)
+        g = grade(got, hunt.draw, hunt.costs(), sizes_name=hunt.sizes_name, reps=reps)
         if not g.passed and g.precision == 1.0 and g.recall == 1.0 and g.parity_ok and not g.model_changes:
             # every cause named with its own switch, yet a fix measured short: a burst of load from other
             # programs can do that, so the grader measures once more, longer, before it fails the report
-            g = grade(got, hunt.draw, hunt.costs, sizes_name=hunt.sizes_name, reps=reps + 2)
+            g = grade(got, hunt.draw, hunt.costs(), sizes_name=hunt.sizes_name, reps=reps + 2)
     except InputError as e:
         raise LabCheckError(f"{name}: {e}") from None
     print(g)
@@ -189,6 +210,7 @@ def reveal(hunt: Hunt):
     from perflab.core.readout import percent
     from perflab.hunt.draw import reveal_draw
 
+    costs = hunt.costs()
     return pd.DataFrame([{"regression": n, "category": regression(n).category,
-                          "cost here": percent(hunt.costs[n].share) if n in hunt.costs else "–",
+                          "cost here": percent(costs[n]),
                           "instrument": regression(n).instrument} for n in reveal_draw(hunt.draw)])

@@ -11,7 +11,9 @@ Scoring (`score_of`):
   / claims; recall = planted regressions claimed / planted);
 * a planted regression counts in full when a right claim's fix recovers at least `RECOVER_SHARE`
   (half) of that regression's cost, both measured in the grader's process (a full collection's
-  cost depends on the process's heap, so the two must come from one process), with the loss within fp32's tolerance of the clean
+  cost depends on the process's heap, so the two must come from one process); where that run
+  measures the regression's own cost below `KEEP_SHARE` (a burst of load from other programs can
+  hide a small cost), the recovery cannot be judged and the regression's own switch counts, with the loss within fp32's tolerance of the clean
   step's; a right category with a fix that does not recover counts half;
 * score = (credited regressions / planted) × precision, minus `MODEL_PENALTY` for each fix that
   changes the model (`perflab.hunt.pool.MODEL_FIXES`) and `PARITY_PENALTY` when the fixed step's
@@ -32,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from perflab.core.errors import InputError, PerflabError
-from perflab.hunt.pool import ALL_FIXES, CATEGORIES, MODEL_FIXES, POOL, regression
+from perflab.hunt.pool import ALL_FIXES, CATEGORIES, KEEP_SHARE, MODEL_FIXES, POOL, regression
 
 RECOVER_SHARE = 0.5  # a fix must win back at least half of its regression's measured cost
 MODEL_PENALTY = 0.25  # per fix that changes the model
@@ -273,12 +275,18 @@ def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str
             row["verdict"] = "not planted (a wrong claim)" + ("" if applies else f"; the fix {c.fix} changes nothing "
                                                                               "in this step")
         else:
-            need = RECOVER_SHARE * float(recovery.get("costs", {}).get(p, costs[p]))
-            got = float(rec.get(c.fix, 0.0)) if c.fix == regression(p).fix else 0.0
+            here = recovery.get("costs", {}).get(p)
+            cost = float(costs[p] if here is None else here)
+            need = RECOVER_SHARE * cost
+            own = c.fix == regression(p).fix
+            got = float(rec.get(c.fix, 0.0)) if own else 0.0
             row["recovered"], row["needed"] = got, need
-            ok = got >= need and parity_ok
+            unjudged = here is not None and cost < KEEP_SHARE and own  # too small in this run to judge a recovery
+            ok = (got >= need or unjudged) and parity_ok
             credit[p] = max(credit.get(p, 0.0), 1.0 if ok else 0.5)
             row["verdict"] = (f"planted, but the fix {c.fix} changes nothing in this step" if not applies else
+                              f"planted; its own switch turned back (its cost measured {cost:.0%} in this run, "
+                              f"below the {KEEP_SHARE:.0%} where a recovery can be judged)" if unjudged and ok else
                               f"planted; the fix recovered {got:.0%} of the clean step (needed {need:.0%})" if ok else
                               f"planted, but the fix recovered {got:.0%} of the clean step, below the {need:.0%} "
                               "needed" + ("" if parity_ok else ", or parity broke"))

@@ -54,7 +54,7 @@ def _hunt():
     from perflab.hunt.report import load_signatures, synthetic_evidence
 
     d = draw_for("ada", 3)
-    return lab14.Hunt(d, {n: 0.5 for n in reveal_draw(d)}, "smoke", synthetic_evidence(reveal_draw(d), load_signatures()))
+    return lab14.Hunt.of(d, {n: 0.5 for n in reveal_draw(d)}, "smoke", synthetic_evidence(reveal_draw(d), load_signatures()))
 
 
 def test_the_report_stub_is_not_done(capsys):
@@ -78,3 +78,11 @@ def test_the_draw_line_names_no_regression():
 
     line = lab14.describe(_hunt())
     assert not any(n in line for n in NAMES)
+
+
+def test_the_hunt_keeps_its_costs_without_names():
+    from perflab.hunt.pool import NAMES
+
+    h = _hunt()
+    assert not any(n in k for k in h.shares for n in NAMES)
+    assert set(h.costs()) == set(__import__("perflab.hunt.draw", fromlist=["x"]).reveal_draw(h.draw))

@@ -76,3 +76,14 @@ def test_a_right_category_with_the_wrong_fix_counts_half():
 def test_a_malformed_claim_is_one_clear_line(bad, words):
     with pytest.raises(InputError, match=words):
         parse_claims(bad)
+
+
+def test_a_recovery_too_small_to_judge_in_the_graders_run_counts_its_own_switch():
+    planted = ("loader",)
+    claims = [Claim("data_loader_workers", "no workers; a data wait every step", "loader_workers")]
+    small = {"recovered": {"loader_workers": -0.02}, "costs": {"loader": 0.05}, "parity_ok": True}
+    assert score_of(claims, planted, COSTS, small).passed
+    wrong = [Claim("data_loader_workers", "no workers; a data wait every step", "use_sdpa")]
+    assert not score_of(wrong, planted, COSTS, small).passed
+    clear = {"recovered": {"loader_workers": 0.05}, "costs": {"loader": 0.5}, "parity_ok": True}
+    assert not score_of(claims, planted, COSTS, clear).passed
