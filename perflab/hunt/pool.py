@@ -115,10 +115,10 @@ NOT_HERE: dict[str, str] = {
     "threads_starved": "the clean step runs on one intra-op thread (on a machine shared with others, more threads than "
                        "free cores make every parallel region wait for its slowest thread), so there is nothing to "
                        "starve; on a machine of your own, `torch.get_num_threads()` below the usable cores is the sign",
-    "collate_copy": "a collate that copies each batch costs a memcpy of b·s token ids, microseconds beside the step "
-                    "at the lesson's sizes; it matters where batches are large images on a GPU",
-    "print_tensor": "printing a tensor formats a summary of at most a few elements per dimension (torch's print "
-                    "options), so it costs little on a CPU; on a GPU it also waits for the device, a host sync",
+    "collate_copy": "not planted yet: its cost at the lesson's sizes has not been measured here (a collate that copies "
+                    "matters most where batches are large, such as images fed to a GPU)",
+    "print_tensor": "not planted yet: its cost at the lesson's sizes has not been measured here (torch prints a summary "
+                    "of a large tensor, and on a GPU the print also waits for the device: a host sync)",
     "graph_break": "needs torch.compile, whose first compile takes tens of seconds on a CPU: too slow to draw and "
                    "re-measure per fix in this lesson (lesson 10 finds breaks with `perflab compile --explain`)",
     "recompile": "needs torch.compile as above; each recompile costs seconds of compile time on a CPU",
