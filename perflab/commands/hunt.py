@@ -1,0 +1,44 @@
+"""`perflab hunt`: the teacher's view of lesson 14's draws (each learner's hidden regressions), and the pool's costs here."""
+
+from __future__ import annotations
+
+from perflab.commands._args import emit
+
+
+def register(sub) -> None:
+    p = sub.add_parser("hunt", help="lesson 14: each learner's drawn regressions (teacher), the pool and its costs here")
+    p.add_argument("--learners", help="comma-separated user names: show each one's draw")
+    p.add_argument("--k", type=int, help="regressions per learner (default: PERFLAB_HUNT_K or 3)")
+    p.add_argument("--pool", help="comma-separated regressions to draw from (default: PERFLAB_HUNT_POOL or all)")
+    p.add_argument("--salt", help="the class's salt (default: PERFLAB_HUNT_SALT or the course's)")
+    p.add_argument("--costs", action="store_true", help="measure each pool member's cost here (slow: ~a minute)")
+    p.add_argument("--smoke", action="store_true", help="with --costs: the tiny step of the tests")
+    p.add_argument("--json", action="store_true", help='print JSON: {"pool", "not_here", "draws", "costs"}')
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from perflab.core.errors import InputError
+    from perflab.hunt.draw import default_k, default_pool, teacher_view
+    from perflab.hunt.pool import KEEP_SHARE, NOT_HERE, parse_pool
+
+    pool = parse_pool(args.pool) if args.pool else default_pool()
+    k = default_k() if args.k is None else args.k
+    if k < 1:
+        raise InputError(f"--k {k}: draw at least one regression")
+    out: dict = {"pool": list(pool), "k": k, "not_here": NOT_HERE, "draws": [], "costs": {}}
+    lines = [f"pool ({len(pool)}): {', '.join(pool)}; k = {k}"]
+    costs = None
+    if args.costs:
+        from perflab.hunt.step import SIZES, SMOKE, measure_costs
+
+        costs = measure_costs(pool, SMOKE if args.smoke else SIZES)
+        out["costs"] = {n: c.as_dict() for n, c in costs.items()}
+        lines.append(f"costs here (extra time over the clean step; kept at ≥ {KEEP_SHARE:.0%}):")
+        lines += [f"  {n:<16} {c.share:+.0%}  {'kept' if c.kept else 'left out here'}" for n, c in costs.items()]
+    if args.learners:
+        users = [u.strip() for u in args.learners.split(",") if u.strip()]
+        out["draws"] = teacher_view(users, k, pool, costs=costs, salt_=args.salt)
+        lines += [f"  {r['learner']:<16} {r['regressions']}  (fixes: {r['fixes']})" for r in out["draws"]]
+    emit(out, args.json, "\n".join(lines))
+    return 0

@@ -1,0 +1,37 @@
+"""Lesson 14's figure: the waterfall, where each configuration's step time goes, phase by phase."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+COLORS = {"data": "#4c72b0", "forward": "#55a868", "backward": "#8172b2", "clip": "#ccb974", "optimizer": "#c44e52",
+          "other": "#937860"}
+
+
+def waterfall(rows: Mapping[str, Mapping[str, float]], title: str = "where the step's time goes"):
+    """Horizontal stacked bars: one per configuration, milliseconds per phase (`perflab.hunt.step.PHASES`)."""
+    import matplotlib.pyplot as plt
+
+    from perflab.hunt.step import PHASES
+
+    names = list(rows)
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.6 * len(names)))
+    left = [0.0] * len(names)
+    for p in PHASES:
+        widths = [rows[n].get(p, 0.0) * 1e3 for n in names]
+        ax.barh(names, widths, left=left, color=COLORS[p], label=p)
+        left = [a + b for a, b in zip(left, widths)]
+    for i, total in enumerate(left):
+        ax.text(total, i, f" {total:.3g} ms", va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds per optimizer step (mean of an epoch, median over rounds)")
+    ax.set_title(title)
+    ax.legend(ncol=len(PHASES), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(names) < 3 else -0.2))
+    fig.tight_layout()
+    return fig
+
+
+def phases_of(timed: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """{label: phases} from `perflab.hunt.step.interleaved`'s result."""
+    return {k: dict(t.phases) for k, t in timed.items()}
