@@ -312,7 +312,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def save_ceiling_record(result: MamfResult, info, axes) -> Path:
-    """Keep the highest ceiling found so far for this device and dtype (and the latest search)."""
+    """Keep the highest ceiling found so far for this device and dtype (and the latest search). A
+    search whose best is above the device's peak (spec sheet or CPU estimate) is kept as the latest,
+    marked `questioned`, and never becomes the stored ceiling (`perflab.core.hardware.ceiling_problem`)."""
     import torch
 
     if result.best is None:
@@ -324,7 +326,12 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
            "evaluated": result.evaluated, "grid_points": result.grid_points,
            "torch_version": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname()}
     entry = doc.get(result.dtype, {})
-    if not entry.get("best") or rec["tflops"] >= entry["best"].get("tflops", 0):
+    from perflab.core.hardware import ceiling_problem, peaks_for
+
+    problem = ceiling_problem(float(rec["tflops"]), result.dtype, peaks_for(info))
+    if problem:  # above the device's peak: kept as the latest search, questioned, never the stored ceiling
+        rec["questioned"] = problem
+    elif not entry.get("best") or rec["tflops"] >= entry["best"].get("tflops", 0):
         entry["best"] = rec
     entry["last"] = rec
     doc[result.dtype] = entry
