@@ -905,6 +905,32 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
     return LadderResult(tp.name, info.name, rows, stopped, str(p), res_meas, res_skip)
 
 
+DRIFT_LIMIT = 1.25  # separate runs that disagree with the paired ratios by more than this factor: the machine drifted
+
+
+def drift_note(rows: Sequence[dict[str, Any]], limit: float = DRIFT_LIMIT) -> str:
+    """One sentence on whether the step times of separate rows can be compared: each row's `step_s`
+    comes from its own run, its speed-ups from pairs timed together. Where the baseline's step ÷ a
+    row's step differs from the row's paired speed-up by more than `limit`×, the machine's speed
+    changed between the runs, and the sentence names the rows."""
+    if not rows:
+        return ""
+    base = rows[0]
+    off = []
+    for r in rows[1:]:
+        if not r.get("measured") or not r.get("step_s"):
+            continue
+        sep = base["step_s"] / r["step_s"]
+        paired = float(r.get("speedup_vs_baseline") or 1.0)
+        if max(sep / paired, paired / sep) > limit:
+            off.append(f"{r['rung']} ({sep:.2f}× from separate runs, {paired:.2f}× from pairs)")
+    if not off:
+        return (f"The step times of separate rows agree with the paired speed-ups within {limit:.2f}×: the "
+                "machine's speed held steady during the ladder.")
+    return ("The machine's speed drifted during the ladder: compare rows by their speed-ups (timed in pairs), "
+            f"not by their step times (each from its own run). Beyond {limit:.2f}×: " + "; ".join(off) + ".")
+
+
 def _pct(f: float | None) -> str:
     from perflab.core.readout import percent
 

@@ -90,3 +90,12 @@ def test_the_same_rung_measured_twice_gives_the_same_verdict_or_inconclusive():
         assert pm.verdict == verdict.decide(pm.interval)
         seen.append(pm.verdict)
     assert set(seen) != {"adopted", "kept out"}, seen
+
+
+def test_the_drift_note_names_rows_whose_separate_runs_disagree_with_their_pairs():
+    base = {"rung": "baseline", "step_s": 0.10, "measured": True}
+    steady = {"rung": "sdpa", "step_s": 0.08, "measured": True, "speedup_vs_baseline": 1.25}
+    drifted = {"rung": "batch", "step_s": 0.16, "measured": True, "speedup_vs_baseline": 2.4}
+    assert "held steady" in runner.drift_note([base, steady])
+    note = runner.drift_note([base, steady, drifted])
+    assert "drifted" in note and "batch (0.62× from separate runs, 2.40× from pairs)" in note and "sdpa" not in note
