@@ -352,6 +352,22 @@ def ceiling_record(device=None, dtype: str | DType = "bf16") -> dict[str, Any] |
     return entry.get("best")
 
 
+def ceiling_note(device=None, dtype: str | DType = "bf16") -> str:
+    """One sentence on the ceiling stored for `device` and `dtype`: its value, shape and date, and
+    whether the latest search was questioned (above the peak) and so not stored."""
+    from perflab.core.device import DeviceInfo, describe
+    from perflab.core.dtypes import parse_dtype
+
+    info = device if isinstance(device, DeviceInfo) else describe(device)
+    entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
+    best, last = entry.get("best"), entry.get("last")
+    out = (f"measured ceiling stored for this device: {best['tflops']:.4g} TFLOP/s at {best['m']}×{best['n']}×"
+           f"{best['k']} ({best.get('date', 'undated')})" if best else "no measured ceiling stored for this device")
+    if last and last.get("questioned"):
+        out += f"; the latest search ({last['tflops']:.4g} TFLOP/s) was not stored: {last['questioned']}"
+    return out
+
+
 def measured_ceiling(device=None, dtype: str | DType = "bf16") -> float | None:
     """The measured ceiling (TFLOP/s) for `device` and `dtype`: the best `perflab mamf` found, or None
     when no search has been run on this device yet. `device` may be a torch device, a name

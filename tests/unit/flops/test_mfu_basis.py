@@ -61,3 +61,14 @@ def test_a_utilization_above_100_percent_never_shows_without_its_reason():
     over = mfu.utilization_text(1.04, b)
     assert over.startswith("104 % (above 100 %") and "fp32 ceiling" in over
     assert mfu.utilization_text(None) .startswith("unknown")
+
+
+def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypatch, tmp_path):
+    from perflab.gemm import mamf
+
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    monkeypatch.setattr(hardware, "peaks_for", lambda info: _est(1e-9))  # every real search is above this peak
+    mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", rep_ms=2, warmup_ms=1, progress=False)
+    assert mamf.measured_ceiling("cpu", "fp32") is None
+    note = mamf.ceiling_note("cpu", "fp32")
+    assert note.startswith("no measured ceiling stored") and "was not stored" in note and "estimated peak" in note
