@@ -155,7 +155,7 @@ PRESETS: dict[str, TunePreset] = {
                       rung_budget_s=4.0),
     "smoke": TunePreset("smoke", SMOKE_CFG, 8, 2, 2, 1, 2.0, 3 * 2**20, 1.1,
                         "a one-layer GPT-2-shaped model for tests and smoke runs (seconds per ladder)",
-                        rung_budget_s=0.75),
+                        rung_budget_s=2.0),
 }
 
 
