@@ -11,7 +11,8 @@ parameters are set to smoke mode the way papermill sets them (an injected cell a
 `parameters` cell): the shipped notebooks stay untouched and the browser sees what `make test`'s
 papermill runs see, only through the front end. Lessons run two at a time, a test per pair (Run →
 Run All Cells).
-Once both have finished, each must show no error, nothing on stderr and no cut table cell; then the
+Once both have finished, each must show no error, nothing on stderr, no cut table cell and no table
+wider than the notebook's cells (at the test's 1,400 px window); then the
 first control of its first panel (`perflab.course.widgets.Panel`, CSS class `perflab-panel`) is
 moved as a learner moves it (a slider with the keyboard, a drop-down to its next option) and the
 test waits for the panel to redraw. The browser console may log no error. A request without the
@@ -184,6 +185,13 @@ _STDERR = """(root) => Array.from(document.querySelectorAll(
 # a table cell whose text was cut ("…" or pandas' "..."), outside the code itself
 _CUT = """(root) => Array.from(document.querySelectorAll(root + ' .jp-OutputArea td, ' + root + ' .jp-OutputArea th'))
     .map(e => e.textContent.trim()).filter(t => t.endsWith('…') || t.endsWith('...'))"""
+# a table wider than the notebook's cells (the learner would scroll sideways to read it): its width,
+# the cell's, and its first column headers to name it
+_WIDE = """(root) => Array.from(document.querySelectorAll(root + ' .jp-OutputArea-output table')).map(t => {
+    const cell = t.closest('.jp-Cell'); const w = Math.round(t.getBoundingClientRect().width);
+    const room = cell ? Math.round(cell.getBoundingClientRect().width) : 0;
+    const head = Array.from(t.querySelectorAll('th')).slice(0, 4).map(h => h.textContent.trim()).join(' | ');
+    return {w, room, head}; }).filter(x => x.room > 0 && x.w > x.room)"""
 # what a panel shows: its output area (figure, table, text), and its controls' values
 _PANEL = """([root, i]) => { const p = document.querySelectorAll(root + ' .perflab-panel')[i];
     if (!p) return null; const out = p.querySelector('.widget-output');
@@ -240,6 +248,9 @@ def _check_ran(page, name: str, root: str, steps: Steps) -> None:
     assert not stderr, f"{name}: a cell printed to stderr (the learner sees it on red): {stderr[0][:500]}\n{steps.where()}"
     cut = page.evaluate(_CUT, root)
     assert not cut, f"{name}: a table cell is cut: {cut[0][:200]!r}\n{steps.where()}"
+    wide = page.evaluate(_WIDE, root)
+    assert not wide, (f"{name}: a table is wider than the notebook ({wide[0]['w']} px in a {wide[0]['room']} px cell; "
+                      f"columns {wide[0]['head']!r})\n{steps.where()}")
     # the injected smoke=True cell ran after the parameters cell: start() says which mode it sized for
     assert "smoke mode (tiny sizes" in page.locator(root).text_content(), \
         f"{name}: the lesson did not run in smoke mode (the injected parameters did not take effect)\n{steps.where()}"

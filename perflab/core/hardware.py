@@ -242,3 +242,22 @@ def peaks_for(info: DeviceInfo) -> Peaks:
         return Peaks(info.name, {d: None for d in DTYPE_KEYS}, "unknown",
                      notes=[f"{info.name!r} is not in perflab's table: peak unknown; use the measured ceiling"])
     return Peaks(info.name, dict(spec.peak_tflops), "spec sheet", spec=spec)
+
+
+# ---------------------------------------------------------------- rules for a measured ceiling
+
+def ceiling_problem(tflops: float, dtype: str, peaks: Peaks) -> str | None:
+    """Why a measured matmul ceiling of `tflops` for `dtype` cannot be stored as this device's
+    ceiling, or None when it is plausible.
+
+    A ceiling is what the device was seen to do, so it cannot exceed the device's peak: a measured
+    figure above the spec-sheet peak, or above the CPU's estimated peak (cores × clock × FLOPs per
+    cycle), is a measurement to question (a timer that missed work, a clock above the one read, a
+    wrong FLOP count) and is not stored. Without a peak for `dtype` nothing can be checked: None."""
+    peak = peaks.get(dtype)
+    if peak is None or not tflops > peak:
+        return None
+    what = "spec-sheet peak" if peaks.source == "spec sheet" else "estimated peak"
+    return (f"the measured {dtype} ceiling {tflops * 1e3:.4g} GFLOP/s is {tflops / peak:.0%} of the {what} "
+            f"({peak * 1e3:.4g} GFLOP/s): a ceiling cannot exceed the peak, so the measurement is questioned, not "
+            "stored").replace("%", " %", 1)

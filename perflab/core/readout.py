@@ -98,6 +98,16 @@ def _trim(text: str) -> str:
     return text.rstrip("0").rstrip(".") if "." in text and "e" not in text else text
 
 
+def mib(b: float | int | None) -> str:
+    """A byte count in binary units (MiB = 2**20 bytes), for pages that speak in MiB: '31.0 MiB'."""
+    if b is None:
+        return "–"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:,.1f} {unit}"
+    return f"{int(b)} B"
+
+
 def spread_note(spread: float | None, what: str = "timing") -> str | None:
     """The "noisy" note for a relative spread (IQR / median) above NOISY_SPREAD, else None."""
     if spread is None or math.isnan(spread) or spread <= NOISY_SPREAD:

@@ -9,7 +9,9 @@
 A prediction is either a number with its unit, or one of a few `choices`. The learner types it
 into the box that `ask` shows; the measurement cell that follows calls `reveal`, which reads the
 box *as it is then*, so a number typed after the measurement ran is not a prediction of it (the
-record keeps the time at which each was read).
+record keeps the time at which each was read). A value that first appears, or changes, after its
+result was shown (the measurement cell run again) is marked `late`, said so beside the result, and
+left out of `calibration`.
 
 Under papermill (tests, a teacher's batch run) nobody types: every lesson's parameters cell has
 `predictions = {}`, a dict of key → value, and `ask(..., given=predictions)` takes the value from
@@ -46,6 +48,7 @@ def num(x: float | int | None, sig: int = 3) -> str:
 ON_THE_MARK = 0.10  # |predicted/measured − 1| within which a numeric prediction counts as right
 
 _RECORDS: dict[tuple[str, str], dict[str, Any]] = {}  # (lesson, key) -> latest record, this kernel
+_FIRST_REVEAL: dict[tuple[str, str], Any] = {}  # (lesson, key) -> what was entered when its result was first shown
 
 
 def parse_number(text: Any) -> float | None:
@@ -123,12 +126,15 @@ class Prediction:
         return self._widget
 
     def _ipython_display_(self):
-        import ipywidgets as w
-        from IPython.display import display
+        from IPython.display import HTML, display
 
         unit = f" <i>({html.escape(self.unit)})</i>" if self.unit and self.choices is None else ""
-        label = w.HTML(f"<b>Predict:</b> {html.escape(self.question)}{unit} — enter it, then run the next cell.")
-        display(w.VBox([label, self.widget()]))
+        # the question is plain HTML, not part of the widget: after a kernel restart and a reload the
+        # saved box cannot be shown ("model not found"), and this line still says how to get it back
+        display(HTML(f"<div class='perflab-predict'><b>Predict:</b> {html.escape(self.question)}{unit} — enter it "
+                     "in the box below, then run the next cell. <small>(No box below, after a restart? Run this "
+                     "cell to get the box back.)</small></div>"))
+        display(self.widget())
 
     def __repr__(self) -> str:
         v = self.raw
@@ -224,9 +230,16 @@ def reveal(pred: Prediction, measured: float | str, *, tolerance: float = ON_THE
         if predicted is not None and measured != 0:
             err = (float(predicted) - measured) / abs(measured)
             error_pct, direction = err * 100, _direction(err, tolerance)
+    k = (pred.lesson, pred.key)
+    late = k in _FIRST_REVEAL and predicted is not None and predicted != _FIRST_REVEAL[k]
+    if k not in _FIRST_REVEAL:
+        _FIRST_REVEAL[k] = predicted
+    if late:
+        note = ("entered after the result was shown: not a prediction of it, so it is marked as late and left out "
+                "of your calibration")
     rec = {"lesson": pred.lesson, "key": pred.key, "question": pred.question, "unit": pred.unit,
            "predicted": predicted, "measured": measured, "error_pct": error_pct, "correct": correct,
-           "direction": direction, "device": device or _device_name(),
+           "direction": direction, "device": device or _device_name(), "late": late,
            "time": _dt.datetime.now().isoformat(timespec="seconds")}
     if against:
         rec["against"] = against
@@ -257,15 +270,21 @@ class Calibration:
 
     @property
     def entered(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["predicted"] is not None]
+        """Predictions written before their result was shown (late ones are left out)."""
+        return [r for r in self.records if r["predicted"] is not None and not r.get("late")]
+
+    @property
+    def late(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("late")]
 
     @property
     def verdict(self) -> str:
         if not self.records:
             return f"lesson {self.lesson}: nothing was predicted yet"
         if not self.entered:
-            return (f"lesson {self.lesson}: no prediction entered ({len(self.records)} asked) — "
-                    "predict before you measure, or nothing here is calibrated")
+            return (f"lesson {self.lesson}: no prediction entered before its result ({len(self.records)} asked"
+                    + (f", {len(self.late)} entered after it" if self.late else "")
+                    + ") — predict before you measure, or nothing here is calibrated")
         nums = [r for r in self.entered if r["error_pct"] is not None]
         picks = [r for r in self.entered if r["correct"] is not None]
         parts = [f"{len(self.entered)} of {len(self.records)} predicted"]
@@ -279,6 +298,8 @@ class Calibration:
             parts.append(f"numbers: median miss {num(mid, 2)} %, {over} over, {under} under ({lean})")
         if picks:
             parts.append(f"choices: {sum(bool(r['correct']) for r in picks)} of {len(picks)} right")
+        if self.late:
+            parts.append(f"{len(self.late)} entered after the result was shown, left out")
         return f"lesson {self.lesson}: " + "; ".join(parts)
 
     def frame(self):
@@ -294,6 +315,8 @@ class Calibration:
             miss = ("–" if r["error_pct"] is None and r["correct"] is None else
                     f"{'+' if (r['error_pct'] or 0) > 0 else ''}{num(r['error_pct'], 2)} %" if r["error_pct"] is not None
                     else ("right" if r["correct"] else "wrong"))
+            if r.get("late"):
+                miss = "late: left out"
             rows.append({"question": r["question"], "prediction": fmt(r["predicted"]),
                          "measured": fmt(r["measured"]) + (f" ({r['against']})" if r.get("against") else ""),
                          "miss": miss})
@@ -320,3 +343,4 @@ def calibration(lesson: str) -> Calibration:
 def reset() -> None:
     """Forget this kernel's predictions (the results file keeps them)."""
     _RECORDS.clear()
+    _FIRST_REVEAL.clear()

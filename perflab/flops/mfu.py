@@ -352,3 +352,144 @@ def describe_report(report, name: str = "this step") -> dict[str, str]:
         "precision": f"{report.dtype} matmuls",
         "scale": f"1 device ({report.device_name})",
     }
+
+
+# ---------------------------------------------------------------- one honest basis for MFU
+
+MFU_CEILINGS = "mfu_ceilings"  # <results>/<host>/<device>/mfu_ceilings.json
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What an MFU is divided by, named: the spec peak of the dtype that ran, or a ceiling measured
+    for that dtype at a shape like the step's (with when, at which shape, and its version)."""
+
+    tflops: float | None
+    kind: str  # 'spec peak', 'measured ceiling' or 'unknown'
+    dtype: str
+    what: str  # the spec sheet, or the matmul that was timed
+    when: str | None = None  # date of the measurement
+    shape: tuple[int, int, int] | None = None  # (m, n, k) of the timed matmul
+    version: int | None = None  # 1 for the first ceiling stored for this dtype and shape, 2 after a re-measure
+    questioned: str | None = None  # why the measured value was not stored (above the peak)
+    replaced: str | None = None  # the earlier version's figure and date, when this is version 2+
+
+    def label(self) -> str:
+        """The basis in words, for every output that shows an MFU."""
+        if self.tflops is None:
+            return f"no {self.dtype} peak or ceiling: MFU unknown"
+        if self.kind == "spec peak":
+            return f"{self.dtype} spec peak {self.tflops:.4g} TFLOP/s ({self.what})"
+        m, n, k = self.shape or (0, 0, 0)
+        s = (f"{self.dtype} ceiling {self.tflops * 1e3:.4g} GFLOP/s measured here ({m}×{n}×{k} matmul, the step's "
+             f"largest GEMM shape; {self.when}")
+        s += f"; version {self.version}" + (f", replacing {self.replaced}" if self.replaced else "") if self.version \
+            else ""
+        s += ")"
+        if self.questioned:
+            s += f"; not stored: {self.questioned}"
+        return s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "label": self.label()}
+
+
+def _ceilings_path(device_slug: str):
+    from perflab.core.results import sweep_path
+
+    return sweep_path(MFU_CEILINGS, device_slug).with_suffix(".json")
+
+
+def stored_ceilings(device_slug: str) -> dict[str, list[dict[str, Any]]]:
+    """Every version of every step-shaped ceiling stored for this device (key: dtype, shape, torch)."""
+    try:
+        return json.loads(_ceilings_path(device_slug).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def ceiling_key(dtype: str, shape: tuple[int, int, int]) -> str:
+    import torch
+
+    return f"{dtype} {shape[0]}x{shape[1]}x{shape[2]} torch {torch.__version__}"
+
+
+def mfu_basis(device, dtype: str, shape: tuple[int, int, int], *, remeasure: bool = False) -> Basis:
+    """The basis an MFU of a step that ran in `dtype` is computed against, on `device`.
+
+    1. The spec-sheet peak for `dtype`, where perflab's hardware table has one (a GPU it knows).
+    2. Otherwise a ceiling measured for `dtype` at `shape` (m, n, k: a matmul like the step's largest),
+       stored per device, dtype, shape and torch version in `<results>/<host>/<device>/mfu_ceilings.json`.
+       The first measurement is version 1 and stays the basis: a later lesson's run does not replace
+       it. `remeasure=True` measures again and stores the next version (the label says which it
+       replaced).
+    3. A measured ceiling above the peak (spec or CPU estimate) is questioned
+       (`perflab.core.hardware.ceiling_problem`): used for this run, named as questioned, never stored.
+
+    An estimated CPU peak is never the basis: it assumes every core's vector units busy at the
+    nominal clock, which no training step reaches (it only bounds the ceiling)."""
+    import time
+
+    import torch
+
+    from perflab.core.device import describe
+    from perflab.core.hardware import ceiling_problem, peaks_for
+
+    dev = torch.device(device) if device is not None else None
+    info = describe(dev)
+    peaks = peaks_for(info)
+    if peaks.source == "spec sheet" and peaks.get(dtype):
+        spec = peaks.spec
+        src = spec.sources.get("peak_tflops", spec.name) if spec is not None else info.name
+        return Basis(float(peaks.get(dtype) or 0), "spec peak", dtype, f"{info.name}; {src}")
+    doc = stored_ceilings(info.slug)
+    key = ceiling_key(dtype, shape)
+    versions = doc.get(key, [])
+    if versions and not remeasure:
+        v = versions[-1]
+        prev = versions[-2] if len(versions) > 1 else None
+        return Basis(float(v["tflops"]), "measured ceiling", dtype, v["what"], v["date"], tuple(v["shape"]),
+                     int(v["version"]), None,
+                     f"version {prev['version']} ({prev['tflops'] * 1e3:.4g} GFLOP/s, {prev['date']})" if prev else None)
+    from perflab.core.measure import measure_matmul
+
+    m, n, k = shape
+    r = measure_matmul(m, n, k, dtype, dev, warmup_ms=25 if dev is None or dev.type != "cuda" else 50,
+                       rep_ms=150 if dev is None or dev.type != "cuda" else 300, check=False, min_reps=3)
+    # a ceiling is what the device can do: the fastest of the timed calls (a busy machine slows the
+    # median, never the best call below what the device does)
+    tflops = 2 * m * n * k / r.min_s / 1e12
+    what = f"fastest of {r.n_reps} timed {m}×{n}×{k} {dtype} matmuls"
+    date = time.strftime("%Y-%m-%d %H:%M")
+    problem = ceiling_problem(tflops, dtype, peaks)
+    if problem:
+        return Basis(tflops, "measured ceiling", dtype, what, date, shape, None, problem)
+    prev = versions[-1] if versions else None
+    rec = {"version": len(versions) + 1, "tflops": tflops, "date": date, "shape": list(shape), "dtype": dtype,
+           "what": what, "torch": torch.__version__, "device": info.name}
+    doc[key] = [*versions, rec]
+    path = _ceilings_path(info.slug)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only results folder: the ceiling is used for this run only
+    return Basis(tflops, "measured ceiling", dtype, what, date, shape, rec["version"], None,
+                 f"version {prev['version']} ({prev['tflops'] * 1e3:.4g} GFLOP/s, {prev['date']})" if prev else None)
+
+
+def utilization_text(fraction: float | None, basis: Basis | str | None = None) -> str:
+    """An MFU or HFU as a person reads it: '34.7 %'; 'unknown' without a basis; and above 100 %
+    never alone: '112 % (above 100 %: the step ran faster than the <basis>, so that basis is too low
+    for this step)'."""
+    from perflab.core.readout import percent
+
+    if fraction is None or not math.isfinite(fraction):
+        return "unknown (no basis)"
+    if fraction <= 1.0:
+        return percent(fraction)
+    what = basis.label() if isinstance(basis, Basis) else (basis or "basis")
+    return (f"{percent(fraction)} (above 100 %: the step ran faster than its basis, the {what}, so that basis "
+            "is too low for this step)")

@@ -312,7 +312,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def save_ceiling_record(result: MamfResult, info, axes) -> Path:
-    """Keep the highest ceiling found so far for this device and dtype (and the latest search)."""
+    """Keep the highest ceiling found so far for this device and dtype (and the latest search). A
+    search whose best is above the device's peak (spec sheet or CPU estimate) is kept as the latest,
+    marked `questioned`, and never becomes the stored ceiling (`perflab.core.hardware.ceiling_problem`)."""
     import torch
 
     if result.best is None:
@@ -324,7 +326,12 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
            "evaluated": result.evaluated, "grid_points": result.grid_points,
            "torch_version": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname()}
     entry = doc.get(result.dtype, {})
-    if not entry.get("best") or rec["tflops"] >= entry["best"].get("tflops", 0):
+    from perflab.core.hardware import ceiling_problem, peaks_for
+
+    problem = ceiling_problem(float(rec["tflops"]), result.dtype, peaks_for(info))
+    if problem:  # above the device's peak: kept as the latest search, questioned, never the stored ceiling
+        rec["questioned"] = problem
+    elif not entry.get("best") or rec["tflops"] >= entry["best"].get("tflops", 0):
         entry["best"] = rec
     entry["last"] = rec
     doc[result.dtype] = entry
@@ -343,6 +350,22 @@ def ceiling_record(device=None, dtype: str | DType = "bf16") -> dict[str, Any] |
     info = device if isinstance(device, DeviceInfo) else describe(device)
     entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
     return entry.get("best")
+
+
+def ceiling_note(device=None, dtype: str | DType = "bf16") -> str:
+    """One sentence on the ceiling stored for `device` and `dtype`: its value, shape and date, and
+    whether the latest search was questioned (above the peak) and so not stored."""
+    from perflab.core.device import DeviceInfo, describe
+    from perflab.core.dtypes import parse_dtype
+
+    info = device if isinstance(device, DeviceInfo) else describe(device)
+    entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
+    best, last = entry.get("best"), entry.get("last")
+    out = (f"measured ceiling stored for this device: {best['tflops']:.4g} TFLOP/s at {best['m']}×{best['n']}×"
+           f"{best['k']} ({best.get('date', 'undated')})" if best else "no measured ceiling stored for this device")
+    if last and last.get("questioned"):
+        out += f"; the latest search ({last['tflops']:.4g} TFLOP/s) was not stored: {last['questioned']}"
+    return out
 
 
 def measured_ceiling(device=None, dtype: str | DType = "bf16") -> float | None:

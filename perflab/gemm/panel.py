@@ -71,14 +71,15 @@ def figure(r: compiled.CompiledTile, m: int, n: int, k: int):
 def table(r: compiled.CompiledTile, m: int, n: int, k: int):
     import pandas as pd
 
-    from perflab.core.readout import nbytes, percent
+    from perflab.core.readout import mib, percent
 
     assert r.limits is not None and r.occ is not None
     w = compiled.waves(r, m, n, k)
     rows = [
         ("registers per thread", f"{r.registers}", "cuobjdump REG (limit 255)"),
         ("spilled bytes per thread", f"{r.spill_bytes} B", "cuobjdump STACK"),
-        ("shared memory per block", nbytes(r.shared_bytes), f"Triton metadata + static; limit {nbytes(r.limits.max_shared_bytes_per_block)}"),
+        ("shared memory per block", mib(r.shared_bytes),
+         f"Triton metadata + static; limit {mib(r.limits.max_shared_bytes_per_block)}"),
         ("warps per block", f"{r.num_warps}", f"{r.num_stages} pipeline stages"),
         ("Tensor Core instructions", f"{r.tensor_core_instructions} {r.tensor_core_kind or ''}".strip(), "in the PTX"),
         ("blocks per SM", f"{r.occ.blocks_per_sm}", f"limited by {r.occ.limited_by}"),
@@ -118,6 +119,22 @@ def time_on_gpu(cfg: tm.TileConfig, dtype: str, m: int, n: int, k: int, target_c
     share = (f"; {t_ours / ceiling:.0%} and {t_ref / ceiling:.0%} of the measured ceiling {num(ceiling)} TFLOP/s"
              if ceiling else "; no measured ceiling yet (run section 8 or `perflab mamf`)")
     return f"measured: this kernel {num(t_ours)} TFLOP/s, torch.matmul {num(t_ref)} TFLOP/s{share}"
+
+
+BUSY = "compiling the tile with Triton (a new config takes seconds; one seen before comes from the cache)"
+BLOCK_MN = (16, 256)  # BLOCK_M and BLOCK_N: powers of two in this range (Triton's tl.arange needs a power of two)
+
+
+def refusal(**values) -> str | None:
+    """The one line the panel shows for these control values when the config cannot run, or None
+    when it compiles (the lesson shows refusals with this, without moving the learner's panel)."""
+    from perflab.core.errors import PerflabError, one_line
+
+    try:
+        tile_config(**values)
+    except PerflabError as e:
+        return one_line(e)
+    return None
 
 
 def tile_config(block_m: int = 128, block_n: int = 128, block_k: int = 64, num_warps: int = 4, num_stages: int = 3,

@@ -530,13 +530,37 @@ class TileFit:
     def best_tile(self) -> tuple[int, int]:
         return parse_tile(self.best["tile"])
 
+    def frame(self, top: int = 5, unit: str = "SM"):
+        """The fit for a person: candidates whose fits are the same (the same staircase over the
+        measured range, so the same line) merged into one row that names them all; named columns
+        with units; the best `top` distinct fits."""
+        import pandas as pd
+
+        from perflab.core.readout import num, percent, seconds
+
+        groups: dict[tuple, dict[str, Any]] = {}
+        for r in self.table.to_dict("records"):
+            key = (round(r["sec_per_wave"], 15), round(r["overhead_s"], 15), round(r["rel_rms"], 12), r["steps"])
+            g = groups.setdefault(key, {**r, "names": []})
+            g["names"].append(f"{r['tile']} ×{int(r['blocks_per_sm'])}")
+        rows = []
+        for g in list(groups.values())[:top]:
+            rows.append({f"tile × blocks per {unit}": ", ".join(g["names"]),
+                         "time per wave": seconds(g["sec_per_wave"]) if g["sec_per_wave"] > 0 else "– (flat)",
+                         "fixed time": seconds(g["overhead_s"]) if g["overhead_s"] > 0 else "0 s",
+                         "RMS error (relative)": percent(g["rel_rms"]),
+                         "R²": "–" if g["r2"] != g["r2"] else num(g["r2"], 2),
+                         "steps in the range": int(g["steps"])})
+        return pd.DataFrame(rows)
+
 
 def fit_tile(values: Sequence[int], times_s: Sequence[float], dim: str, fixed: dict[str, int], *, sms: int,
              tiles: Iterable[tuple[int, int]] = TILE_SHAPES, blocks_per_sm: Iterable[int] = (1, 2)) -> TileFit:
     """Fit t ≈ sec_per_wave · waves(value) + overhead for every candidate tile; rank by residual.
 
     A least-squares line (on relative error) through the measured times against each candidate's
-    wave count (the slope must be positive). The tile whose staircase puts its steps where the measurement steps
+    wave count (the slope must be positive, the overhead at least zero: a fit that wants a negative
+    overhead is refitted through the origin). The tile whose staircase puts its steps where the measurement steps
     has the smallest relative RMS residual. Needs at least 3 points.
     """
     import numpy as np
@@ -558,6 +582,9 @@ def fit_tile(values: Sequence[int], times_s: Sequence[float], dim: str, fixed: d
                 # least squares on the relative error (weights 1/t): one slow outlier cannot pull the line
                 A = np.stack([w, np.ones_like(w)], axis=1) / ts[:, None]
                 (slope, icpt), *_ = np.linalg.lstsq(A, np.ones_like(ts), rcond=None)
+                if icpt < 0:  # a fixed time cannot be negative: the line through the origin instead
+                    x = w / ts
+                    slope, icpt = float(np.sum(x) / np.sum(x * x)), 0.0
                 if slope <= 0:
                     slope, icpt = 0.0, float(ts.mean())
             pred = slope * w + icpt

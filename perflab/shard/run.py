@@ -39,6 +39,9 @@ TOL_TP_REL = 1e-4
 TOL_BUBBLE = 0.05
 TOL_PEAK_UNSHARDED_REL = 0.01
 ROW_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_bytes", "comm_calls", "comm_bytes", "idle_s")
+ROW_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_bytes": "optimizer states",
+              "peak_bytes": "peak memory", "comm_calls": "collective calls", "comm_bytes": "collective traffic",
+              "idle_s": "idle time"}
 
 
 @dataclass
@@ -62,9 +65,38 @@ class ShardReport:
                 "rows": self.rows, "checks": self.checks, "details": self.details}
 
     def table(self):
+        """The rows for a person: one row per quantity with its unit, one column per rank (and
+        micro-batch count, for a pipeline), and the prediction beside them; a quantity nobody
+        predicted says so, and a quantity this strategy does not measure is left out."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows)
+        cols = [k for k in ROW_KEYS if k != "rank"]
+        keyed = [(f"rank {r['rank']}" + (f", m = {r['m']}" if "m" in r else ""), r) for r in self.rows]
+        out = []
+        for c in cols:
+            if all(r.get(c) is None for _, r in keyed):
+                continue
+            rec: dict[str, Any] = {"quantity": ROW_LABELS.get(c, c)}
+            for name, r in keyed:
+                rec[name] = _fmt(c, r.get(c)) if r.get(c) is not None else "not measured"
+            preds = [r.get("predicted_" + c) for _, r in keyed]
+            shown = list(dict.fromkeys(_fmt(c, v) for v in preds if v is not None))
+            rec["predicted"] = " / ".join(shown) if shown else "not predicted"
+            out.append(rec)
+        return pd.DataFrame(out).set_index("quantity") if out else pd.DataFrame()
+
+    def peak_table(self, rank: int = 0):
+        """FSDP's peak on one rank, explained: lesson 03's prediction, each named difference between
+        it and the measurement (with its sign: + the measurement holds more), and the measured peak."""
+        import pandas as pd
+
+        d = self.details["ranks"][rank]
+        pred = sum(self.details["estimate_components"].values())
+        rows = [{"part": "lesson 03's prediction (states + activations)", "bytes": nbytes(pred)}]
+        for k, v in d["peak_remainder"].items():
+            rows.append({"part": f"difference: {k}", "bytes": ("+" if v >= 0 else "−") + nbytes(abs(v))})
+        rows.append({"part": "= measured peak (FSDPMemTracker)", "bytes": nbytes(d["tracker_peak_bytes"])})
+        return pd.DataFrame(rows).set_index("part")
 
     def text(self) -> str:
         head = f"{self.strategy} on {self.nproc} ranks"

@@ -2,8 +2,12 @@
 
 - `ladder`: the ladder as data (each rung: its name, what it changes, the lesson that explains it)
   and the presets (a GPT-2-small-class step per device: full GPT-2 small on a GPU, a CPU size)
-- `runner`: applies rungs cumulatively to one step, measures each (step time, tokens/s, MFU/HFU,
-  peak bytes, loss parity against the baseline), saves each rung as it is measured and resumes
+- `runner`: applies rungs cumulatively to one step, measures each interleaved with the step before
+  it (step time, tokens/s, MFU/HFU, peak bytes, loss parity against the baseline), saves each rung
+  as it is measured (shared by lesson 11, lab 11 and `perflab tune`) and resumes
+- `verdict`: a rung's verdict with a stated confidence (interleaved pairs, the sign test's interval
+  of the median speed-up against the 2 % threshold: adopted, kept out or inconclusive) and the noise
+  rule for waterfall categories a rung does not touch
 - `waterfall`: where the baseline's time went (compute, data wait, host sync, launch overhead,
   optimizer) from a profiled step, and how each rung moved it
 - `rungmath`: the arithmetic behind two rungs' explanations (padding the vocabulary: tile counts and
@@ -22,5 +26,5 @@ perflab.profiling (lesson 09's trace diagnosis).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("ladder", "runner", "rungmath", "waterfall", "published", "plots", "levers", "lab11")
+MODULES = ("ladder", "runner", "rungmath", "verdict", "waterfall", "published", "plots", "levers", "lab11")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

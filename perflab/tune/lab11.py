@@ -109,8 +109,13 @@ def check_result(plan: Sequence[str] | None, result, *, target: float, budget: i
                             "that needs more memory than you have is not a speed-up you can keep")
     sp = float(final["speedup_vs_baseline"])
     if sp < target:
+        undecided = [r["rung"] for r in result.rows if r.get("verdict") == "inconclusive"]
+        noisy = (f" {', '.join(undecided)} stayed inconclusive (the machine was too noisy to tell within the rung's "
+                 "time budget): run the cell again when the machine is quieter, with "
+                 "`runner.run_ladder(..., fresh=True)` to measure again." if undecided else "")
         raise LabCheckError(f"{name}: your ladder ends {sp:.2f}× faster than the baseline; the target is {target:g}×."
-                            + (table or " Add the rungs that attack the baseline's largest waterfall categories."))
+                            + noisy + (table or " Add the rungs that attack the baseline's largest waterfall "
+                                                "categories."))
     return _passed(name, f"{sp:.2f}× the baseline (target {target:g}×), parity kept on every rung, peak "
                          f"{final['peak_bytes'] / 2**20:.1f} MiB" + (f" of {budget / 2**20:.1f} MiB" if budget else "")
                    + "." + table)

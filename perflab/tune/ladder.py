@@ -5,11 +5,13 @@
     >>> preset("cpu").cfg.name, preset("gpu").cfg.name      # a CPU size, full GPT-2 small
     >>> parse_rungs("sdpa,compile")                         # ('baseline', 'sdpa', 'compile')
 
-Rungs apply cumulatively, in the order given, on top of every earlier rung that was adopted. A rung
-is *adopted* when it keeps loss parity and makes the step faster (by more than 2 %, less is timing
-noise) than the configuration it changed;
-a rung that does not help is kept in the table, measured and explained, and the next rung builds on
-the configuration before it. A rung that breaks parity stops the ladder.
+Rungs apply cumulatively, in the order given, on top of every earlier rung that was adopted. Each
+rung is timed *interleaved* with the configuration it changes (one step of each in turn, so drift of
+the machine hits both alike), and its speed-up is the median of the per-pair ratios with a sign-test
+interval (`perflab.tune.verdict`). A rung is *adopted* when it keeps loss parity and the whole
+interval lies above 1.02 (2 % faster); *kept out* when the whole interval lies below it; and
+*inconclusive* when the time budget ends first. Only adopted rungs are built on; the others are kept
+in the table, measured and explained. A rung that breaks parity stops the ladder.
 
 The baseline is the step a first training script writes: fp32, a for-loop AdamW, the vocabulary as
 the tokenizer gives it, attention written out as softmax(QKᵀ/√d)·V, no compiler, a small micro-batch
@@ -37,6 +39,8 @@ class Rung:
     changes: str  # what the rung changes in the step
     lesson: str  # the lesson that explains it ("02 MFU vs HFU")
     why: str  # why it can help (and when it does not)
+    # the waterfall categories the rung can move; the others must stay within the measurement's noise
+    touches: tuple[str, ...] = ("compute", "data_wait", "host_sync", "launch_overhead", "optimizer")
 
 
 RUNGS: tuple[Rung, ...] = (
@@ -46,22 +50,27 @@ RUNGS: tuple[Rung, ...] = (
     Rung("bf16", "bf16 autocast", "matmuls and activations in bf16 under torch.autocast; weights and AdamW stay fp32",
          "00 setup (matmul TFLOP/s per dtype)",
          "half the bytes per activation and, where the hardware multiplies bf16 natively (Tensor Cores, AMX), "
-         "several times the matmul rate; without native bf16 every product is converted to fp32 and back"),
+         "several times the matmul rate; without native bf16 every product is converted to fp32 and back",
+         touches=("compute", "launch_overhead", "host_sync")),
     Rung("adamw", "fused/foreach AdamW", "AdamW with fused=True where the device has it, else foreach=True",
          "09 profiling (launch overhead)",
-         "the for-loop AdamW runs ~10 small ops per parameter tensor; foreach/fused run a few ops over all of them"),
+         "the for-loop AdamW runs ~10 small ops per parameter tensor; foreach/fused run a few ops over all of them",
+         touches=("optimizer", "launch_overhead")),
     Rung("vocab64", "vocabulary padded to a multiple of 64", "token embedding (and tied output layer) padded with zero rows to "
          "a multiple of 64; the padded logits are cut off before the loss", "04 tiles and waves (shapes GEMMs like)",
          "the logits GEMM is the largest in a small model; padding does not fill whole tiles (50,257 and 50,304 "
          "need as many 64-, 128- and 256-wide tiles, `perflab.tune.rungmath.vocab_padding`) but aligns every row: "
          "a bf16 row of 50,257 values is not a multiple of 16 bytes, so the logits GEMM and both of its backward "
          "GEMMs lose the aligned, vectorised Tensor Core paths (NVIDIA, Matrix Multiplication Background "
-         "User's Guide, Tensor Core requirements)"),
+         "User's Guide, Tensor Core requirements)",
+         touches=("compute", "launch_overhead")),
     Rung("sdpa", "SDPA / flash attention", "attention through F.scaled_dot_product_attention (flash or memory-efficient "
          "kernels) instead of softmax(QKᵀ)·V written out", "02 MFU vs HFU and 03 memory (the s×s scores)",
-         "one fused kernel, and the s×s score matrix is never stored: less memory traffic and less memory"),
+         "one fused kernel, and the s×s score matrix is never stored: less memory traffic and less memory",
+         touches=("compute", "launch_overhead", "host_sync")),
     Rung("compile", "torch.compile", "the model compiled with torch.compile (inductor); optimizer unchanged",
-         "10 torch.compile", "fuses the elementwise ops between the matmuls into few kernels; costs compile time once"),
+         "10 torch.compile", "fuses the elementwise ops between the matmuls into few kernels; costs compile time once",
+         touches=("compute", "launch_overhead", "host_sync")),
     Rung("batch", "largest micro-batch that fits", "the micro-batch raised to the largest divisor of the global batch whose "
          "predicted peak (lesson 03's estimator) fits the memory budget, then checked by measuring; fewer accumulation steps",
          "03 memory anatomy", "bigger matmuls run nearer the device's ceiling and per-step overheads are paid fewer times"),
@@ -120,13 +129,16 @@ class TunePreset:
     cfg: ModelConfig
     global_batch: int
     micro_batch: int
-    steps: int  # timed steps (the loss is compared after warmup + steps)
+    steps: int  # at least this many interleaved pairs per rung (the loss is compared after warmup + steps)
     warmup: int
     io_ms: float  # storage latency per sequence read (a wait, as lesson 07's dataset)
     memory_budget_bytes: int | None  # None: the device's memory (GPU)
     target_speedup: float  # what the lab asks the learner to reach on this preset
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # seconds of interleaved timing a rung may take before it is called inconclusive (compile and
+    # warmup not counted); `steps` is the least number of pairs
+    rung_budget_s: float = 4.0
 
     @property
     def seq(self) -> int:
@@ -140,13 +152,16 @@ CPU_CFG = ModelConfig("gpt2-cpu", 2, 128, 4, None, 512, False, 4093, 64, True, T
 SMOKE_CFG = ModelConfig("gpt2-smoke", 1, 64, 2, None, 256, False, 509, 32, True, True, "learned", "layernorm")
 
 PRESETS: dict[str, TunePreset] = {
-    "gpu": TunePreset("gpu", model_preset("gpt2-small"), 32, 4, 10, 3, 1.0, None, 2.0,
-                      "GPT-2 small (124M parameters, sequence 1024, vocabulary 50,257); the batch rung fills the GPU"),
-    "cpu": TunePreset("cpu", CPU_CFG, 16, 2, 6, 2, 4.0, 40 * 2**20, 1.3,
+    "gpu": TunePreset("gpu", model_preset("gpt2-small"), 32, 4, 5, 3, 1.0, None, 2.0,
+                      "GPT-2 small (124M parameters, sequence 1024, vocabulary 50,257); the batch rung fills the GPU",
+                      rung_budget_s=30.0),
+    "cpu": TunePreset("cpu", CPU_CFG, 16, 2, 3, 1, 4.0, 40 * 2**20, 1.3,
                       "a GPT-2-shaped model at CPU size (2 layers, h 128, vocabulary 4,093, sequence 64): each rung "
-                      "measured in seconds; the memory budget (40 MiB) caps the micro-batch below the global batch"),
+                      "measured in seconds; the memory budget (40 MiB) caps the micro-batch below the global batch",
+                      rung_budget_s=4.0),
     "smoke": TunePreset("smoke", SMOKE_CFG, 8, 2, 2, 1, 2.0, 3 * 2**20, 1.1,
-                        "a one-layer GPT-2-shaped model for tests and smoke runs (seconds per ladder)"),
+                        "a one-layer GPT-2-shaped model for tests and smoke runs (seconds per ladder)",
+                        rung_budget_s=2.0),
 }
 
 

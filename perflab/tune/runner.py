@@ -5,11 +5,15 @@
     >>> res.rows[-1]["speedup_vs_baseline"], res.fastest["rung"]
 
 Each rung's row: `rung`, `step_s` (median wall seconds of one optimizer step, data wait included),
-`tokens_per_s`, `mfu`/`hfu` (against the spec peak where the spec sheet has one, else against the
-measured matmul ceiling, and `mfu_basis` says which; both kinds are kept as `mfu_spec`, `mfu_ceiling`,
-`hfu_spec`, `hfu_ceiling`), `peak_bytes`, `loss` (after warmup + steps optimizer steps), `loss_delta`
-(against the baseline's), `parity_ok` (within the dtype's tolerance, `perflab.compiler.parity`),
-`speedup_vs_baseline`, `adopted` and `note`, plus the step's phases and the waterfall's breakdown.
+`tokens_per_s`, `mfu`/`hfu` (against the spec peak of the dtype that ran where the spec sheet has
+one, else against a ceiling measured for that dtype at the step's largest GEMM shape: `mfu_basis` says
+which and `mfu_basis_label` names it, `perflab.flops.mfu.mfu_basis`), `peak_bytes`, `loss` (after
+warmup + steps optimizer steps), `loss_delta` (against the baseline's), `parity_ok` (within the
+dtype's tolerance, `perflab.compiler.parity`), `speedup_vs_previous` (the median per-pair ratio of the
+interleaved timing) with its `interval`, `speedup_vs_baseline` (the product of the adopted rungs'
+ratios), `verdict` ('adopted', 'kept out', 'inconclusive', 'n/a' or 'broke parity', see
+`perflab.tune.verdict`), `adopted`, `noisy` (untouched categories that moved beyond the stated noise),
+`explain` and `note`, plus the step's phases and the waterfall's breakdown.
 
 A rung that does not apply here (NUMA binding on one node, checkpointing where memory does not need
 it) is recorded with `applicable: false`, its reason, and the figures of the configuration it leaves
@@ -38,11 +42,11 @@ from perflab.core.validate import positive_int
 from perflab.tune.ladder import TunePreset, parse_rungs
 from perflab.tune.ladder import preset as tune_preset
 from perflab.tune.ladder import rung as rung_of
+from perflab.tune.verdict import ADOPT_MIN_GAIN
 from perflab.workload.models import Attention, ModelConfig, build_model
 from perflab.workload.train import StepRunner, next_token_loss
 
 PAD_MULTIPLE = 64
-ADOPT_MIN_GAIN = 0.02  # a rung is adopted when it makes the step at least 2 % faster (less is timing noise)
 FIELDS = ("rung", "step_s", "tokens_per_s", "mfu", "hfu", "peak_bytes", "loss_delta", "speedup_vs_baseline")
 
 
@@ -216,105 +220,173 @@ def _static_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
     return n
 
 
+class _Arm:
+    """One configuration ready to step: its model, optimizer, loader and CPU binding, built from the
+    same weights and data as every other configuration (so step i trains on the same sequences)."""
+
+    def __init__(self, tp: TunePreset, sc: StepConfig, device: torch.device, n_steps: int):
+        cfg, G, mb = tp.cfg, tp.global_batch, sc.micro_batch
+        if G % mb:
+            raise InputError(f"micro-batch {mb} does not divide the global batch {G}: choose a divisor of {G}")
+        self.tp, self.sc, self.device, self.gas = tp, sc, device, G // mb
+        self.cpus = None
+        if sc.numa_node is not None:
+            from perflab.numa.topology import read_topology
+
+            self.cpus = next((n.cpus for n in read_topology().nodes if n.id == sc.numa_node), None)
+        ds = TokenSequences(G * n_steps, tp.seq, cfg.vocab, tp.io_ms / 1e3)
+        with bound_to(self.cpus):
+            self.model = build(cfg, sc, device)
+            self.opt = make_optimizer(self.model.parameters(), sc.optimizer, device)
+            fwd: Any = torch.compile(self.model) if sc.compiled else self.model
+            self.micro_losses: list[torch.Tensor] = []
+            V = cfg.vocab
+
+            def loss_fn(logits, y):
+                loss = next_token_loss(logits[..., :V], y)
+                self.micro_losses.append(loss.detach())
+                return loss
+
+            self.runner = StepRunner(fwd, self.opt, grad_accum=self.gas,
+                                     autocast_dtype=torch.bfloat16 if sc.dtype == "bf16" else None,
+                                     loss_fn=loss_fn, device=device)
+            self.it = iter(make_loader(ds, sc, device))
+        self.nb = sc.pin_memory and device.type == "cuda"
+        self.losses: list[float] = []
+        self.walls: list[float] = []  # every step's wall time, warmup included
+        self.datas: list[float] = []
+        self.times: list[Any] = []
+
+    def _batches(self):
+        out = []
+        for _ in range(self.gas):
+            x, y = next(self.it)
+            out.append((x.to(self.device, non_blocking=self.nb), y.to(self.device, non_blocking=self.nb)))
+        return out
+
+    def one_step(self):
+        t0 = time.perf_counter()
+        with torch.profiler.record_function("data"):
+            mbs = self._batches()
+        data_s = time.perf_counter() - t0
+        self.micro_losses.clear()
+        t = self.runner.step(mbs)
+        loss = float(torch.stack(self.micro_losses).mean())
+        return data_s, t, loss
+
+    def timed_step(self) -> float:
+        """One step, recorded: its wall time (data wait included)."""
+        with bound_to(self.cpus):
+            t0 = time.perf_counter()
+            d, t, loss = self.one_step()
+            wall = time.perf_counter() - t0
+        self.losses.append(loss)
+        self.walls.append(wall)
+        self.datas.append(d)
+        self.times.append(t)
+        return wall
+
+    def finish(self, warmup: int, profile: bool) -> Measurement:
+        """Peak memory from one more step, the waterfall from one profiled step, and the figures of
+        the timed steps (those after `warmup`)."""
+        tp, sc, device = self.tp, self.sc, self.device
+        walls, datas, times = self.walls[warmup:], self.datas[warmup:], self.times[warmup:]
+        step_s = statistics.median(walls)
+        compile_s = max(self.walls[0] - step_s, 0.0) if sc.compiled and self.walls else None
+        with bound_to(self.cpus):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                peak = torch.cuda.max_memory_allocated(device)
+                how = "torch.cuda.max_memory_allocated over the run"
+            else:
+                from perflab.memory.probe import allocated_during
+                from perflab.tune.waterfall import _quiet_fd2
+
+                base = _static_bytes(self.model, self.opt) + 2 * tp.global_batch // self.gas * tp.seq * 8 * 2
+                with _quiet_fd2():  # the profiler's allocator notes are C++ lines on fd 2
+                    rise = allocated_during(self.one_step, device)["peak_bytes"]
+                peak = base + rise
+                how = "weights + AdamW states + batches, plus the step's allocations (profiler memory events)"
+            breakdown: dict[str, float] = {}
+            if profile:
+                from perflab.tune.waterfall import breakdown_of_trace, profile_steps
+
+                breakdown = breakdown_of_trace(profile_steps(self.one_step, device), step_s)
+        from perflab.flops.transformer import exact_flops
+
+        cfg, mb = tp.cfg, sc.micro_batch
+        hw_cfg = cfg.with_(vocab=padded_vocab(cfg.vocab)) if sc.pad_vocab else cfg
+        mf = exact_flops(cfg, mb, tp.seq, checkpointing=sc.checkpointing, fused_attention=sc.sdpa).model * self.gas
+        hf = exact_flops(hw_cfg, mb, tp.seq, checkpointing=sc.checkpointing, fused_attention=sc.sdpa).hardware * self.gas
+        return Measurement(step_s, walls, statistics.median(datas), statistics.median(t.forward_s for t in times),
+                           statistics.median(t.backward_s for t in times),
+                           statistics.median(t.optimizer_s for t in times), compile_s, tp.global_batch * tp.seq,
+                           list(self.losses), int(peak), how, mf, hf, breakdown)
+
+
 def measure_config(tp: TunePreset, sc: StepConfig, *, steps: int, warmup: int, device: torch.device,
                    profile: bool = True, progress: Callable[[str], None] | None = None) -> Measurement:
     """Train `warmup + steps` optimizer steps of configuration `sc` from the same weights and data,
     time the last `steps`, then one step for its peak memory and one profiled step for the waterfall."""
-    from perflab.flops.transformer import exact_flops
-    from perflab.tune.waterfall import breakdown_of_trace, profile_steps
+    arm = _Arm(tp, sc, device, warmup + steps + 2)  # + one for memory, + one profiled
+    for i in range(warmup + steps):
+        arm.timed_step()
+        if progress:
+            progress(f"step {i + 1}/{warmup + steps}")
+    return arm.finish(warmup, profile)
 
-    cfg, G, mb = tp.cfg, tp.global_batch, sc.micro_batch
-    if G % mb:
-        raise InputError(f"micro-batch {mb} does not divide the global batch {G}: choose a divisor of {G}")
-    gas = G // mb
-    n_steps = warmup + steps + 2  # + one for memory, + one profiled
-    ds = TokenSequences(G * n_steps, tp.seq, cfg.vocab, tp.io_ms / 1e3)
-    cpus = None
-    if sc.numa_node is not None:
-        from perflab.numa.topology import read_topology
 
-        cpus = next((n.cpus for n in read_topology().nodes if n.id == sc.numa_node), None)
-    with bound_to(cpus):
-        model = build(cfg, sc, device)
-        opt = make_optimizer(model.parameters(), sc.optimizer, device)
-        fwd: Any = torch.compile(model) if sc.compiled else model
-        micro_losses: list[torch.Tensor] = []
-        V = cfg.vocab
+@dataclass
+class PairMeasurement:
+    """A rung timed interleaved with the configuration it changes."""
 
-        def loss_fn(logits, y):
-            loss = next_token_loss(logits[..., :V], y)
-            micro_losses.append(loss.detach())
-            return loss
+    candidate: Measurement
+    prev_times_s: list[float]  # the previous configuration's timed steps, pair by pair
+    interval: Any  # perflab.tune.verdict.Interval
+    verdict: str  # 'adopted', 'kept out' or 'inconclusive' (parity and budget are checked after)
+    timed_s: float  # seconds the interleaved timing took
 
-        runner = StepRunner(fwd, opt, grad_accum=gas, autocast_dtype=torch.bfloat16 if sc.dtype == "bf16" else None,
-                            loss_fn=loss_fn, device=device)
-        loader = make_loader(ds, sc, device)
-        it = iter(loader)
-        nb = sc.pin_memory and device.type == "cuda"
 
-        def next_step_batches():
-            out = []
-            for _ in range(gas):
-                x, y = next(it)
-                out.append((x.to(device, non_blocking=nb), y.to(device, non_blocking=nb)))
-            return out
+def measure_pair(tp: TunePreset, prev: StepConfig, cand: StepConfig, *, min_pairs: int, warmup: int,
+                 device: torch.device, budget_s: float, max_pairs: int = 40, profile: bool = True,
+                 progress: Callable[[str], None] | None = None) -> PairMeasurement:
+    """Time `cand` against `prev` step by step in turn (prev, cand, then cand, prev, ...) after
+    `warmup` steps of each, until the speed-up's interval decides (`perflab.tune.verdict.decide`,
+    after at least `min_pairs` pairs) or `budget_s` seconds of timing are spent (`max_pairs` at most).
+    Both configurations start from the same weights and read the same sequences in the same order,
+    so their losses after equal steps are comparable."""
+    from perflab.tune.verdict import decide, ratio_interval
+    from perflab.tune.verdict import min_pairs as least
 
-        def one_step():
-            t0 = time.perf_counter()
-            with torch.profiler.record_function("data"):
-                mbs = next_step_batches()
-            data_s = time.perf_counter() - t0
-            micro_losses.clear()
-            t = runner.step(mbs)
-            loss = float(torch.stack(micro_losses).mean())
-            return data_s, t, loss
-
-        losses, walls, datas, times = [], [], [], []
-        compile_s = None
-        first = None
-        for i in range(warmup + steps):
-            t0 = time.perf_counter()
-            d, t, loss = one_step()
-            wall = time.perf_counter() - t0
-            losses.append(loss)
-            if i == 0:
-                first = wall
-            if i >= warmup:
-                walls.append(wall)
-                datas.append(d)
-                times.append(t)
-            if progress:
-                progress(f"step {i + 1}/{warmup + steps}")
-        step_s = statistics.median(walls)
-        if sc.compiled and first is not None:
-            compile_s = max(first - step_s, 0.0)
-        # peak memory of one more step
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device)
-            how = "torch.cuda.max_memory_allocated over the run"
+    min_pairs = max(least(), min_pairs)
+    n_steps = warmup + max_pairs + 2
+    a, b = _Arm(tp, prev, device, n_steps), _Arm(tp, cand, device, n_steps)
+    for _ in range(warmup):
+        a.timed_step()
+        b.timed_step()
+    t0 = time.perf_counter()
+    pa: list[float] = []
+    pb: list[float] = []
+    verdict = "inconclusive"
+    iv = None
+    for k in range(max_pairs):
+        if k % 2 == 0:
+            pa.append(a.timed_step())
+            pb.append(b.timed_step())
         else:
-            from perflab.memory.probe import allocated_during
-            from perflab.tune.waterfall import _quiet_fd2
-
-            base = _static_bytes(model, opt) + 2 * G // gas * tp.seq * 8 * 2
-            with _quiet_fd2():  # the profiler's allocator notes are C++ lines on fd 2
-                rise = allocated_during(one_step, device)["peak_bytes"]
-            peak = base + rise
-            how = "weights + AdamW states + batches, plus the step's allocations (profiler memory events)"
-        breakdown: dict[str, float] = {}
-        if profile:
-            trace = profile_steps(one_step, device)
-            breakdown = breakdown_of_trace(trace, step_s)
-
-    real = cfg
-    hw_cfg = cfg.with_(vocab=padded_vocab(cfg.vocab)) if sc.pad_vocab else cfg
-    mf = exact_flops(real, mb, tp.seq, checkpointing=sc.checkpointing, fused_attention=sc.sdpa).model * gas
-    hf = exact_flops(hw_cfg, mb, tp.seq, checkpointing=sc.checkpointing, fused_attention=sc.sdpa).hardware * gas
-    return Measurement(step_s, walls, statistics.median(datas), statistics.median(t.forward_s for t in times),
-                       statistics.median(t.backward_s for t in times), statistics.median(t.optimizer_s for t in times),
-                       compile_s, G * tp.seq, losses, int(peak), how, mf, hf, breakdown)
-
+            pb.append(b.timed_step())
+            pa.append(a.timed_step())
+        if k + 1 >= min_pairs:
+            iv = ratio_interval(pa, pb)
+            verdict = decide(iv)
+            if progress:
+                progress(f"pair {k + 1}: {iv.text()}: {verdict}")
+            if verdict != "inconclusive" or time.perf_counter() - t0 > budget_s:
+                break
+    assert iv is not None
+    spent = time.perf_counter() - t0
+    del a
+    return PairMeasurement(b.finish(warmup, profile), pa, iv, verdict, spent)
 
 # ---------------------------------------------------------------- utilization
 
@@ -325,26 +397,34 @@ class Rates:
     peak_source: str
     ceiling_tflops: float | None
     ceiling_label: str
+    basis: Any = None  # perflab.flops.mfu.Basis: what MFU is divided by, named
 
 
-_RATES: dict[tuple[str, str], Rates] = {}
+_RATES: dict[tuple[str, str, tuple[int, int, int] | None], Rates] = {}
 
 
-def rates(device: torch.device, dtype: str) -> Rates:
-    """The spec peak (only from a spec sheet: an estimated CPU peak is not used) and the measured
-    matmul ceiling for `dtype`, measured once per process."""
-    key = (str(device), dtype)
-    if key not in _RATES:
-        from perflab.core.device import describe
-        from perflab.core.hardware import peaks_for
-        from perflab.flops.mfu import matmul_ceiling
+def step_shape(tp: TunePreset) -> tuple[int, int, int]:
+    """(m, n, k) of the preset's largest GEMM at its largest micro-batch: the logits of the whole
+    global batch (tokens × padded vocabulary × hidden). A CPU ceiling measured at this shape is the
+    rate a step of this model can reach, not a large square matmul's."""
+    return tp.global_batch * tp.seq, padded_vocab(tp.cfg.vocab), tp.cfg.hidden
 
-        peaks = peaks_for(describe(device))
-        peak = peaks.get(dtype) if peaks.source == "spec sheet" else None
-        src = "spec sheet" if peak else ("peak unknown (no spec sheet for this CPU: the estimate is not used)"
-                                         if device.type == "cpu" else "peak unknown")
-        ceil = matmul_ceiling(device, dtype, None if device.type == "cuda" else 1024)
-        _RATES[key] = Rates(peak, src, ceil.tflops, ceil.label)
+
+def rates(device: torch.device, dtype: str, shape: tuple[int, int, int] | None = None, *,
+          remeasure: bool = False) -> Rates:
+    """The basis of MFU for a step that ran in `dtype` (`perflab.flops.mfu.mfu_basis`): the spec peak
+    where the spec sheet has one, else the ceiling measured for `dtype` at `shape` (default: the cpu
+    preset's step shape), stored and versioned per device. Looked up once per process."""
+    from perflab.flops.mfu import mfu_basis
+
+    if shape is None:
+        shape = step_shape(tune_preset("cpu"))
+    key = (str(device), dtype, shape)
+    if key not in _RATES or remeasure:
+        b = mfu_basis(device, dtype, shape, remeasure=remeasure)
+        spec = b.kind == "spec peak"
+        _RATES[key] = Rates(b.tflops if spec else None, "spec sheet" if spec else "peak unknown: no spec sheet",
+                            None if spec else b.tflops, b.label(), b)
     return _RATES[key]
 
 
@@ -359,7 +439,9 @@ def utilization(m: Measurement, r: Rates) -> dict[str, Any]:
     spec = r.peak_tflops is not None
     out["mfu"] = out["mfu_spec"] if spec else out["mfu_ceiling"]
     out["hfu"] = out["hfu_spec"] if spec else out["hfu_ceiling"]
-    out["mfu_basis"] = "spec peak" if spec else "measured ceiling (peak unknown)"
+    out["mfu_basis"] = "spec peak" if spec else "measured ceiling"
+    out["mfu_basis_label"] = r.basis.label() if r.basis is not None else r.ceiling_label
+    out["mfu_basis_info"] = r.basis.as_dict() if r.basis is not None else None
     return out
 
 
@@ -516,29 +598,57 @@ class LadderResult:
         return pd.DataFrame([{k: r.get(k) for k in FIELDS + ("adopted", "note")} for r in self.rows])
 
     def frame(self):
-        """The rows for a person: every figure rounded, with its unit (`perflab.core.readout`)."""
+        """The rows for a person: every figure rounded, with its unit, and each rung's verdict with its
+        interval (`perflab.tune.verdict`). MFU/HFU are against `basis()`; above 100 % is never shown
+        without its reason."""
         import pandas as pd
 
-        from perflab.core.readout import nbytes, num, percent, seconds
+        from perflab.core.readout import mib, num, seconds
 
         out = []
         for r in self.rows:
-            state = "adopted" if r.get("adopted") else ("n/a here" if not r.get("applicable", True) else "kept out")
+            lo_hi = r.get("interval")
+            vs_prev = "–" if r["rung"] == "baseline" else (
+                f"{r['speedup_vs_previous']:.2f}× ({lo_hi[0]:.2f}–{lo_hi[1]:.2f})"
+                if lo_hi and r.get("measured") and math.isfinite(lo_hi[1])
+                else f"{r.get('speedup_vs_previous', 1.0):.2f}×")
             out.append({"rung": r["rung"], "step": seconds(r["step_s"]), "tokens/s": num(r["tokens_per_s"]),
-                        "MFU": percent(r["mfu"]), "HFU": percent(r["hfu"]), "peak memory": nbytes(r["peak_bytes"]),
-                        "loss Δ": f"{r['loss_delta']:+.1e}", "parity": "ok" if r.get("parity_ok") else "BROKEN",
-                        "vs baseline": f"{r['speedup_vs_baseline']:.2f}×",
-                        "vs previous": f"{r.get('speedup_vs_previous', 1.0):.2f}×", "state": state,
-                        "lesson": r.get("lesson", "")})
+                        "MFU": _pct(r.get("mfu")), "HFU": _pct(r.get("hfu")), "peak memory": mib(r["peak_bytes"]),
+                        "loss Δ vs baseline": f"{r['loss_delta']:+.1e}",
+                        f"vs previous ({_conf(self.rows)} interval)": vs_prev,
+                        "vs baseline": f"{r['speedup_vs_baseline']:.2f}×", "verdict": r.get("verdict") or (
+                            "adopted" if r.get("adopted") else "kept out")})
         return pd.DataFrame(out)
+
+    def basis(self) -> str:
+        """What the MFU/HFU columns are divided by, per dtype that ran (`perflab.flops.mfu.Basis`)."""
+        seen: dict[str, str] = {}
+        for r in self.rows:
+            lab = r.get("mfu_basis_label")
+            if lab and lab not in seen.values():
+                seen[r.get("config", {}).get("dtype", "?")] = lab
+        return "; ".join(seen.values()) or "unknown"
 
     def as_dict(self) -> dict[str, Any]:
         return {"preset": self.preset, "device": self.device, "rows": self.rows, "stopped": self.stopped,
                 "results_file": self.path, "fastest": self.fastest["rung"] if self.rows else None}
 
 
+def parity_index(tp: TunePreset) -> int:
+    """The step whose loss every configuration is compared at: after warmup + steps optimizer steps."""
+    return tp.warmup + tp.steps - 1
+
+
+# the category each rung attacks (its explanation reads this category of the step before it)
+ATTACKS = {"bf16": "compute", "adamw": "optimizer", "vocab64": "compute", "sdpa": "compute", "compile": "compute",
+           "batch": "compute", "checkpoint": "compute", "loader": "data_wait", "numa": "compute"}
+
+
 def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | None, base: dict | None,
-              r: Rates | None, tp: TunePreset, device: torch.device) -> dict[str, Any]:
+              r: Rates | None, tp: TunePreset, device: torch.device, pair: PairMeasurement | None = None
+              ) -> dict[str, Any]:
+    from perflab.tune.verdict import Interval, decide, noise_allowance_s, untouched_moves
+
     info = rung_of(name)
     row: dict[str, Any] = {"rung": name, "title": info.title, "lesson": info.lesson, "changes": info.changes,
                            "applicable": change.applicable, "note": change.note, "config": change.config.as_dict(),
@@ -546,76 +656,144 @@ def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | Non
     if m is None:  # not applicable: the configuration it leaves unchanged
         assert prev is not None
         for k in ("step_s", "step_times_s", "tokens_per_s", "mfu", "hfu", "mfu_spec", "hfu_spec", "mfu_ceiling",
-                  "hfu_ceiling", "mfu_basis", "peak_tflops", "peak_source", "ceiling_tflops", "ceiling_label",
-                  "model_tflops", "hardware_tflops", "peak_bytes", "peak_how", "loss", "losses", "data_wait_s",
-                  "forward_s", "backward_s", "optimizer_s", "compile_s", "breakdown", "tokens_per_step"):
+                  "hfu_ceiling", "mfu_basis", "mfu_basis_label", "mfu_basis_info", "peak_tflops", "peak_source",
+                  "ceiling_tflops", "ceiling_label", "model_tflops", "hardware_tflops", "peak_bytes", "peak_how",
+                  "loss", "losses", "data_wait_s", "forward_s", "backward_s", "optimizer_s", "compile_s", "breakdown",
+                  "tokens_per_step"):
             row[k] = prev.get(k)
-        row.update(measured=False, adopted=False, parity_ok=prev.get("parity_ok"), tolerance=prev.get("tolerance"),
-                   loss_delta=prev.get("loss_delta"), loss_rel=prev.get("loss_rel"),
-                   speedup_vs_baseline=prev.get("speedup_vs_baseline"), speedup_vs_previous=1.0)
+        row.update(measured=False, adopted=False, verdict="n/a", parity_ok=prev.get("parity_ok"),
+                   tolerance=prev.get("tolerance"), loss_delta=prev.get("loss_delta"), loss_rel=prev.get("loss_rel"),
+                   speedup_vs_baseline=prev.get("speedup_vs_baseline"), speedup_vs_previous=1.0, explain=change.note)
         return row
     assert r is not None
+    loss = m.losses[min(parity_index(tp), len(m.losses) - 1)]
     row.update(measured=True, step_s=m.step_s, step_times_s=m.step_times_s, tokens_per_step=m.tokens_per_step,
                tokens_per_s=m.tokens_per_step / m.step_s, peak_bytes=m.peak_bytes, peak_how=m.peak_how,
-               loss=m.loss, losses=m.losses, data_wait_s=m.data_wait_s, forward_s=m.forward_s,
+               loss=loss, losses=m.losses, data_wait_s=m.data_wait_s, forward_s=m.forward_s,
                backward_s=m.backward_s, optimizer_s=m.optimizer_s, compile_s=m.compile_s, breakdown=m.breakdown,
                model_flops_per_step=m.model_flops, hardware_flops_per_step=m.hardware_flops, **utilization(m, r))
     tol = tolerance_for(change.config.dtype)
-    b_loss = m.loss if base is None else base["loss"]
-    row["loss_delta"] = m.loss - b_loss
+    b_loss = loss if base is None else base["loss"]
+    row["loss_delta"] = loss - b_loss
     row["loss_rel"] = abs(row["loss_delta"]) / max(abs(b_loss), 1e-12)
     row["tolerance"] = tol
     row["parity_ok"] = row["loss_rel"] <= tol
-    b_step = m.step_s if base is None else base["step_s"]
-    row["speedup_vs_baseline"] = b_step / m.step_s
-    row["speedup_vs_previous"] = (prev["step_s"] / m.step_s) if prev else 1.0
-    row["adopted"] = bool(row["parity_ok"] and (prev is None or m.step_s * (1 + ADOPT_MIN_GAIN) < prev["step_s"]))
+    if prev is None:
+        row.update(speedup_vs_previous=1.0, speedup_vs_baseline=1.0, verdict="reference", adopted=False,
+                   interval=None)
+        row["explain"] = explain(name, row, None, device)
+        return row
+    if pair is not None:
+        iv, verdict = pair.interval, pair.verdict
+        row["pairs"] = iv.pairs
+        row["prev_times_s"] = pair.prev_times_s
+        row["timed_s"] = pair.timed_s
+        allowance = noise_allowance_s(pair.prev_times_s, m.step_times_s, prev["step_s"])
+    else:  # one timing of each, not interleaved: a point, no interval
+        sp = prev["step_s"] / m.step_s
+        iv = Interval(sp, sp, sp, 1)
+        verdict = decide(iv)
+        allowance = noise_allowance_s([prev["step_s"]], m.step_times_s, prev["step_s"])
+    row["interval"] = [iv.lo, iv.hi]
+    row["confidence"] = iv.confidence
+    row["threshold"] = 1 + ADOPT_MIN_GAIN
+    row["speedup_vs_previous"] = iv.point
+    row["speedup_vs_baseline"] = float(prev.get("speedup_vs_baseline") or 1.0) * iv.point
+    row["noise_allowance_s"] = allowance
+    row["noisy"] = untouched_moves(info.touches, prev.get("breakdown") or {}, m.breakdown, allowance)
     budget = tp.memory_budget_bytes
     if name in ("batch", "checkpoint") and budget is not None:
         row["fits_budget"] = m.peak_bytes <= budget
-        if not row["fits_budget"]:
-            row["adopted"] = False
+        if not row["fits_budget"] and verdict == "adopted":
+            verdict = "kept out"
+    if not row["parity_ok"]:
+        verdict = "broke parity"
+    row["verdict"] = verdict
+    row["adopted"] = verdict == "adopted"
     row["explain"] = explain(name, row, prev, device)
     return row
 
 
+def _ms(s: float) -> str:
+    return f"{s * 1e3:,.1f} ms"
+
+
 def explain(name: str, row: dict[str, Any], prev: dict[str, Any] | None, device: torch.device) -> str:
-    """One sentence: what the rung did here and why (computed from the measurements)."""
+    """What the rung did here, in sentences computed from the measured rows: its verdict with the
+    interval and the threshold, how the category it attacks moved (and, where that category was too
+    small to matter, the most any change to it could have given), and whether a category the rung
+    does not touch moved beyond the stated noise (the machine was noisy)."""
+    from perflab.core.readout import percent
+    from perflab.tune.verdict import Interval, max_gain_from
+    from perflab.tune.waterfall import LABELS
+
+    bd = row.get("breakdown") or {}
     if prev is None:
-        bd = row.get("breakdown") or {}
         top = max(bd, key=lambda k: bd[k]) if bd else None
-        return f"the reference step; most of its time is {top}" if top else "the reference step"
-    sp = row["speedup_vs_previous"]
-    verdict = f"{sp:.2f}× the previous step's speed"
+        return (f"the reference step; its largest category is {LABELS[top]} ({_ms(bd[top])}, "
+                f"{percent(bd[top] / row['step_s'])} of the step)") if top else "the reference step"
     if not row["parity_ok"]:
-        return f"loss moved {row['loss_rel']:.1e} (relative), beyond the {row['tolerance']:.0e} tolerance of {row['config']['dtype']}"
-    if row["adopted"]:
-        return f"helps here: {verdict}"
-    cause = {
-        "bf16": "the conversions to and from bf16 cost more than the faster products save at these sizes"
-                if device.type == "cpu" else "the step is not bound by matmul rate here",
-        "adamw": "the optimizer was a small share of the step",
-        "vocab64": "the padded columns are extra work and the CPU's matmul gains little from aligned rows"
-                   if device.type == "cpu" else "the logits GEMM was already efficient at this shape",
-        "sdpa": "at this sequence length the s×s scores are small: there is little traffic to save",
-        "compile": "the compiled wrapper's guards and the generated C++ cost more than the fusion saves at this size"
-                   if device.type == "cpu" else "the step was already matmul-bound",
-        "batch": "the larger micro-batch's matmuls run no faster per FLOP here",
-        "checkpoint": "the recomputed forward costs more than the larger micro-batch gains",
-        "loader": "the data wait was already small, and the workers take cores from the step",
-        "numa": "binding did not change where memory lives",
-    }.get(name, "")
-    return f"does not help here ({verdict}): {cause}" if cause else f"does not help here ({verdict})"
+        return (f"loss moved {row['loss_rel']:.1e} (relative), beyond the {row['tolerance']:.0e} tolerance of "
+                f"{row['config']['dtype']}")
+    lo, hi = row.get("interval") or (row["speedup_vs_previous"], row["speedup_vs_previous"])
+    iv = Interval(row["speedup_vs_previous"], lo, hi, int(row.get("pairs") or 1), row.get("confidence", 0.9))
+    bar = row.get("threshold", 1.02)
+    v = row.get("verdict", "adopted" if row.get("adopted") else "kept out")
+    if v == "adopted":
+        s = f"adopted: {iv.text()}, the whole interval above {bar:.2f}×"
+    elif v == "inconclusive":
+        s = f"inconclusive: {iv.text()} still straddles {bar:.2f}× when the rung's time budget ended"
+    elif row.get("fits_budget") is False:
+        s = (f"kept out: {iv.text()}, but its peak ({row['peak_bytes'] / 2**20:,.1f} MiB) is over the memory "
+             "budget")
+    else:
+        s = f"kept out: {iv.text()}, the whole interval below {bar:.2f}×"
+    pb = prev.get("breakdown") or {}
+    cat = ATTACKS.get(name)
+    if cat and pb and bd:
+        share = pb[cat] / prev["step_s"] if prev["step_s"] else 0.0
+        s += f". {LABELS[cat].capitalize()}: {_ms(pb[cat])} ({percent(share)} of the step before) → {_ms(bd[cat])}"
+        if v != "adopted" and max_gain_from(share) < bar:
+            s += (f"; removing all of it could give at most {max_gain_from(share):.3f}×, below {bar:.2f}×, "
+                  "so this rung cannot pay off here")
+        if name == "loader" and v != "adopted":
+            dc = bd.get("compute", 0.0) - pb.get("compute", 0.0)
+            if dc > row.get("noise_allowance_s", 0.0):
+                s += (f"; compute rose by {_ms(dc)} while the workers ran beside the step "
+                      f"({_cores_note()})")
+    if name == "bf16" and device.type == "cpu" and row.get("native_bf16") is False:
+        s += ". No native bf16 on this CPU: every bf16 product is widened to fp32 and rounded back"
+    noisy = row.get("noisy") or {}
+    if noisy:
+        moved = ", ".join(f"{LABELS[c]} {'+' if d > 0 else '−'}{_ms(abs(d))}" for c, d in noisy.items())
+        s += (f". The machine was noisy: {moved}, though this rung does not touch "
+              f"{'it' if len(noisy) == 1 else 'them'} (noise allowed: {_ms(row.get('noise_allowance_s', 0.0))})")
+    return s
+
+
+def _cores_note() -> str:
+    from perflab.dataloading.loader import available_cores
+
+    n = available_cores()
+    return f"{n} core{'s' if n != 1 else ''} here"
 
 
 def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | None = None, *, steps: int | None = None,
                batch: int | None = None, fresh: bool = False, device=None, path=None,
-               progress: bool | Callable[[str], None] = False, profile: bool = True) -> LadderResult:
-    """Apply `rungs` (default: all, in the ladder's order) one after another and measure each.
+               progress: bool | Callable[[str], None] = False, profile: bool = True,
+               budget_s: float | None = None) -> LadderResult:
+    """Apply `rungs` (default: all, in the ladder's order) one after another and measure each,
+    interleaved with the configuration it changes (`measure_pair`), until its verdict is decided or
+    `budget_s` seconds (default: the preset's `rung_budget_s`) of timing are spent.
 
-    steps: timed optimizer steps per rung (default: the preset's). batch: the global batch in
-    sequences (default: the preset's). A rung whose loss leaves the dtype's tolerance stops the
-    ladder: `stopped` says which and by how much, and no later rung is measured."""
+    steps: at least this many interleaved pairs per rung (default: the preset's). batch: the global
+    batch in sequences (default: the preset's). A rung whose loss leaves the dtype's tolerance stops
+    the ladder: `stopped` says which and by how much, and no later rung is measured.
+
+    Every rung is saved as it is measured, keyed by the preset, the configuration it changes, its own
+    configuration and the torch version, in `<results>/<host>/<device>/tune_<preset>.jsonl`: lesson 11,
+    lab 11 and `perflab tune` read the same measurement of a rung, so they cannot disagree about it.
+    `fresh=True` sets the file aside and measures everything again."""
     from pathlib import Path
 
     from perflab.core.device import describe, pick_device
@@ -623,20 +801,22 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
 
     tp = tune_preset(preset) if isinstance(preset, str) else preset
     names = parse_rungs(rungs)
-    if steps is not None:
-        tp = replace(tp, steps=positive_int("steps", steps))
+    min_pairs = max(tp.steps, positive_int("steps", steps)) if steps is not None else tp.steps
     if batch is not None:
         b = positive_int("batch", batch)
         if b % tp.micro_batch:
             raise InputError(f"--batch {b} is not a multiple of the baseline micro-batch {tp.micro_batch}: "
                              f"try {max(tp.micro_batch, b - b % tp.micro_batch)}")
         tp = replace(tp, global_batch=b)
+    budget = tp.rung_budget_s if budget_s is None else float(budget_s)
     dev = torch.device(device) if device is not None else pick_device()
     info = describe(dev)
     p = Path(path) if path is not None else sweep_path(f"tune_{tp.name}", info.slug)
     if fresh and p.exists():
         p.rename(p.with_name(f"{p.stem}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     say = _progress_printer(progress)
+    shape = step_shape(tp)
+    remeasured: set[str] = set()  # --fresh measures each dtype's ceiling again once (a new version)
 
     rows: list[dict[str, Any]] = []
     sc = StepConfig(micro_batch=tp.micro_batch)
@@ -646,19 +826,27 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
     res_meas = res_skip = 0
     for i, name in enumerate(names):
         change = apply_rung(name, sc, tp, dev, rows)
-        params = {"preset": tp.name, "model": tp.cfg.name, "global_batch": tp.global_batch, "steps": tp.steps,
-                  "warmup": tp.warmup, "position": i, "before": ",".join(names[:i]), "rung": name,
-                  "config": change.config.as_dict(), "applicable": change.applicable}
+        params = {"preset": tp.name, "model": tp.cfg.name, "global_batch": tp.global_batch, "warmup": tp.warmup,
+                  "parity_step": parity_index(tp) + 1, "rung": name, "torch": torch.__version__,
+                  "prev_config": None if prev is None else prev["config"], "config": change.config.as_dict(),
+                  "applicable": change.applicable, "waterfall": bool(profile), "method": "interleaved"}
 
-        def one(_p, name=name, change=change, prev=prev, base=base):
+        def one(_p, i=i, name=name, change=change, prev=prev, base=base):
             if not change.applicable and prev is not None:
                 return _row_from(name, change, None, prev, base, None, tp, dev)
             if say:
-                say(f"[{names.index(name) + 1}/{len(names)}] {name}: {rung_of(name).title} …")
+                say(f"[{i + 1}/{len(names)}] {name}: {rung_of(name).title} …")
+            dt = change.config.dtype
+            r = rates(dev, dt, shape, remeasure=fresh and dt not in remeasured)
+            remeasured.add(dt)
             with _quiet_compile():
-                m = measure_config(tp, change.config, steps=tp.steps, warmup=tp.warmup, device=dev, profile=profile,
-                                   progress=None)
-            return _row_from(name, change, m, prev, base, rates(dev, change.config.dtype), tp, dev)
+                if prev is None:
+                    m = measure_config(tp, change.config, steps=max(min_pairs, tp.steps), warmup=tp.warmup,
+                                       device=dev, profile=profile, progress=None)
+                    return _row_from(name, change, m, None, None, r, tp, dev)
+                pm = measure_pair(tp, StepConfig(**prev["config"]), change.config, min_pairs=min_pairs,
+                                  warmup=tp.warmup, device=dev, budget_s=budget, profile=profile, progress=None)
+            return _row_from(name, change, pm.candidate, prev, base, r, tp, dev, pm)
 
         res = run_sweep(f"tune_{tp.name}", [params], one, path=p, retry_failed=True, progress=False)
         if res.interrupted or not res.rows:
@@ -671,8 +859,11 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
             raise PerflabError(f"rung {name!r} failed: {row.get('reason')}")
         row = {k: v for k, v in row.items() if k not in ("params",)}
         rows.append(row)
-        if say and res.skipped:
-            say(f"[{i + 1}/{len(names)}] {name}: already measured (resumed from {p})")
+        if say:
+            state = row.get("verdict", "")
+            say(f"[{i + 1}/{len(names)}] {name}: {state}"
+                + (f" (resumed from {p.name})" if res.skipped else "")
+                + (f", {row['speedup_vs_previous']:.2f}× the step before" if i else ""))
         if base is None:
             base = row
         if row.get("measured") and not row.get("parity_ok"):
@@ -683,7 +874,48 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
         if row.get("adopted") or prev is None:
             prev = row
             sc = StepConfig(**row["config"])
+    if say and not stopped:
+        say(f"[{len(names)}/{len(names)}] done: {len(rows)} rung(s), {res_meas} measured, {res_skip} resumed")
     return LadderResult(tp.name, info.name, rows, stopped, str(p), res_meas, res_skip)
+
+
+DRIFT_LIMIT = 1.25  # separate runs that disagree with the paired ratios by more than this factor: the machine drifted
+
+
+def drift_note(rows: Sequence[dict[str, Any]], limit: float = DRIFT_LIMIT) -> str:
+    """One sentence on whether the step times of separate rows can be compared: each row's `step_s`
+    comes from its own run, its speed-ups from pairs timed together. Where the baseline's step ÷ a
+    row's step differs from the row's paired speed-up by more than `limit`×, the machine's speed
+    changed between the runs, and the sentence names the rows."""
+    if not rows:
+        return ""
+    base = rows[0]
+    off = []
+    for r in rows[1:]:
+        if not r.get("measured") or not r.get("step_s"):
+            continue
+        sep = base["step_s"] / r["step_s"]
+        paired = float(r.get("speedup_vs_baseline") or 1.0)
+        if max(sep / paired, paired / sep) > limit:
+            off.append(f"{r['rung']} ({sep:.2f}× from separate runs, {paired:.2f}× from pairs)")
+    if not off:
+        return (f"The step times of separate rows agree with the paired speed-ups within {limit:.2f}×: the "
+                "machine's speed held steady during the ladder.")
+    return ("The machine's speed drifted during the ladder: compare rows by their speed-ups (timed in pairs), "
+            f"not by their step times (each from its own run). Beyond {limit:.2f}×: " + "; ".join(off) + ".")
+
+
+def _pct(f: float | None) -> str:
+    from perflab.core.readout import percent
+
+    if f is None:
+        return "unknown"
+    return percent(f) if f <= 1.0 else f"{percent(f)}: over its basis"
+
+
+def _conf(rows) -> str:
+    c = next((r.get("confidence") for r in rows if r.get("confidence")), 0.9)
+    return f"{c * 100:.0f} %"
 
 
 def _progress_printer(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:

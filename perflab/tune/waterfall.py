@@ -130,7 +130,8 @@ def table(rows: Sequence[dict[str, Any]]):
             rec[f"{LABELS[c]} (ms)"] = round(bd.get(c, 0.0) * 1e3, 2) if bd else None
         rec["step (ms)"] = round(r["step_s"] * 1e3, 2)
         rec["Δ step (ms)"] = None if prev is None else round((r["step_s"] - prev["step_s"]) * 1e3, 2)
-        rec["adopted"] = "yes" if r.get("adopted") else ("n/a" if not r.get("applicable", True) else "no")
+        rec["verdict"] = r.get("verdict") or ("adopted" if r.get("adopted") else
+                                              ("n/a" if not r.get("applicable", True) else "kept out"))
         rec["lesson"] = r.get("lesson", "")
         out.append(rec)
         if r.get("adopted") or prev is None:
