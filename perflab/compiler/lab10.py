@@ -179,7 +179,8 @@ def check_model(model_cls: Callable[..., torch.nn.Module]) -> Verdict:
 # --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("rope_real", "MyLM")
 REFERENCES = {"rope_real": models.rope_complex}
-FORBIDDEN = (models.rope_complex, models.rope_real, models.FixedLM, models.fixed_from)
+# FixedLM is not disarmed (BrokenLM builds on the same blocks): probe_model refuses a model built on it
+FORBIDDEN = (models.rope_complex, models.rope_real, models.fixed_from)
 HELPERS = ("tolerance", "given_model", "inputs", "loud_weights", "loud_inputs", "probe_model")
 
 

@@ -94,8 +94,11 @@ def _disarm(forbidden):
         obj = mod
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
-        # a class is left as it is (perflab's own classes inherit from it); the judge checks its use
-        targets = [inspect.unwrap(obj)] if obj is not None and not inspect.isclass(obj) else []
+        targets = []
+        if inspect.isclass(obj):  # its own methods (a lab lists no class that perflab's helpers build on)
+            targets = [v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in vars(obj).values()]
+        elif obj is not None:
+            targets = [inspect.unwrap(obj)]
         for fn in targets:
             if inspect.isfunction(fn) and not fn.__code__.co_freevars:
                 code = _tripwire(min(i, 99))

@@ -366,12 +366,24 @@ class Answers(Mapping[str, Any]):
             return False
         return True
 
-    def first_cell_calling(self, *patterns: str) -> int | None:
-        """The first code cell (0-based, among all cells) whose source contains one of `patterns`."""
-        for i, c in enumerate(self.nb.get("cells", [])):
-            src = "".join(c.get("source", "")) if c.get("cell_type") == "code" else ""
-            if any(p in src for p in patterns):
-                return i
+    def first_cell_calling(self, function: str, using: str | None = None) -> int | None:
+        """The first cell (0-based, among all cells) that calls `function` (by name or attribute),
+        with the name `using` among its arguments when given."""
+        for i, src in enumerate(_cells(self.nb)):
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if called != function:
+                    continue
+                args = [*node.args, *(k.value for k in node.keywords)]
+                if using is None or any(isinstance(n, ast.Name) and n.id == using for a in args for n in ast.walk(a)):
+                    return i
         return None
 
     def probe(self, name: str, probe: str, *args, **kwargs) -> Any:

@@ -119,7 +119,7 @@ def check_result(plan: Sequence[str] | None, result, *, target: float, budget: i
 # --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("plan", "my_predictions")
 REFERENCES: dict = {}
-MEASURES = ("run_ladder(",)  # a call that measures the plan: each prediction must be written before it
+MEASURES = ("run_ladder", "plan")  # the call that measures the plan: each prediction is written before it
 
 
 def judge(answers, rng, *, preset: str = "smoke") -> None:
@@ -134,7 +134,7 @@ def judge(answers, rng, *, preset: str = "smoke") -> None:
     name = "your plan"
     where = getattr(answers, "where", {})
     literal = getattr(answers, "literal", lambda n: True)
-    first = getattr(answers, "first_cell_calling", lambda *a: None)(*MEASURES)
+    first = getattr(answers, "first_cell_calling", lambda *a, **k: None)(MEASURES[0], using=MEASURES[1])
     if preds is not None:
         at = where.get("my_predictions")
         if not literal("my_predictions"):
