@@ -160,6 +160,8 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
 
 def main():
     setup = _read()
+    if setup.get("path"):  # the folder of the judge's own perflab (a release, a checkout)
+        sys.path.insert(0, setup["path"])
     for line in setup["preload"]:  # the submission's own import statements, and the lab's modules
         try:
             exec(compile(line, "<perflab-grade>", "exec"), {})

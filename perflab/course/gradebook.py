@@ -20,10 +20,14 @@ Each submission runs:
   measured, error_pct, device, time);
 * N at a time, at most one per core, each kernel's threads sharing the cores.
 
-Outcomes, read from the executed notebook: `done` (every check of the lab passed), `not done` (a
-check still meets a stub, or a check cell is gone), `wrong` (a check raised LabCheckError: its
-message), `error` (another exception: its first line; a malformed notebook; a kernel that died),
-`timeout`.
+That run can only lower a grade: its first error output (`wrong` for a check's LabCheckError,
+`error` otherwise), a kernel that died before the grader's last cell, a deleted check cell (`not
+done`), a timeout. Nothing it prints or writes can raise one. The grade itself is the judge's
+(perflab/course/judge.py): a separate process that reads the submission's source, runs the
+learner's answer functions in a confined worker on inputs drawn from a per-run secret and the
+learner's name, and compares them with perflab's references in its own process. Outcomes: `done`
+(every check passed, on the grading inputs too), `not done`, `wrong` (the check's message),
+`error` (an exception's first line; a malformed notebook; a kernel that died), `timeout`.
 
 What the copy cannot stop: a notebook runs as the grading user, so code that deletes files by
 absolute path reaches whatever that user can. Grade as an unprivileged user (or in a container)
@@ -286,7 +290,7 @@ def classify(nb: Any, lab: Lab) -> tuple[str, str]:
                     return "wrong", first_line(evalue)
                 return "error", f"{ename}: {first_line(evalue)}" if evalue.strip() else ename
             if out.get("output_type") == "stream":
-                ended = ended or any(line.startswith(MARK) for line in "".join(out.get("text", "")).splitlines())
+                ended = ended or any(line.strip() == MARK + "end" for line in "".join(out.get("text", "")).splitlines())
     if not ended:
         return "error", "the notebook stopped before its end (the kernel died or the file was changed while it ran)"
     removed = removed_checks(nb, lab)
@@ -371,13 +375,14 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
     shutil.rmtree(tmp, ignore_errors=True)
     if rec.outcome == "ran":
         rec.outcome, rec.message = run_judge(sub, secret=secret or secrets.token_hex(16), timeout=timeout,
-                                             limits=limits, threads=threads)
+                                             limits=limits, threads=threads, env=env)
         rec.seconds = time.monotonic() - t0
     shutil.rmtree(box, ignore_errors=True)
     return rec
 
 
-def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, threads: int = 1) -> tuple[str, str]:
+def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, threads: int = 1,
+              env: dict[str, str] | None = None) -> tuple[str, str]:
     """The judge's (outcome, message) for `sub`: a fresh process that reads the submitted notebook's
     source, runs its answers in a confined worker and grades them with the lab's checks on inputs
     drawn from `secret` and the learner's name. Its answer carries a nonce only it was told."""
@@ -386,7 +391,7 @@ def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, t
            "nonce": nonce, "course_dirs": [str(sub.lab.path.parent.resolve())],
            "memory_bytes": limits.memory_bytes, "cpu_s": int(limits.cpu_s or max(60, 2 * timeout * threads)),
            "threads": threads}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFLAB_RESULTS")}
+    env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PERFLAB_RESULTS")}
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "perflab.course.judge"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)

@@ -230,7 +230,9 @@ class Worker:
                                      preexec_fn=limit, start_new_session=True)
         lab_line = f"import {lab.__name__}"
         extra = [f"import {m}" for m in getattr(lab, "PRELOAD", ())]
-        self._send({"preload": [*preload, *extra, lab_line, *(f"import {m}" for m in blocked_modules)],
+        import perflab
+
+        self._send({"path": str(Path(perflab.__file__).resolve().parents[1]), "preload": [*preload, *extra, lab_line, *(f"import {m}" for m in blocked_modules)],
                     "forbidden": forbidden, "blocked_dirs": list(course_dirs),
                     "blocked_files": [], "blocked_modules": blocked_modules, "code": code})
         self.forbidden = forbidden
@@ -500,7 +502,7 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
     todo = [k for k, v in states.items() if v != "passed"]
     if todo:
         return "not done", f"{len(todo)} of {len(states)} checks not done: {', '.join(todo)}"
-    return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed, on the grading inputs too"
+    return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed, graded apart from the notebook"
 
 
 def _first(text: str) -> str:
@@ -509,7 +511,7 @@ def _first(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the judge process
-def _protect() -> None:
+def protect() -> None:
     """Make this process non-dumpable: another process of the same user (a learner's kernel that
     outlived its run) cannot then read its memory or write into its pipes through /proc."""
     with contextlib.suppress(Exception):
@@ -519,7 +521,7 @@ def _protect() -> None:
 
 
 def main() -> int:
-    _protect()
+    protect()
     job = json.loads(sys.stdin.read())
     sub, shipped = json.loads(Path(job["submission"]).read_text()), json.loads(Path(job["shipped"]).read_text())
     try:

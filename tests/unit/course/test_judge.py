@@ -127,9 +127,17 @@ def test_a_forged_submission_is_never_done(lab, what, cells):
     assert message
 
 
+def test_a_clock_patched_to_meet_a_speed_target_is_wrong():
+    """Lab 02's own timing, with `time.perf_counter` slowed 50× in the notebook: the judge times the
+    same step itself, in its own process, and the learner's tokens/s is far faster than any it sees."""
+    patch = "import time\n_real_clock = time.perf_counter\ntime.perf_counter = lambda: _real_clock() / 50"
+    outcome, message = grade("02_mfu", forged("02_mfu", patch, base=solution("02_mfu")))
+    assert outcome == "wrong" and "tokens/s" in message and "faster" in message, (outcome, message)
+
+
 def test_the_forgeries_cover_the_kinds_the_issue_lists():
-    labs = {lab for lab, _, _ in FORGERIES}
-    assert len(FORGERIES) >= 12 and len(labs) >= 4
+    labs = {lab for lab, _, _ in FORGERIES} | {"02_mfu", "11_capstone"}  # the clock, the predictions below
+    assert len(FORGERIES) >= 12 and len(labs) >= 6
 
 
 def _predictions_cell(nb: dict) -> int:
