@@ -221,3 +221,20 @@ def test_every_lab_module_says_how_it_is_graded():
         mod = importlib.import_module(name)
         assert getattr(mod, "LEARNER_ANSWERS", ()) and callable(getattr(mod, "judge", None)), name
         assert isinstance(getattr(mod, "REFERENCES", None), dict), name
+
+
+def test_the_references_are_the_labs_answers():
+    """Each lab's REFERENCES agree with what its checks expect (a few labs, exhaustively or on their cases)."""
+    from perflab.flops import lab01
+    from perflab.pipeline import lab07
+    from perflab.pipeline.shuffle import LCGPermutation
+    from perflab.shard import lab12
+
+    for n, seed in lab07.CASES + [(1000, 3), (4097, 11)]:
+        p = LCGPermutation(n, seed)
+        assert [lab07.reference_index(i, n, p.a, p.c, p.x0) for i in range(n)] == list(p)
+    for b, i, h, o in lab01.CASES:
+        assert lab01.REFERENCES["mlp_forward_flops"](b, i, h, o) == lab01.counted_forward(b, i, h, o)
+        assert lab01.REFERENCES["mlp_train_flops"](b, i, h, o) == lab01.counted_train_step(b, i, h, o)
+    assert lab12.REFERENCES["bubble"](4, 8) == pytest.approx(3 / 11)
+    assert lab12.REFERENCES["fsdp_bytes"](10**6, 4) == 4 * 10**6
