@@ -228,11 +228,11 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-I", "-c", WORKER_SOURCE.read_text()], cwd=cwd, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      preexec_fn=limit, start_new_session=True)
-        lab_line = f"import {lab.__name__}"
-        extra = [f"import {m}" for m in getattr(lab, "PRELOAD", ())]
         import perflab
 
-        self._send({"path": str(Path(perflab.__file__).resolve().parents[1]), "preload": [*preload, *extra, lab_line, *(f"import {m}" for m in blocked_modules)],
+        loads = [*preload, *(f"import {m}" for m in getattr(lab, "PRELOAD", ())), f"import {lab.__name__}",
+                 *(f"import {m}" for m in blocked_modules)]
+        self._send({"path": str(Path(perflab.__file__).resolve().parents[1]), "preload": loads,
                     "forbidden": forbidden, "blocked_dirs": list(course_dirs),
                     "blocked_files": [], "blocked_modules": blocked_modules, "code": code})
         self.forbidden = forbidden
