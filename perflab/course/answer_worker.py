@@ -1,7 +1,8 @@
 """The confined process in which `perflab grade` runs a learner's answer functions (see judge.py).
 
-This file is not imported: `judge.py` reads its text and runs it with `python -I -c`, so the
-process starts with no perflab module loaded and no folder of the course on its path. It talks to
+`judge.py` runs this file as a script with `python -I` (isolated: no PYTHONPATH, no script folder
+on the path), so the process starts with no perflab module loaded and no folder of the course on
+its path. It talks to
 the judge over its stdin (requests, pickled by the judge) and a private copy of its stdout
 (answers, as JSON: never pickled, so nothing the learner returns can run code in the judge).
 
@@ -25,10 +26,8 @@ import re
 import struct
 import sys
 
-_OUT = os.dup(1)  # the answers go here; fd 1 and sys.stdout go to stderr (the learner may print)
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-_IN = sys.stdin.buffer
+_OUT = 1  # set by main(): a private copy of stdout, for the answers
+_IN = None  # set by main(): stdin, for the requests
 _EXIT_FORBIDDEN = 100  # + the index of the forbidden function (at most 99 named)
 _EXIT_BLOCKED = 90
 
@@ -159,6 +158,11 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
 
 
 def main():
+    global _OUT, _IN
+    _OUT = os.dup(1)  # the answers go here; fd 1 and sys.stdout go to stderr (the learner may print)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    _IN = sys.stdin.buffer
     setup = _read()
     if setup.get("path"):  # the folder of the judge's own perflab (a release, a checkout)
         sys.path.insert(0, setup["path"])
@@ -204,4 +208,5 @@ def main():
         _write(out)
 
 
-main()
+if __name__ == "__main__":
+    main()

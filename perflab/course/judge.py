@@ -225,7 +225,7 @@ class Worker:
                     resource.setrlimit(which, (top, hard))
 
         self.log = open(Path(self.box) / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([sys.executable, "-I", "-c", WORKER_SOURCE.read_text()], cwd=cwd, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SOURCE)], cwd=cwd, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      preexec_fn=limit, start_new_session=True)
         import perflab
