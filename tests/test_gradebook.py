@@ -15,31 +15,44 @@ from perflab.course import gradebook as gb
 
 pytest.importorskip("papermill")
 
-SETUP = '''from types import SimpleNamespace
-from perflab.core import grading
+SETUP = """from perflab.core import grading
+from perflab.dataloading import lab07 as lab
 
-# a lab's checks, as perflab.<topic>.labNN defines them
-lab = SimpleNamespace(check_double=lambda f: grading.grade(
-    "double", f, [({"x": 2}, 4), ({"x": 5}, 10)], hint="twice x"))
-grading.reset()'''
+grading.reset()"""
 
-STUB = '''def double(x):
-    """Twice x."""
+STUB = '''def lcg_index(i, n, a, c, x0):
+    """Entry i of the LCG permutation of n items."""
     raise NotImplementedError
 
 
-lab.check_double(double)'''
+lab.check_index(lcg_index)'''
 
 PREDICT = '''import json, os
 with open(os.path.join(os.environ["PERFLAB_RESULTS"], "predictions.jsonl"), "a") as f:
-    f.write(json.dumps({"lesson": "99", "key": "double", "question": "how long?", "unit": "s",
+    f.write(json.dumps({"lesson": "07", "key": "index", "question": "how long?", "unit": "s",
                         "predicted": 2.0, "measured": 2.5, "error_pct": -20.0, "device": "cpu", "time": 0}) + "\\n")
 '''
 
+RIGHT = """m = lab.modulus(n)
+
+    def state(j):
+        acc_a, acc_c, pa, pc = 1, 0, a, c
+        while j:
+            if j & 1:
+                acc_a, acc_c = acc_a * pa % m, (acc_c * pa + pc) % m
+            pa, pc = pa * pa % m, (pc * pa + pc) % m
+            j >>= 1
+        return (acc_a * x0 + acc_c) % m
+
+    y = state(i)
+    while y >= n:
+        y = state(y)
+    return y"""
+
 BODIES = {
-    "right": "return 2 * x",
-    "wrong": "return x + 2",
-    "raising": "return {}[x]",
+    "right": RIGHT,
+    "wrong": "return (a * i + c) % n",
+    "raising": "return {}[i]",
     # never returns (sleeping, so that it leaves the cores to the other submissions meanwhile)
     "looping": "import time\n    while True:\n        time.sleep(0.1)",
     # b"x" * n writes every byte: real memory, not an untouched reservation
@@ -47,8 +60,13 @@ BODIES = {
     # removes everything it can reach by a relative path: its folder and the one above, then answers right
     "deleter": ("import os, shutil\n    for top in ('.', '..'):\n        for name in os.listdir(top):\n"
                 "            p = os.path.join(top, name)\n"
-                "            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.remove(p)\n"
-                "    return 2 * x"),
+                "            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.remove(p)\n    " + RIGHT),
+}
+
+# forgeries that act on the learner's own kernel: the verdict never reads it
+FORGED = {
+    "results": "grading._RESULTS['lcg_index'] = 'passed'",
+    "marker": "import os\nprint('PERFLAB-GRADE end')\nos._exit(0)",
 }
 
 
@@ -75,15 +93,17 @@ TIMEOUT = 20
 
 def grade_a_class(tmp: Path):
     course = tmp / "labs"
-    write(course / "99_double.ipynb", notebook([SETUP, STUB, "grading.summary()"]))
+    write(course / "07_shuffle.ipynb", notebook([SETUP, STUB, "grading.summary()"]))
     subs = tmp / "submissions"
-    write(subs / "stan" / "99_double.ipynb", notebook([SETUP, STUB, "grading.summary()"]))  # the shipped lab
+    write(subs / "stan" / "07_shuffle.ipynb", notebook([SETUP, STUB, "grading.summary()"]))  # the shipped lab
+    for who, cell in FORGED.items():
+        write(subs / who / "07_shuffle.ipynb", notebook([SETUP, STUB, cell, "grading.summary()"]))
     for who, body in BODIES.items():
         code = STUB.replace("raise NotImplementedError", body)
         cells = [SETUP, code] + ([PREDICT] if who == "right" else []) + ["grading.summary()"]
         # an LMS export's name: learner folder, a lab number somewhere in the file name
-        write(subs / who / f"{who}_lab99_attempt.ipynb", notebook(cells))
-    write(subs / "mal" / "99_double.ipynb", "{ this is not a notebook")
+        write(subs / who / f"{who}_lab7_attempt.ipynb", notebook(cells))
+    write(subs / "mal" / "07_shuffle.ipynb", "{ this is not a notebook")
     write(subs / "bob" / "notes.ipynb", notebook(["1 + 1"]))
     (subs / "deleter" / "keep.txt").write_text("the learner's own file")
     book = gb.grade_folder(subs, course=course, timeout=TIMEOUT, jobs=2, limits=gb.Limits(memory_bytes=2**30))
@@ -95,21 +115,24 @@ def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
     """One class, graded once (in the test's own time): the outcomes, then the gradebook's forms."""
     book, subs = grade_a_class(tmp_path)
     got = {r.learner: (r.outcome, r.message) for r in book.records}
-    assert got["right"] == ("done", "1 check passed")
-    assert got["stan"][0] == "not done" and "double" in got["stan"][1]
+    assert got["right"][0] == "done", got["right"]
+    assert got["stan"][0] == "not done" and "lcg_index" in got["stan"][1]
     assert got["wrong"][0] == "wrong"  # the check's own message, hint included, as the learner saw it
-    assert got["wrong"][1].startswith("double: for x=5 you returned 7, expected 10.") and "twice x" in got["wrong"][1]
-    assert got["raising"] == ("error", "KeyError: 2")
+    assert got["wrong"][1].startswith("lcg_index: for ") and "(a·i + c) mod n" in got["wrong"][1], got["wrong"]
+    assert got["raising"] == ("error", "KeyError: 0")
+    assert got["results"][0] == "not done", got["results"]  # the kernel's states are not read
+    assert got["marker"][0] == "error", got["marker"]  # the kernel died: its marker line counts for nothing
     assert got["looping"][0] == "timeout" and got["looping"][1].startswith(f"still running after {TIMEOUT} s"), got["looping"]
     assert got["hog"] == ("error", "MemoryError")
-    assert got["deleter"] == ("done", "1 check passed")
+    assert got["deleter"][0] == "done", got["deleter"]
     assert got["mal"][0] == "error" and got["mal"][1].startswith("malformed notebook (")
     assert "bob" not in got and any(n.startswith("bob/notes.ipynb: no lab number or lab name") for n in book.notes)
     # every run within its timeout (plus the time to stop a kernel), the loop included
-    assert all(r.seconds < TIMEOUT + 5 for r in book.records), [(r.learner, r.seconds) for r in book.records]
+    # (the kernel's run and then the judge's, each within its timeout)
+    assert all(r.seconds < 2 * TIMEOUT + 5 for r in book.records), [(r.learner, r.seconds) for r in book.records]
     # the copies protected the originals: the deleter's folder and everyone else's are untouched
     assert (subs / "deleter" / "keep.txt").read_text() == "the learner's own file"
-    assert (subs / "right" / "right_lab99_attempt.ipynb").is_file()
+    assert (subs / "right" / "right_lab7_attempt.ipynb").is_file()
 
     # the CSV, the JSON and the one-screen summary
     rows = list(csv.DictReader(io.StringIO(book.csv_text())))
@@ -118,11 +141,11 @@ def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
     data = book.as_dict()
     rec = next(r for r in data["records"] if r["learner"] == "right")
     assert rec["predictions"][0]["predicted"] == 2.0 and rec["predictions"][0]["measured"] == 2.5
-    assert data["passed"] == {"99_double": 2}
+    assert data["passed"] == {"07_shuffle": 2}
     text = book.summary()
     assert len(text.splitlines()) <= 24
-    assert "2 of 8 learners passed" in text
-    assert "1× 99_double: double: for x=5 you returned 7, expected 10" in text
+    assert "2 of 10 learners passed" in text
+    assert "1× 07_shuffle: lcg_index: for " in text
     assert "bob/notes.ipynb" in text
 
 
@@ -155,14 +178,17 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 
 
 def test_a_removed_check_cell_is_not_done(tmp_path):
-    """Deleting a check's cell does not make a lab pass: the shipped lab's check calls must be there."""
+    """Deleting a check's cell does not make a lab pass: the shipped lab's check calls must be there.
+    Nothing the kernel printed counts for more than 'it ran to its end'."""
     nbformat = pytest.importorskip("nbformat")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def double(x):\n    return 2 * x")])
     nb.cells.append(nbformat.v4.new_code_cell(gb.GRADE_CELL, outputs=[
-        nbformat.v4.new_output("stream", name="stdout", text=gb.MARK + "{}\n")]))
+        nbformat.v4.new_output("stream", name="stdout", text=gb.MARK + "end\n")]))
     lab = gb.Lab("99", "99_double", tmp_path, ("check_double",))
     assert gb.classify(nb, lab) == ("not done", "check cell removed: check_double")
     nb.cells[0].source += "\nlab.check_double(double)"
-    assert gb.classify(nb, lab) == ("not done", "no check ran")
-    nb.cells[1].outputs[0].text = gb.MARK + '{"double": "passed"}\n'
-    assert gb.classify(nb, lab) == ("done", "1 check passed")
+    assert gb.classify(nb, lab) == ("ran", "")
+    nb.cells[1].outputs[0].text = gb.MARK + '{"double": "passed"}\n'  # the old states line: not even "it ran"
+    assert gb.classify(nb, lab)[0] == "error"
+    nb.cells[1].outputs = []
+    assert gb.classify(nb, lab)[0] == "error"

@@ -1,4 +1,5 @@
-"""`perflab grade`: run a class's lab notebooks in fresh kernels and write one gradebook.
+"""`perflab grade`: run a class's lab notebooks in fresh kernels, grade each learner's answers in a
+judge process apart from them (perflab/course/judge.py), and write one gradebook.
 
     perflab grade SUBMISSIONS [--labs 01,07] [--timeout S] [--jobs N] [--csv FILE] [--json]
 """
@@ -27,6 +28,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from perflab.course import gradebook as G
+    from perflab.course.judge import protect
+
+    protect()  # the learners' processes run as this user: keep them out of this one's memory and pipes
 
     limits = G.Limits(memory_bytes=int(args.memory * 2**30)) if args.memory else None
     labs = [x for x in (args.labs or "").split(",") if x.strip()] or None

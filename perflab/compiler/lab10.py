@@ -174,3 +174,95 @@ def check_model(model_cls: Callable[..., torch.nn.Module]) -> Verdict:
                 "torch.where(scale > 1e4, x / scale, x) with scale a tensor")
     return _passed(name, f"0 graph breaks, logits equal to the original's within {tol:.0e} on {len(xs) + 1} inputs, "
                          "one past the rescale threshold")
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("rope_real", "MyLM")
+REFERENCES = {"rope_real": models.rope_complex}
+# FixedLM is not disarmed (BrokenLM builds on the same blocks): probe_model refuses a model built on it
+FORBIDDEN = (models.rope_complex, models.rope_real, models.fixed_from)
+HELPERS = ("tolerance", "given_model", "inputs", "loud_weights", "loud_inputs", "probe_model")
+
+
+def probe_model(model_cls, state_dicts: list[dict], xs: list[torch.Tensor]) -> dict:
+    """Run in the learner's confined process: build `model_cls(**DIMS)`, count its graph breaks, and
+    return its logits for each (weights, inputs) pair, for the grader to compare in its own process."""
+    from perflab.core.labguard import uses_perflab
+
+    hits = uses_perflab(model_cls, [models.FixedLM])
+    if hits:
+        return {"wrong": f"your model uses perflab's own {', '.join(hits)}, which is the answer; write the forward yourself"}
+    try:
+        mine = model_cls(**DIMS)
+    except NotImplementedError:
+        return {"not_done": True}
+    except TypeError as exc:
+        return {"wrong": f"{getattr(model_cls, '__name__', model_cls)}(**{DIMS}) failed ({exc}); subclass BrokenLM and "
+                         "keep its constructor"}
+    try:
+        mine.load_state_dict(state_dicts[0])
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        return {"wrong": f"your model must have BrokenLM's parameters ({first[0] if first else exc}); change the "
+                         "forward, not the layers"}
+    if hasattr(mine, "verbose"):
+        mine.verbose = True  # pyright: ignore[reportArgumentType]
+    mine.eval()
+    with torch.no_grad():
+        rep = breaks.explain(mine, xs[0])
+        outs = []
+        for sd, x in zip(state_dicts, xs, strict=True):
+            mine.load_state_dict(sd)
+            outs.append(mine(x))
+    return {"graph_breaks": rep.graph_breaks, "breaks": [f"{b['reason']}  at {b['where']}" for b in rep.breaks],
+            "logits": outs}
+
+
+def judge(answers, rng) -> None:
+    """rope_real on the lab's cases and on shapes drawn per learner; the model built and traced in
+    the learner's confined process, its logits compared here with the original's on weights and
+    token ids drawn per learner (and the loud weights that pass the rescale threshold)."""
+    name, tol = "no graph breaks", tolerance()
+    if check_rope(answers["rope_real"]):
+        hname, f = "rope_real on the grading inputs", answers["rope_real"]
+        for _ in range(3):
+            shape = (rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 12), 2 * rng.randint(1, 8))
+            g = torch.Generator().manual_seed(rng.randint(0, 10**6))
+            x = torch.randn(*shape, generator=g)
+            angles = models.rope_angles(shape[-2], shape[-1])
+            got, want = f(x, angles), models.rope_complex(x, angles)
+            if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.allclose(got, want, rtol=tol,
+                                                                                                 atol=tol):
+                raise LabCheckError(f"{hname}: wrong for x of shape {shape}: right on the lab's cases only")
+        record(hname, True)
+    if "MyLM" not in getattr(answers, "where", {"MyLM": 0}):
+        _not_done(name)
+        return
+    original = given_model()
+    original.verbose = False
+    g = torch.Generator().manual_seed(rng.randint(0, 10**6))
+    base = {k: v.clone() for k, v in original.state_dict().items()}
+    drawn = {k: v + 0.05 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v for k, v in base.items()}
+    xs = [torch.randint(0, DIMS["vocab"], (2, s), generator=g) for s in (DIMS["seq_len"], rng.randint(2, DIMS["seq_len"]))]
+    loud = loud_weights(original)
+    pairs = [(base, inputs()[0]), (drawn, xs[0]), (drawn, xs[1]), (loud, loud_inputs())]
+    rep = answers.probe("MyLM", f"{__name__}:probe_model", [sd for sd, _ in pairs], [x for _, x in pairs])
+    if rep.get("not_done"):
+        _not_done(name)
+        return
+    if rep.get("wrong"):
+        raise LabCheckError(f"{name}: {rep['wrong']}")
+    if rep.get("graph_breaks"):
+        raise LabCheckError(f"{name}: torch._dynamo.explain still finds {rep['graph_breaks']} graph break(s):\n"
+                            + "\n".join(f"  {b}" for b in rep.get("breaks", [])))
+    with torch.no_grad():
+        for (sd, x), got in zip(pairs, rep.get("logits", []), strict=True):
+            original.load_state_dict(sd)
+            want = original(x)
+            if not isinstance(got, torch.Tensor) or got.shape != want.shape or not torch.allclose(
+                    got.to(want.dtype), want, rtol=tol, atol=tol):
+                raise LabCheckError(f"{name}: 0 breaks, but the logits differ from the original's for input ids of shape "
+                                    f"{tuple(x.shape)} on the grading weights (allowed {tol:.0e}): removing a break "
+                                    "must not change what the model computes")
+    _passed(name, f"0 graph breaks, logits equal to the original's on {len(pairs)} grading inputs")
+READABLE = ("perflab.compiler.models", __name__)  # torch._dynamo reads these sources while it traces

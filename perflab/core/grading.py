@@ -331,7 +331,12 @@ def summary(require_all: bool = False) -> Summary:
 # --- multiple choice, shuffled per learner -----------------------------------------------------
 
 def learner() -> str:
-    """The learner's user name (what seeds the shuffles); 'learner' when the system has none."""
+    """The learner's name (what seeds the shuffles): PERFLAB_LEARNER (which `perflab grade` sets to
+    the submission's folder), else the user name; 'learner' when the system has none."""
+    import os
+
+    if os.environ.get("PERFLAB_LEARNER"):
+        return os.environ["PERFLAB_LEARNER"]
     try:
         return getpass.getuser()
     except Exception:  # no user name in this environment (some containers): one fixed order for all
@@ -439,3 +444,39 @@ class MultipleChoice:
 
 
 install()
+
+
+# --- grading apart from the notebook (perflab grade): inputs the learner never sees ------------
+
+def _close_any(got: Any, want: Any, rtol: float, atol: float) -> bool:
+    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
+        return len(got) == len(want) and all(_close_any(g, w, rtol, atol) for g, w in zip(got, want, strict=True))
+    if isinstance(got, bool) or isinstance(want, bool):
+        return got == want
+    return _close(got, want, rtol, atol)
+
+
+def hidden(name: str, student: Callable[..., Any], reference: Callable[..., Any] | Sequence[Callable[..., Any]],
+           inputs: Sequence[dict[str, Any]], *, rtol: float = 1e-9, atol: float = 0.0) -> Verdict:
+    """Grade `student` on grading inputs (drawn per learner by `perflab grade`, never shipped): each
+    answer within tolerance of perflab's reference, or of one of several accepted references.
+    Records `name`; raises LabCheckError on the first wrong answer."""
+    refs = list(reference) if isinstance(reference, (list, tuple)) else [reference]
+    for inp in inputs:
+        got = attempt(name, student, what=str(inp), **inp)
+        if got is NOT_DONE:
+            return NOT_PASSED
+        wants = [r(**inp) for r in refs]
+        if not any(_close_any(got, w, rtol, atol) for w in wants):
+            raise fail(name, f"for {_show(inp)} you returned {_short(got)}, expected {_short(wants[0])}: right on "
+                             "the lab's cases, wrong on the grading inputs (a formula that fits only the cases shown?)")
+    _RESULTS[name] = "passed"
+    return PASSED
+
+
+def draw_int(rng: random.Random, lo: int, hi: int) -> int:
+    """A grading input in [lo, hi], log-uniform (small and large sizes alike), odd sizes included."""
+    if lo >= hi:
+        return lo
+    v = int(round(math.exp(rng.uniform(math.log(max(lo, 1)), math.log(hi)))))
+    return min(hi, max(lo, v))

@@ -10,6 +10,8 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `report_html`: a report as one standalone HTML page, its figures embedded
 - `audit_html`: `perflab audit --html`, an audit as one such page, with its waterfall and roofline figures
 - `gradebook`: `perflab grade`, a class's lab notebooks run in fresh kernels, one gradebook
+- `judge`: the grade of one submission, from its answers run apart from the learner's kernel
+- `answer_worker`: the confined process in which the judge runs a learner's answer functions
 - `release`: `perflab release`, the course for learners: no solutions, no outputs
 - `predict`: the learner's prediction written down before a measurement, compared and summarised
 - `gpu_figures`: published GPU figures with their source, shown beside (never mixed with) a measurement
@@ -17,6 +19,6 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "audit_html", "gradebook", "release", "predict",
-           "gpu_figures")
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "audit_html", "gradebook",
+           "release", "predict", "gpu_figures", "judge", "answer_worker")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -20,10 +20,14 @@ Each submission runs:
   measured, error_pct, device, time);
 * N at a time, at most one per core, each kernel's threads sharing the cores.
 
-Outcomes, read from the executed notebook: `done` (every check of the lab passed), `not done` (a
-check still meets a stub, or a check cell is gone), `wrong` (a check raised LabCheckError: its
-message), `error` (another exception: its first line; a malformed notebook; a kernel that died),
-`timeout`.
+That run can only lower a grade: its first error output (`wrong` for a check's LabCheckError,
+`error` otherwise), a kernel that died before the grader's last cell, a deleted check cell (`not
+done`), a timeout. Nothing it prints or writes can raise one. The grade itself is the judge's
+(perflab/course/judge.py): a separate process that reads the submission's source, runs the
+learner's answer functions in a confined worker on inputs drawn from a per-run secret and the
+learner's name, and compares them with perflab's references in its own process. Outcomes: `done`
+(every check passed, on the grading inputs too), `not done`, `wrong` (the check's message),
+`error` (an exception's first line; a malformed notebook; a kernel that died), `timeout`.
 
 What the copy cannot stop: a notebook runs as the grading user, so code that deletes files by
 absolute path reaches whatever that user can. Grade as an unprivileged user (or in a container)
@@ -37,6 +41,7 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -52,15 +57,12 @@ from typing import Any
 from perflab.core.errors import InputError
 
 OUTCOMES = ("done", "not done", "wrong", "error", "timeout")
-MARK = "PERFLAB-GRADE "  # the line the grader's own last cell prints: the checks' states as JSON
+MARK = "PERFLAB-GRADE "  # what the grader's own last cell prints: the notebook ran to its end (nothing more)
 GRADE_CELL = (
-    "# added by perflab grade: the checks' states\n"
-    "import contextlib as _c, io as _io, json as _j\n"
-    "from perflab.core import grading as _g\n"
-    "with _c.redirect_stdout(_io.StringIO()):\n"
-    "    _r = _g.summary()\n"
-    f"print({MARK!r} + _j.dumps(_r))\n"
+    "# added by perflab grade: the notebook ran to its end\n"
+    f"print({MARK!r} + 'end')\n"
 )
+LAB_GLOB = "[0-9][0-9]*_*.ipynb"  # 01_flops.ipynb, 04b_tile_config.ipynb
 CHECK_CALL = re.compile(r"^\s*(?:\w+\s*=\s*)?lab\.(check\w*)\(", re.M)
 PREDICTION_FIELDS = ("lesson", "key", "question", "unit", "predicted", "measured", "error_pct", "device", "time")
 
@@ -90,7 +92,7 @@ def default_labs_dir() -> Path | None:
     import perflab
 
     for cand in (Path.cwd() / "labs", Path(perflab.__file__).resolve().parents[1] / "labs"):
-        if cand.is_dir() and any(cand.glob("[0-9][0-9]_*.ipynb")):
+        if cand.is_dir() and any(cand.glob(LAB_GLOB)):
             return cand
     return None
 
@@ -101,13 +103,14 @@ def course_labs(labs_dir: Path | str | None = None) -> dict[str, Lab]:
     if folder is None or not folder.is_dir():
         raise InputError(f"no course labs at {folder or 'labs/'}: pass --course PATH/TO/labs (the folder with 01_flops.ipynb …)")
     labs = {}
-    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted(folder.glob(LAB_GLOB)):
         try:
             nb = json.loads(path.read_text())
             code = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", []) if c.get("cell_type") == "code")
         except (OSError, ValueError):
             code = ""
-        labs[path.stem[:2]] = Lab(path.stem[:2], path.stem, path, tuple(dict.fromkeys(CHECK_CALL.findall(code))))
+        number = path.stem.split("_", 1)[0]
+        labs[number] = Lab(number, path.stem, path, tuple(dict.fromkeys(CHECK_CALL.findall(code))))
     if not labs:
         raise InputError(f"no lab notebooks (NN_name.ipynb) in {folder}: pass --course PATH/TO/labs")
     return labs
@@ -130,11 +133,14 @@ def pick_labs(labs: dict[str, Lab], only: Sequence[str] | None) -> dict[str, Lab
 
 
 def match_lab(name: str, labs: dict[str, Lab]) -> Lab | None:
-    """The lab a file name means: by its first number (01, 1, lab7), else by a lab's name in it."""
+    """The lab a file name means: by its first number (01, 1, lab7, 04b), else by a lab's name in it."""
     stem = Path(name).stem.lower()
-    num = re.search(r"(?<![0-9])([0-9]{1,2})(?![0-9])", stem)
+    num = re.search(r"(?<![0-9])([0-9]{1,2})(?![0-9])([a-z]?)", stem)
     if num:
-        return labs.get(f"{int(num.group(1)):02d}")
+        key = f"{int(num.group(1)):02d}"
+        if num.group(2) and key + num.group(2) in labs:  # 04b_tile_config
+            return labs[key + num.group(2)]
+        return labs.get(key)
     words = re.sub(r"[^a-z0-9]+", "_", stem)
     hits = [lab for lab in labs.values() if lab.topic.lower() in words]
     return hits[0] if len(hits) == 1 else None
@@ -268,9 +274,12 @@ def load_notebook(path: Path) -> tuple[Any, str]:
 
 
 def classify(nb: Any, lab: Lab) -> tuple[str, str]:
-    """(outcome, message) from an executed notebook: its first error output, else the checks'
-    states that the grader's last cell printed."""
-    states = None
+    """What the learner's own kernel run says, which can only take a grade *down*: its first error
+    output ('wrong' for a check's LabCheckError, else 'error'), a run that stopped before the
+    grader's last cell, a check cell removed. ('ran', '') otherwise: the verdict is the judge's.
+
+    The states the kernel printed are not read: the learner's code could have written them."""
+    ended = False
     for cell in nb.cells:
         if cell.get("cell_type") != "code":
             continue
@@ -281,24 +290,20 @@ def classify(nb: Any, lab: Lab) -> tuple[str, str]:
                     return "wrong", first_line(evalue)
                 return "error", f"{ename}: {first_line(evalue)}" if evalue.strip() else ename
             if out.get("output_type") == "stream":
-                for line in "".join(out.get("text", "")).splitlines():
-                    if line.startswith(MARK):
-                        try:
-                            states = json.loads(line[len(MARK):])
-                        except ValueError:
-                            states = None
-    code = "\n".join("".join(c.get("source", "")) for c in nb.cells if c.get("cell_type") == "code")
-    removed = [c for c in lab.checks if not re.search(rf"lab\.{c}\(", code)]
-    if states is None:
+                ended = ended or any(line.strip() == MARK + "end" for line in "".join(out.get("text", "")).splitlines())
+    if not ended:
         return "error", "the notebook stopped before its end (the kernel died or the file was changed while it ran)"
+    removed = removed_checks(nb, lab)
     if removed:
         return "not done", f"check cell removed: {', '.join(removed)}"
-    if not states:
-        return "not done", "no check ran"
-    todo = [k for k, v in states.items() if v != "passed"]
-    if todo:
-        return "not done", f"{len(todo)} of {len(states)} checks not done: {', '.join(todo)}"
-    return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed"
+    return "ran", ""
+
+
+def removed_checks(nb: Any, lab: Lab) -> list[str]:
+    """The shipped lab's check calls that the notebook no longer makes (read from its source)."""
+    cells = nb.cells if hasattr(nb, "cells") else nb.get("cells", [])
+    code = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+    return [c for c in lab.checks if not re.search(rf"lab\.{c}\(", code)]
 
 
 def read_predictions(results: Path) -> list[dict[str, Any]]:
@@ -317,8 +322,9 @@ def read_predictions(results: Path) -> list[dict[str, Any]]:
 
 
 def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int = 1,
-              env: dict[str, str] | None = None) -> Record:
-    """Run one submission in a copy, in a fresh kernel, and classify the result."""
+              env: dict[str, str] | None = None, secret: str | None = None) -> Record:
+    """Run one submission in a copy, in a fresh kernel (what it says can only lower the grade);
+    then the judge's verdict, from a process the learner's code never runs in (judge.py)."""
     rec = Record(sub.learner, sub.lab.name, "error", notebook=str(sub.path))
     nb, why = load_notebook(sub.path)
     if nb is None:
@@ -336,7 +342,7 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
     nbformat.write(nb, str(src))
     run_env = dict(os.environ if env is None else env)
     run_env.update(PERFLAB_RESULTS=str(results), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", PERFLAB_LEARNER=sub.learner)
     cpu_s = int(limits.cpu_s or max(60, 2 * timeout * threads))
     cmd = [sys.executable, "-m", "perflab.course.gradebook", str(src), str(dst), str(work),
            json.dumps(asdict(limits)), str(cpu_s)]
@@ -367,8 +373,44 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
         if rec.outcome == "error" and rec.message.startswith("the notebook stopped"):
             rec.message = f"{_last_line(tmp / 'runner.log')} (memory or CPU-time limit?)"
     shutil.rmtree(tmp, ignore_errors=True)
+    if rec.outcome == "ran":
+        rec.outcome, rec.message = run_judge(sub, secret=secret or secrets.token_hex(16), timeout=timeout,
+                                             limits=limits, threads=threads, env=env)
+        rec.seconds = time.monotonic() - t0
     shutil.rmtree(box, ignore_errors=True)
     return rec
+
+
+def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, threads: int = 1,
+              env: dict[str, str] | None = None) -> tuple[str, str]:
+    """The judge's (outcome, message) for `sub`: a fresh process that reads the submitted notebook's
+    source, runs its answers in a confined worker and grades them with the lab's checks on inputs
+    drawn from `secret` and the learner's name. Its answer carries a nonce only it was told."""
+    nonce = secrets.token_hex(8) + " "
+    job = {"submission": str(sub.path), "shipped": str(sub.lab.path), "learner": sub.learner, "secret": secret,
+           "nonce": nonce, "course_dirs": [str(sub.lab.path.parent.resolve())],
+           "memory_bytes": limits.memory_bytes, "cpu_s": int(limits.cpu_s or max(60, 2 * timeout * threads)),
+           "threads": threads}
+    env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PERFLAB_RESULTS")}
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "perflab.course.judge"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        return "timeout", f"the grader's run of your answers took more than {timeout:.0f} s"
+    finally:
+        _kill_tree(proc)
+    for line in out.decode(errors="replace").splitlines():
+        if line.startswith(nonce):
+            try:
+                got = json.loads(line[len(nonce):])
+            except ValueError:
+                break
+            if got.get("outcome") in ("done", "not done", "wrong", "error"):
+                return str(got["outcome"]), str(got.get("message", ""))
+    return "error", "the grader's run of your answers gave no verdict"
 
 
 def _running_cell(nb: Any) -> str:
@@ -481,7 +523,7 @@ def usable_cores() -> int:
 
 def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course: Path | str | None = None,
                  timeout: float = 300.0, jobs: int | None = None, limits: Limits | None = None,
-                 on_record: Callable[[Record], None] | None = None) -> Gradebook:
+                 on_record: Callable[[Record], None] | None = None, secret: str | None = None) -> Gradebook:
     """Grade every submission under `root` (see the module's docstring)."""
     need_papermill()
     if not timeout > 0:
@@ -500,9 +542,10 @@ def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course:
         limits = Limits(memory_bytes=int(min(8 * 2**30, max(2 * 2**30, share))))
     t0 = time.monotonic()
     records: list[Record] = []
+    secret = secret or secrets.token_hex(16)  # the grading inputs' seed: new for every class graded
 
     def one(sub: Submission) -> Record:
-        rec = grade_one(sub, timeout=timeout, limits=limits, threads=threads)
+        rec = grade_one(sub, timeout=timeout, limits=limits, threads=threads, secret=secret)
         if on_record is not None:
             on_record(rec)
         return rec

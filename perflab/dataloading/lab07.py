@@ -110,3 +110,30 @@ def index_or_none(student: Callable[..., int], **kw):
         return student(**kw)
     except NotImplementedError:
         return None
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+reference_index = _walked(lambda i, n, a, c, x0: _state(i, modulus(n), a, c, x0),
+                          lambda y, n, a, c, x0: _state(y, modulus(n), a, c, x0))
+LEARNER_ANSWERS = ("lcg_index",)
+REFERENCES = {"lcg_index": reference_index}
+FORBIDDEN = (LCGPermutation,)
+HELPERS = ("index_or_none", "modulus")
+
+
+def grading_inputs(rng) -> list[dict]:
+    """perm[i] for sizes and seeds drawn per learner: just above and below powers of two, and others."""
+    out = []
+    for _ in range(6):
+        k = rng.randint(2, 14)
+        n = max(1, rng.choice([2**k - 1, 2**k + 1, rng.randint(1, 2**k)]))
+        kw = _params(n, rng.randint(0, 10**6))
+        out += [{"i": rng.randrange(n), **kw} for _ in range(5)]
+    return out
+
+
+def judge(answers, rng) -> None:
+    from perflab.core.grading import hidden
+
+    if check_index(answers["lcg_index"]):
+        hidden("lcg_index on the grading inputs", answers["lcg_index"], reference_index, grading_inputs(rng))

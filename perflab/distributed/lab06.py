@@ -103,6 +103,9 @@ def check_busbw(student: Callable[..., Any]) -> Verdict:
 
 
 def _source(fn: Callable[..., Any]) -> str:
+    given = getattr(fn, "__perflab_source__", None)  # the grader's copy, taken from the notebook's source
+    if given is not None:
+        return HEADER + textwrap.dedent(given)
     try:
         src = inspect.getsource(fn)
     except (OSError, TypeError):
@@ -170,3 +173,58 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
     print(f"✓ {name}: equals dist.all_reduce on every rank ({sizes} elements), point-to-point only, "
           f"{ring_bytes_sent(numels[0], nproc, 4)[0]} B sent per rank for {numels[0]} elements = 2(N−1)K/N × 4 B")
     return record(name, True)
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+def reference_ring_bytes(numel: int, world_size: int, itemsize: int) -> float:
+    from perflab.distributed.collectives import ring_bytes_formula
+
+    return ring_bytes_formula(numel, world_size, itemsize)
+
+
+def reference_busbw(op: str, nbytes: float, seconds: float, ranks: int) -> float:
+    from perflab.distributed import busbw
+
+    return busbw.busbw_gbps(op, nbytes, seconds, ranks)
+
+
+LEARNER_ANSWERS = ("ring_bytes_per_rank", "busbw_gbps", "ring_all_reduce")
+REFERENCES = {"ring_bytes_per_rank": reference_ring_bytes, "busbw_gbps": reference_busbw}
+
+
+def _forbidden() -> tuple:
+    from perflab.distributed import busbw
+    from perflab.distributed.collectives import naive_root_bytes, ring_bytes_formula
+
+    return (ring_bytes_formula, naive_root_bytes, busbw.busbw_gbps, busbw.bus_factor, busbw.convert, busbw.algbw_gbps)
+
+
+FORBIDDEN = _forbidden()
+
+
+def grading_inputs(rng) -> dict[str, list[dict]]:
+    from perflab.core.grading import draw_int
+
+    ring = [dict(numel=draw_int(rng, 1, 10**8), world_size=draw_int(rng, 1, 512), itemsize=rng.choice([1, 2, 4, 8]))
+            for _ in range(8)]
+    bw = [dict(op=op, nbytes=float(draw_int(rng, 2**10, 2**34)), seconds=rng.uniform(1e-5, 1.0),
+               ranks=draw_int(rng, 2, 1024)) for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")]
+    return {"ring_bytes_per_rank": ring, "busbw_gbps": bw}
+
+
+def judge(answers, rng, *, nproc: int = 2) -> None:
+    """The two formulas on the lab's cases and the grading inputs; the ring itself is run on `nproc`
+    ranks from its source (read from the notebook, not from the learner's kernel), each rank checked
+    against dist.all_reduce, on sizes drawn per learner."""
+    from perflab.core.grading import hidden
+
+    drawn = grading_inputs(rng)
+    for name, check in (("ring_bytes_per_rank", check_ring_bytes), ("busbw_gbps", check_busbw)):
+        if check(answers[name]):
+            hidden(f"{name} on the grading inputs", answers[name], REFERENCES[name], drawn[name], rtol=1e-6)
+    ring = answers["ring_all_reduce"]
+    source = getattr(answers, "source", lambda name: None)("ring_all_reduce")
+    if source is not None:
+        ring.__perflab_source__ = source
+    check_ring_all_reduce(ring, nproc=nproc, numels=(nproc * rng.randint(100, 700), nproc * rng.randint(1, 50)),
+                          name=f"ring_all_reduce on {nproc} ranks")

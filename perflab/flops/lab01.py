@@ -107,3 +107,32 @@ def check_tflops(achieved_tflops) -> Verdict:
                                 (1000, 3, 77, 2.5e-6)]]
     return grade("matmul TFLOP/s", achieved_tflops, cases, rtol=1e-6, mistakes=TFLOPS_MISTAKES, reference=reference_tflops,
                  hint="TFLOP/s = FLOPs / seconds / 1e12, with 2·m·n·k FLOPs")
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("mlp_forward_flops", "mlp_train_flops", "achieved_tflops")  # the learner's functions, by name
+REFERENCES = {"mlp_forward_flops": reference_forward, "mlp_train_flops": reference_train_step,
+              "achieved_tflops": reference_tflops}
+FORBIDDEN = _FORBIDDEN
+
+
+def grading_inputs(rng) -> dict[str, list[dict]]:
+    """Inputs drawn per learner by the grader (none of them in the lab)."""
+    from perflab.core.grading import draw_int
+
+    dims = [dict(batch=draw_int(rng, 1, 512), d_in=draw_int(rng, 1, 8192), d_hidden=draw_int(rng, 1, 8192),
+                 d_out=draw_int(rng, 1, 4096)) for _ in range(6)]
+    rates = [dict(m=draw_int(rng, 1, 16384), n=draw_int(rng, 1, 16384), k=draw_int(rng, 1, 16384),
+                  seconds=rng.uniform(1e-6, 3.0)) for _ in range(4)]
+    return {"mlp_forward_flops": dims, "mlp_train_flops": dims, "achieved_tflops": rates}
+
+
+def judge(answers, rng) -> None:
+    """The lab's checks on the learner's functions, then the grading inputs against the references."""
+    from perflab.core.grading import hidden
+
+    drawn = grading_inputs(rng)
+    for name, check in (("mlp_forward_flops", check_forward), ("mlp_train_flops", check_train_step),
+                        ("achieved_tflops", check_tflops)):
+        if check(answers[name]):
+            hidden(f"{name} on the grading inputs", answers[name], REFERENCES[name], drawn[name], rtol=1e-6)

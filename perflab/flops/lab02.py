@@ -187,3 +187,65 @@ def check_step_mfu(value, *, tokens_per_s: float, model: str, seq: int, peak_tfl
     else:
         hint = f"expected {want:.4g} from tokens/s × FLOPs per token / (peak × 1e12)"
     raise fail(name, f"you computed {v:.4g}. Hint: {hint}")
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("palm_flops_per_token", "mfu", "tokens_per_second")
+
+
+def reference_palm(n_params, layers, heads, head_dim, seq):
+    from perflab.flops.transformer import palm_flops_per_token
+
+    return palm_flops_per_token(n_params, layers, heads, head_dim, seq)
+
+
+REFERENCES = {"palm_flops_per_token": reference_palm, "mfu": _mfu}
+
+
+def _forbidden() -> tuple:
+    from perflab.flops import mfu
+    from perflab.flops.step import grad_accum_sweep, measure_step
+    from perflab.flops.transformer import palm_flops_per_token
+
+    return (palm_flops_per_token, mfu.mfu, measure_step, grad_accum_sweep)
+
+
+FORBIDDEN = _forbidden()
+
+
+def grading_inputs(rng) -> dict[str, list[dict]]:
+    from perflab.core.grading import draw_int
+
+    palm = [dict(n_params=draw_int(rng, 10**5, 10**12), layers=draw_int(rng, 1, 128), heads=draw_int(rng, 1, 128),
+                 head_dim=draw_int(rng, 8, 256), seq=draw_int(rng, 1, 32768)) for _ in range(5)]
+    mfus = [dict(tokens_per_s=rng.uniform(1, 1e7), flops_per_token=rng.uniform(1e6, 1e13), n_devices=draw_int(rng, 1, 8192),
+                 peak_tflops=rng.uniform(10, 2000)) for _ in range(5)]
+    return {"palm_flops_per_token": palm, "mfu": mfus}
+
+
+def judge(answers, rng, *, model: str = "tiny-gpt", batch: int = 4, seq: int = 64, steps: int = 3) -> None:
+    """The formulas on the lab's cases and the grading inputs; the learner's tokens/s timed by their
+    function in its own process against perflab's measurement taken here; the step's MFU and HFU
+    through the learner's `mfu` with that tokens/s (a sped-up clock in the learner's process gives a
+    tokens/s that perflab's own measurement refutes)."""
+    from perflab.core.grading import hidden
+    from perflab.flops.transformer import exact_flops
+    from perflab.workload.models import preset
+
+    drawn = grading_inputs(rng)
+    for name, check in (("palm_flops_per_token", check_palm_flops), ("mfu", check_mfu)):
+        if check(answers[name]):
+            hidden(f"{name} on the grading inputs", answers[name], REFERENCES[name], drawn[name], rtol=1e-9)
+    tps = answers["tokens_per_second"]
+    if not check_tokens_per_second(tps, model=model, batch=batch, seq=seq, steps=steps, device="cpu"):
+        return
+    got = float(tps(model=model, batch=batch, seq=seq, steps=steps, device="cpu"))
+    ex = exact_flops(preset(model), 1, seq)
+    peak = 1.0
+    try:
+        mine = answers["mfu"](got, ex.model / seq, 1, peak)
+        mine_hw = answers["mfu"](got, ex.hardware / seq, 1, peak)
+    except NotImplementedError:
+        return
+    check_step_mfu(mine, tokens_per_s=got, model=model, seq=seq, peak_tflops=peak)
+    check_step_mfu(mine_hw, tokens_per_s=got, model=model, seq=seq, peak_tflops=peak, kind="hfu")

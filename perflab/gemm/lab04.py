@@ -139,3 +139,52 @@ def compare(predicted: Sequence[int] | None, measured: Sequence[int], step: int)
         rows.append({"predicted cliff": p, "nearest measured drop": near,
                      "within one step": near is not None and abs(near - p) <= step})
     return pd.DataFrame(rows, columns=["predicted cliff", "nearest measured drop", "within one step"])
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+def reference_tiles(m: int, n: int, tile_m: int, tile_n: int) -> int:
+    return shapes.tile_count(m, n, tile_m, tile_n)
+
+
+def reference_waves(tiles: int, sms: int) -> int:
+    return shapes.wave_count(tiles, sms)
+
+
+def reference_cliffs(m: int, k: int, n_values: list[int], tile: tuple[int, int], sms: int) -> tuple[int, ...]:
+    return tuple(shapes.cliffs("n", n_values, {"m": m, "k": k}, sms=sms, tile=tile))
+
+
+LEARNER_ANSWERS = ("tiles", "waves", "predict_cliffs")
+REFERENCES = {"tiles": reference_tiles, "waves": reference_waves, "predict_cliffs": reference_cliffs}
+FORBIDDEN = _FORBIDDEN
+HELPERS = ("prediction_or_none", "measured_drops", "compare", "cliff_cases")
+
+
+def grading_inputs(rng) -> dict[str, list[dict]]:
+    from perflab.core.grading import draw_int
+
+    tiles = [dict(m=draw_int(rng, 1, 20000), n=draw_int(rng, 1, 20000), tile_m=rng.choice([16, 32, 64, 128, 256]),
+                  tile_n=rng.choice([16, 32, 64, 128, 256])) for _ in range(8)]
+    waves = [dict(tiles=draw_int(rng, 1, 5000), sms=rng.choice([7, 20, 80, 108, 114, 132])) for _ in range(8)]
+    waves.append(dict(tiles=132 * rng.randint(1, 9), sms=132))  # an exact fill
+    cliffs = []
+    for _ in range(2):
+        step = rng.choice([8, 16, 64])
+        top = step * rng.randint(20, 80)
+        cliffs.append(dict(m=draw_int(rng, 64, 8192), k=draw_int(rng, 64, 8192), n_values=list(range(step, top + 1, step)),
+                           tile=(rng.choice([64, 128, 256]), rng.choice([32, 64, 128])), sms=rng.choice([20, 108, 132])))
+    return {"tiles": tiles, "waves": waves, "predict_cliffs": cliffs}
+
+
+def judge(answers, rng) -> None:
+    from perflab.core.grading import hidden
+
+    drawn = grading_inputs(rng)
+    if check_tiles(answers["tiles"]):
+        hidden("tiles on the grading inputs", answers["tiles"], reference_tiles, drawn["tiles"])
+    if check_waves(answers["waves"]):
+        hidden("waves on the grading inputs", answers["waves"], reference_waves, drawn["waves"])
+    if check_cliffs(answers["predict_cliffs"]):
+        student = answers["predict_cliffs"]
+        hidden("predict_cliffs on the grading inputs", lambda **kw: tuple(int(v) for v in student(**kw)),
+               reference_cliffs, drawn["predict_cliffs"])

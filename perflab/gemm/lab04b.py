@@ -175,3 +175,15 @@ def check_config_choice(student: Callable[..., dict[str, Any]]) -> bool:
     except ImportError:  # pragma: no cover
         print(compare_table(res))
     return True
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("pick_config",)
+REFERENCES = {"pick_config": best_of_search}
+FORBIDDEN = (best_of_search, grade_config)
+HELPERS = ("evaluate", "compare_table", "_config", "_eligible")
+
+
+def judge(answers, rng) -> None:
+    """The learner's choice for the lab's GEMM, graded here against the search's best."""
+    check_config_choice(answers["pick_config"])

@@ -134,3 +134,65 @@ def prediction_or_none(student: Callable[..., Any], **inputs) -> Any:
         return student(**inputs)
     except NotImplementedError:
         return None
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+def reference_candidates(h: int, radius: int, multiple: int) -> tuple[int, ...]:
+    return tuple(expected_candidates(h, radius, multiple))
+
+
+def reference_params_delta(h: int, d_ff: int) -> int:
+    return swiglu.params_delta(h, d_ff)
+
+
+def reference_pick(frame, max_params_delta_pct: float) -> int:
+    return int(swiglu.recommend(frame, max_params_delta_pct=max_params_delta_pct)["d_ff"])
+
+
+LEARNER_ANSWERS = ("candidate_widths", "params_delta", "pick_width")
+REFERENCES = {"candidate_widths": reference_candidates, "params_delta": reference_params_delta,
+              "pick_width": reference_pick}
+FORBIDDEN = _FORBIDDEN
+HELPERS = ("prediction_or_none", "defend")
+
+
+def grading_frame(rng, h: int = 4096):
+    """A measured-looking frame of widths around ⌊8/3·h⌋ with TFLOP/s drawn per learner."""
+    import pandas as pd
+
+    base = swiglu.baseline_width(h)
+    rows = []
+    for d in sorted({base, *(base + 8 * rng.randint(-40, 40) for _ in range(10))}):
+        delta = swiglu.params_delta(h, d)
+        rows.append({"d_ff": d, "tflops": round(rng.uniform(50, 400), 3), "params_delta": delta,
+                     "params_delta_pct": 100 * delta / (8 * h * h), "is_baseline": d == base})
+    return pd.DataFrame(rows)
+
+
+def grading_inputs(rng) -> dict[str, list[dict]]:
+    from perflab.core.grading import draw_int
+
+    cands = [dict(h=draw_int(rng, 100, 16384), radius=draw_int(rng, 1, 200), multiple=rng.choice([1, 3, 8, 64, 128]))
+             for _ in range(6)]
+    deltas = [dict(h=draw_int(rng, 1, 16384), d_ff=draw_int(rng, 1, 65536)) for _ in range(6)]
+    frame = grading_frame(rng)
+    picks = [dict(frame=frame, max_params_delta_pct=b) for b in (0.3, 1.0, 2.5)
+             if (frame["params_delta_pct"].abs() <= b).any()]
+    return {"candidate_widths": cands, "params_delta": deltas, "pick_width": picks}
+
+
+def judge(answers, rng) -> None:
+    from perflab.core.grading import hidden
+
+    drawn = grading_inputs(rng)
+    if check_candidates(answers["candidate_widths"]):
+        f = answers["candidate_widths"]
+        hidden("candidate_widths on the grading inputs", lambda **kw: tuple(int(v) for v in f(**kw)),
+               reference_candidates, drawn["candidate_widths"])
+    if check_params_delta(answers["params_delta"]):
+        hidden("params_delta on the grading inputs", answers["params_delta"], reference_params_delta,
+               drawn["params_delta"])
+    if check_pick(answers["pick_width"], grading_frame(rng)):
+        f = answers["pick_width"]
+        hidden("pick_width on the grading inputs", lambda **kw: int(f(**kw)), reference_pick, drawn["pick_width"])
+PRELOAD = ("pandas",)  # the grading frame is a DataFrame: pandas loads before the learner's code runs

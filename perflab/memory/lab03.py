@@ -184,3 +184,45 @@ def check_step_peak(fn, device=None) -> Verdict:
     shapes = ", ".join(f"{inputs['cfg'].name}: {want / 2**20:.1f} MiB" for inputs, want in measured)
     print(f"✓ {name}: within ±{tol:.0%} on {len(measured)} shapes ({shapes})")
     return record(name, True)
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+def reference_bytes_per_param(precision: str, optimizer: str, grad_dtype: str) -> float:
+    return sum(bytes_per_param(precision, optimizer, grad_dtype).values())
+
+
+def reference_zero(params: float, stage: int, dp: int) -> float:
+    return sum(model_state_bytes(params, "mixed", "adamw", "fp16", stage, dp).values())
+
+
+LEARNER_ANSWERS = ("bytes_per_param", "zero_bytes_per_gpu", "activation_bytes_per_layer", "predict_step_peak")
+REFERENCES = {"bytes_per_param": reference_bytes_per_param, "zero_bytes_per_gpu": reference_zero,
+              "activation_bytes_per_layer": activations_per_layer_bytes}
+FORBIDDEN = _FORBIDDEN + (measured_peak,)
+HELPERS = ("peak_cases", "peak_tolerance")
+
+
+def grading_inputs(rng) -> dict[str, list[dict]]:
+    from perflab.core.grading import draw_int
+
+    combos = [(p, o, g) for p in ("mixed", "fp32", "bf16") for o in ("adamw", "sgd", "lion") for g in ("fp32", "fp16", "bf16")]
+    bpp = [dict(precision=p, optimizer=o, grad_dtype=g) for p, o, g in rng.sample(combos, 6)]
+    zero = [dict(params=float(draw_int(rng, 10**5, 10**12)), stage=rng.randint(0, 3), dp=draw_int(rng, 1, 4096))
+            for _ in range(8)]
+    act = []
+    for _ in range(5):
+        a = draw_int(rng, 1, 128)
+        act.append(dict(s=draw_int(rng, 1, 8192), b=draw_int(rng, 1, 64), h=a * draw_int(rng, 1, 256), a=a))
+    return {"bytes_per_param": bpp, "zero_bytes_per_gpu": zero, "activation_bytes_per_layer": act}
+
+
+def judge(answers, rng) -> None:
+    """The lab's checks (the step peak against a measurement taken in this process), then the grading inputs."""
+    from perflab.core.grading import hidden
+
+    drawn = grading_inputs(rng)
+    for name, check in (("bytes_per_param", check_bytes_per_param), ("zero_bytes_per_gpu", check_zero),
+                        ("activation_bytes_per_layer", check_activations)):
+        if check(answers[name]):
+            hidden(f"{name} on the grading inputs", answers[name], REFERENCES[name], drawn[name], rtol=1e-9)
+    check_step_peak(answers["predict_step_peak"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from perflab.core.grading import LabCheckError, Verdict, record
+from perflab.numa import plan as _plan
 from perflab.numa.plan import core_groups
 
 CASES = [
@@ -88,3 +89,57 @@ def check_split_node(student: Callable) -> Verdict:
             raise LabCheckError(f"split_node, case '{name}': " + "; ".join(problems))
     print(f"✓ split_node: every rule holds on {len(CASES)} nodes")
     return record("split_node", True)
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+def reference_split_node(cpus, n_ranks, siblings) -> list[list[int]]:
+    from perflab.numa import plan
+
+    return plan.split_node(cpus, n_ranks, siblings)
+
+
+LEARNER_ANSWERS = ("split_node",)
+REFERENCES = {"split_node": reference_split_node}
+HELPERS = ("rule_problems",)
+
+
+FORBIDDEN = (_plan.split_node, _plan.plan)
+
+
+def grading_nodes(rng) -> list[tuple[str, list[int], int, dict]]:
+    """Nodes drawn per learner: SMT or not, siblings far apart or adjacent, gaps, uneven splits."""
+    out = []
+    for k in range(4):
+        cores = rng.randint(2, 40)
+        ranks = rng.randint(1, min(8, cores))
+        smt = rng.choice(["none", "far", "adjacent"])
+        first = rng.choice([0, 0, 2, 16])
+        if smt == "none":
+            cpus = sorted(rng.sample(range(first, first + 2 * cores), cores))
+            sib: dict = {}
+        elif smt == "far":
+            cpus = list(range(first, first + cores)) + list(range(first + 100, first + 100 + cores))
+            sib = {c: [c, c + 100] for c in range(first, first + cores)} | {
+                c + 100: [c, c + 100] for c in range(first, first + cores)}
+        else:
+            cpus = list(range(first, first + 2 * cores))
+            sib = {c: [c - (c - first) % 2, c - (c - first) % 2 + 1] for c in cpus}
+        out.append((f"grading node {k + 1}: {cores} cores, SMT {smt}, {ranks} ranks", cpus, ranks, sib))
+    return out
+
+
+def judge(answers, rng) -> None:
+    from perflab.core.grading import NOT_DONE, attempt, record
+
+    if not check_split_node(answers["split_node"]):
+        return
+    name = "split_node on the grading nodes"
+    for what, cpus, n, sib in grading_nodes(rng):
+        got = attempt(name, answers["split_node"], what=what, cpus=list(cpus), n_ranks=n, siblings=dict(sib))
+        if got is NOT_DONE:
+            record(name, False)
+            return
+        problems = rule_problems(got, cpus, n, sib)
+        if problems:
+            raise LabCheckError(f"{name}, {what}: " + "; ".join(problems))
+    record(name, True)

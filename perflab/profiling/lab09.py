@@ -201,3 +201,25 @@ def reveal(folder: str | Path) -> Any:
                      "perflab's top cause": top.cause if top and top.share >= NONE_THRESHOLD else "none",
                      "its share": percent(top.share) if top else "—", "device busy": percent(d.device_busy)})
     return pd.DataFrame(rows)
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("name_cause", "fixes")
+REFERENCES = {"name_cause": _perflab_says, "fixes": right_fix}
+FORBIDDEN = (diagnose, _perflab_says, right_fix, _key, _truth)
+HELPERS = ("learner_seed", "_letters", "fix_choices", "allowance_trace", "hidden_traces", "reveal")
+
+
+def judge(answers, rng) -> None:
+    """name_cause on the hand-built traces and on live ones profiled here, in an order and from a
+    seed drawn per learner; the fixes (letters in this learner's shuffle) read from the notebook."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="perflab-lab09-") as folder:
+        hidden_traces(folder, faults=("sync", "none"), seed=rng.randint(0, 10**6))
+        check_name_cause(answers["name_cause"], folder)
+    fixes = answers.value("fixes")
+    if not isinstance(fixes, dict) or not fixes:
+        record("fixes", False)
+        return
+    check_fixes(fixes, learner=getattr(answers, "learner", None))

@@ -174,3 +174,38 @@ def check_fsdp_bytes(student: Callable[[int, int], float], rows: list[dict[str, 
         _grade("FSDP bytes per rank vs the live runs", student, live, FSDP_MISTAKES, rtol=TOL_STATES_REL, atol=0.0,
                general="within 1 % of what each rank measured")
     return True
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+def reference_bubble(p: int, m: int) -> float:
+    """Idle over the whole step, (p−1)/(m+p−1); `F.bubble_ratio` is the other convention, (p−1)/m."""
+    return F.bubble_fraction(p, m)
+
+
+def reference_fsdp_bytes(params: float, nproc: int) -> float:
+    return 16 * params / nproc
+
+
+LEARNER_ANSWERS = ("bubble", "denominator", "fsdp_bytes")
+REFERENCES = {"bubble": reference_bubble, "fsdp_bytes": reference_fsdp_bytes}
+FORBIDDEN = tuple(f for f in vars(F).values() if callable(f) and getattr(f, "__module__", "") == F.__name__)
+
+
+def grading_inputs(rng) -> dict[str, list[dict]]:
+    from perflab.core.grading import draw_int
+
+    bub = [dict(p=draw_int(rng, 1, 64), m=draw_int(rng, 1, 512)) for _ in range(6)]
+    fsdp = [dict(params=draw_int(rng, 10**3, 10**11), nproc=draw_int(rng, 1, 1024)) for _ in range(6)]
+    return {"bubble": bub, "fsdp_bytes": fsdp}
+
+
+def judge(answers, rng) -> None:
+    from perflab.core.grading import hidden
+
+    drawn = grading_inputs(rng)
+    d = answers.value("denominator", "step")  # the convention the learner names; either is right
+    if check_bubble(answers["bubble"], denominator=d):  # a denominator it does not know is refused there
+        exact = reference_bubble if d == "step" else F.bubble_ratio
+        hidden("bubble on the grading inputs", answers["bubble"], exact, drawn["bubble"], atol=1e-12)
+    if check_fsdp_bytes(answers["fsdp_bytes"]):
+        hidden("fsdp_bytes on the grading inputs", answers["fsdp_bytes"], reference_fsdp_bytes, drawn["fsdp_bytes"])

@@ -169,3 +169,38 @@ def check_largest_lever(answer: str | None, audit: Mapping[str, Any]) -> bool:
                             f"Look at breakdown_s ({ms}): which part holds the most time?")
     return _passed(name, f"{key!r} acts on {part.replace('_', ' ')}, {bd[part] * 1e3:.3g} ms of a "
                          f"{audit['step_s'] * 1e3:.3g} ms step: the most any recommended rung can save")
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("plan", "my_predictions")
+REFERENCES: dict = {}
+MEASURES = ("run_ladder", "plan")  # the call that measures the plan: each prediction is written before it
+
+
+def judge(answers, rng, *, preset: str = "smoke") -> None:
+    """The plan and its predictions read from the notebook's source, which the grader reads as
+    submitted: each prediction a literal number, written in a cell before the first cell that
+    measures (a prediction the notebook computes or writes after its measurement is not one); then
+    the plan measured here, on the smoke preset, against the target and the budget."""
+    from perflab.tune import ladder, runner
+
+    plan = answers.value("plan")
+    preds = answers.value("my_predictions")
+    name = "your plan"
+    where = getattr(answers, "where", {})
+    literal = getattr(answers, "literal", lambda n: True)
+    first = getattr(answers, "first_cell_calling", lambda *a, **k: None)(MEASURES[0], using=MEASURES[1])
+    if preds is not None:
+        at = where.get("my_predictions")
+        if not literal("my_predictions"):
+            raise LabCheckError(f"{name}: my_predictions is computed, not written down: a prediction is a number "
+                                "typed before the measurement runs")
+        if first is not None and at is not None and at >= first:
+            raise LabCheckError(f"{name}: my_predictions is written in cell {at}, after the measurement in cell "
+                                f"{first}: a prediction must be written before its measurement runs")
+    if not check_plan(plan, preds):
+        return
+    tp = ladder.preset(preset)
+    budget = tp.memory_budget_bytes if tp.memory_budget_bytes is not None else runner.memory_budget(tp, "cpu")
+    result = runner.run_ladder(tp, list(plan), device="cpu", steps=5, profile=False)
+    check_result(plan, result, target=tp.target_speedup, budget=budget)

@@ -1,0 +1,212 @@
+"""The confined process in which `perflab grade` runs a learner's answer functions (see judge.py).
+
+`judge.py` runs this file as a script with `python -I` (isolated: no PYTHONPATH, no script folder
+on the path), so the process starts with no perflab module loaded and no folder of the course on
+its path. It talks to
+the judge over its stdin (requests, pickled by the judge) and a private copy of its stdout
+(answers, as JSON: never pickled, so nothing the learner returns can run code in the judge).
+
+Its life has two phases:
+1. trusted: import what the submission imports, then replace the code of every perflab function
+   that computes an answer (the lab's `FORBIDDEN`, its references and checks) by code that ends
+   this process with an exit status that names it; then install an audit hook (which cannot be
+   removed) that ends the process when the learner's code opens a file of the course's labs or
+   solutions or of a module that holds an answer, imports such a module afresh, starts a process,
+   sends a signal, loads a C library through ctypes or walks the garbage collector's objects;
+2. the learner's: run the submission's definitions, then answer the judge's requests (call a
+   function on inputs the judge chose; read a value) until stdin closes.
+"""
+
+import builtins
+import json
+import math
+import os
+import pickle
+import re
+import struct
+import sys
+
+_OUT = 1  # set by main(): a private copy of stdout, for the answers
+_IN = None  # set by main(): stdin, for the requests
+_EXIT_FORBIDDEN = 100  # + the index of the forbidden function (at most 99 named)
+_EXIT_BLOCKED = 90
+
+
+def _read():
+    head = _IN.read(4)
+    if len(head) < 4:
+        return None
+    (n,) = struct.unpack(">I", head)
+    return pickle.loads(_IN.read(n))
+
+
+def _write(obj):
+    data = json.dumps(obj, allow_nan=False).encode()
+    os.write(_OUT, struct.pack(">I", len(data)) + data)
+
+
+def _encode(x, depth=0):
+    """A JSON form of an answer: numbers, text, lists, dicts, tensors and arrays (tagged)."""
+    if depth > 20:
+        raise TypeError("an answer nested more than 20 deep")
+    if x is None or isinstance(x, (bool, str)):
+        return x
+    if isinstance(x, int):
+        return x if abs(x) < 2**63 else {"__float__": repr(float(x))}
+    if isinstance(x, float):
+        return x if math.isfinite(x) else {"__float__": repr(x)}
+    if isinstance(x, (list, tuple)):
+        return {"__seq__": type(x).__name__, "items": [_encode(v, depth + 1) for v in x]}
+    if isinstance(x, dict):
+        return {"__dict__": [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in x.items()]}
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and hasattr(x, "tolist") and hasattr(x, "shape"):
+        t = x.detach().cpu()
+        return {"__tensor__": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+                "data": _encode(t.reshape(-1).tolist(), depth + 1)}
+    if mod == "numpy":
+        if hasattr(x, "shape") and hasattr(x, "tolist"):
+            return {"__array__": str(x.dtype), "shape": list(x.shape),
+                    "data": _encode(x.reshape(-1).tolist() if x.shape else [x.tolist()], depth + 1)}
+    if hasattr(x, "__float__") and not hasattr(x, "__len__"):
+        return _encode(float(x), depth + 1)
+    raise TypeError(f"an answer of type {type(x).__name__}, which the grader cannot read back")
+
+
+def _tripwire(index):
+    src = f"def _f(*args, **kwargs):\n    __import__('os')._exit({_EXIT_FORBIDDEN + index})\n"
+    ns = {}
+    exec(compile(src, "<perflab-grade>", "exec"), ns)
+    return ns["_f"].__code__
+
+
+def _disarm(forbidden):
+    """Replace the code of each forbidden perflab function: calling it, however it was reached
+    (an import, sys.modules, importlib, a closure), ends this process."""
+    import importlib
+    import inspect
+
+    files = set()
+    for i, (module, qualname) in enumerate(forbidden):
+        mod = importlib.import_module(module)
+        files.add(os.path.realpath(getattr(mod, "__file__", "") or ""))
+        obj = mod
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        targets = []
+        if inspect.isclass(obj):  # its own methods (a lab lists no class that perflab's helpers build on)
+            targets = [v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in vars(obj).values()]
+        elif obj is not None:
+            targets = [inspect.unwrap(obj)]
+        for fn in targets:
+            if inspect.isfunction(fn) and not fn.__code__.co_freevars:
+                code = _tripwire(min(i, 99))
+                fn.__code__ = code.replace(co_name=fn.__code__.co_name, co_argcount=0, co_kwonlyargcount=0)
+    return {f for f in files if f}
+
+
+def _module_of(path):
+    for name, mod in list(sys.modules.items()):
+        if getattr(mod, "__file__", None) and os.path.realpath(mod.__file__) == path:
+            return name
+    return None
+
+
+def _guard(blocked_dirs, blocked_files, blocked_modules):
+    dirs = tuple(os.path.realpath(d) + os.sep for d in blocked_dirs)
+    files = frozenset(blocked_files)
+    caches = tuple(os.path.join(os.path.dirname(f), "__pycache__",
+                                os.path.splitext(os.path.basename(f))[0] + ".") for f in files)
+    modules = frozenset(blocked_modules)
+    write, exit_ = os.write, os._exit
+
+    def stop(code, event, args):
+        write(2, f"perflab grade: stopped at {event} {str(args)[:200]}\n".encode())
+        exit_(code)
+
+    own = str(os.getpid())
+    proc = re.compile(r"/proc/([0-9]+)/")
+    real = os.path.realpath
+    deny = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                      "os.forkpty", "os.kill", "os.killpg", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym",
+                      "ctypes.addressof", "ctypes.cdata", "ctypes.PyObj_FromPtr", "ctypes.string_at",
+                      "ctypes.wstring_at", "ctypes.cdata/buffer", "gc.get_objects", "gc.get_referrers",
+                      "gc.get_referents", "sys.settrace", "sys.setprofile"})
+
+    def hook(event, args):
+        if event == "open":
+            path = args[0]
+            if isinstance(path, int):
+                return
+            try:
+                p = real(os.fsdecode(path))
+            except (TypeError, ValueError, OSError):
+                return
+            if p in files or p.startswith(dirs) or p.startswith(caches):
+                stop(_EXIT_BLOCKED, event, args)
+            other = proc.match(p)
+            if other and other.group(1) != own:  # another process's memory, files or environment
+                stop(_EXIT_BLOCKED, event, args)
+        elif event == "import":
+            name = args[0]
+            if name in modules or name.split(".")[0] in ("labs", "solutions"):
+                stop(_EXIT_BLOCKED + 1, event, args)
+        elif event in deny:
+            stop(_EXIT_BLOCKED + 2, event, args)
+
+    sys.addaudithook(hook)
+
+
+def main():
+    global _OUT, _IN
+    _OUT = os.dup(1)  # the answers go here; fd 1 and sys.stdout go to stderr (the learner may print)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    _IN = sys.stdin.buffer
+    setup = _read()
+    if setup.get("path"):  # the folder of the judge's own perflab (a release, a checkout)
+        sys.path.insert(0, setup["path"])
+    for line in setup["preload"]:  # the submission's own import statements, and the lab's modules
+        try:
+            exec(compile(line, "<perflab-grade>", "exec"), {})
+        except Exception:  # an import that fails here fails again, as the learner's error, below
+            pass
+    files = {f for f in _disarm(setup["forbidden"]) if _module_of(f) in setup["blocked_modules"]}
+    files |= {os.path.realpath(f) for f in setup.get("blocked_files", ())}
+    _guard(setup["blocked_dirs"], files, setup["blocked_modules"])
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(setup["code"], "<submission>", "exec"), ns)
+        _write({"ok": True})
+    except BaseException as e:  # noqa: BLE001 - the learner's definitions failed: the judge says how
+        _write({"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        return
+    while True:
+        req = _read()
+        if req is None:
+            return
+        kind, name, args, kwargs = req
+        try:
+            if name not in ns:
+                raise NameError(f"name {name!r} is not defined at the top level of the notebook")
+            if kind == "call":
+                value = ns[name](*args, **kwargs)
+            elif kind == "probe":  # a perflab function (loaded in the trusted phase) run on the learner's object
+                module, _, func = args[0].partition(":")
+                value = getattr(sys.modules[module], func)(ns[name], *args[1:], **kwargs)
+            else:
+                value = ns[name]
+            out = {"value": _encode(value)}
+        except NotImplementedError:
+            out = {"not_done": True}
+        except SystemExit as e:  # a disarmed perflab function: leave at once, with its status
+            if isinstance(e.code, int) and e.code >= _EXIT_FORBIDDEN:
+                os._exit(e.code)
+            out = {"error": f"SystemExit: {e.code}"}
+        except BaseException as e:  # noqa: BLE001 - the learner's function failed: the judge says how
+            out = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        _write(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,539 @@
+"""The verdict of `perflab grade`, computed where the learner's code cannot reach it.
+
+The learner's notebook still runs in a kernel of its own (gradebook.py), for its errors, its
+timeout and its predictions; nothing that kernel prints or writes can make a grade `done`. The
+verdict comes from here, a *judge* process that runs no learner code:
+
+1. it reads the submitted notebook's source (not its outputs) and takes out the answers by name:
+   each name the lab lists in `LEARNER_ANSWERS`, with the top-level definitions, imports and assignments it
+   needs, and nothing else (no measurement cell, no check call, no print);
+2. it runs those definitions in a *worker* (`answer_worker.py`): a fresh Python with resource
+   limits, a bare environment, perflab's answer functions disarmed and an audit hook that ends it
+   when the code reaches for the course's files, a solution, a fresh copy of an answer's module,
+   another process or ctypes;
+3. it runs the lab's own checks here (the `judge(answers, rng)` of each lab module), with each
+   learner function replaced by a proxy that asks the worker to call it: the checks' cases, then
+   inputs drawn from a seed the learner never sees (the grader's secret, the learner's name, the
+   lab), compared here with perflab's references (`REFERENCES`); measured answers are compared with
+   numbers this process measures itself;
+4. the states of the checks, kept in this process's `grading` module, are the verdict.
+
+A learner's function only ever sees its inputs: not the expected value, not the seed, not the
+checks. Monkeypatching perflab, `grading`, builtins or the checks in the notebook changes the
+learner's kernel, which the verdict never reads.
+
+    python -m perflab.course.judge < job.json      # prints one line: the nonce, then the verdict as JSON
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import importlib
+import inspect
+import io
+import json
+import os
+import pickle
+import random
+import re
+import struct
+import subprocess
+import symtable
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+WORKER_SOURCE = Path(__file__).with_name("answer_worker.py")
+LAB_IMPORT = re.compile(r"^\s*from\s+(perflab(?:\.\w+)+)\s+import\s+(lab\w+)\s+as\s+lab\s*$", re.M)
+EXIT_FORBIDDEN, EXIT_BLOCKED = 100, 90
+BLOCKED_WHY = {
+    EXIT_BLOCKED: "your answer opened a file of the course (a lab, a solution or perflab's answer); write the "
+                  "computation yourself",
+    EXIT_BLOCKED + 1: "your answer imported a module that holds perflab's answer; write the computation yourself",
+    EXIT_BLOCKED + 2: "your answer reached outside itself (another process, a signal, the garbage collector, "
+                      "ctypes or the tracer); an answer computes its result from its inputs",
+}
+
+
+class AnswerError(Exception):
+    """The learner's function raised (an `error` grade): the message says what."""
+
+
+class Forbidden(Exception):
+    """The learner's code did what an answer may not (a `wrong` grade): the message says what."""
+
+
+class NotAnswered(Exception):
+    """A value the lab needs is not defined at the top level of the notebook (a `not done` grade)."""
+
+
+# ----------------------------------------------------------------------------- taking the answers out
+def _cells(nb: Mapping[str, Any]) -> list[str]:
+    """Each cell's code (a markdown cell: empty), so that an index is the cell's index in the notebook."""
+    out = []
+    for c in nb.get("cells", []):
+        if c.get("cell_type") != "code":
+            out.append("")
+            continue
+        src = "".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+        # IPython's magics and shell lines are not Python: they are left out
+        out.append("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines()))
+    return out
+
+
+def _defines(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"]
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+        targets = [node.target]
+    names = []
+    for t in targets:
+        for n in ast.walk(t):
+            if isinstance(n, ast.Name):
+                names.append(n.id)
+    return names
+
+
+def _uses(node: ast.stmt) -> set[str]:
+    """The global names a statement reads (a function's own arguments and locals left out)."""
+    try:
+        table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
+    except SyntaxError:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    out: set[str] = set()
+
+    def walk(tab: symtable.SymbolTable) -> None:
+        for sym in tab.get_symbols():
+            if sym.is_referenced() and (tab.get_type() == "module" or sym.is_global()):
+                out.add(sym.get_name())
+        for child in tab.get_children():
+            walk(child)
+
+    walk(table)
+    return out
+
+
+def statements(nb: Mapping[str, Any]) -> list[tuple[int, ast.stmt]]:
+    """The top-level statements of every code cell that parses, with their cell's index."""
+    out = []
+    for i, src in enumerate(_cells(nb)):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        out += [(i, node) for node in tree.body]
+    return out
+
+
+def extract(nb: Mapping[str, Any], names: Sequence[str]) -> tuple[str, list[str], dict[str, int]]:
+    """(the code that defines `names`, its import lines, the cell each name is last defined in).
+
+    A name's definition is its last top-level `def`, `class`, import or assignment; the code keeps
+    it and, recursively, the definitions of the global names it uses that come before it, in the
+    notebook's order. Imports are kept; nothing else (prints, measurements, checks) is."""
+    stmts = statements(nb)
+    keep: set[int] = set()
+    where: dict[str, int] = {}
+
+    def last_before(name: str, limit: int) -> int | None:
+        for k in range(min(limit, len(stmts)) - 1, -1, -1):
+            if name in _defines(stmts[k][1]):
+                return k
+        return None
+
+    todo = [(n, len(stmts)) for n in names]
+    while todo:
+        name, limit = todo.pop()
+        k = last_before(name, limit)
+        if k is None:
+            continue
+        if name in names and name not in where:
+            where[name] = stmts[k][0]
+        if k in keep:
+            continue
+        keep.add(k)
+        node = stmts[k][1]
+        # a function's body runs later, so it may use names defined after it: look through the whole notebook
+        body_limit = len(stmts) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else k
+        todo += [(u, body_limit) for u in _uses(node)]
+    imports = [k for k, (_, node) in enumerate(stmts) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    chosen = sorted(keep | set(imports))
+    code = "\n\n".join(ast.unparse(stmts[k][1]) for k in chosen)
+    preload = [ast.unparse(stmts[k][1]) for k in imports]
+    return code, preload, where
+
+
+# ----------------------------------------------------------------------------- the worker
+def _qualified(fn: Any) -> tuple[str, str] | None:
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not mod or not qual or not mod.startswith("perflab.") or "<" in qual:
+        return None
+    return mod, qual
+
+
+def forbidden_of(lab: Any) -> list[tuple[str, str]]:
+    """What the worker disarms: the lab's FORBIDDEN, its REFERENCES, and every function of the lab
+    module itself except the helpers its notebook is meant to call (`HELPERS`)."""
+    helpers = set(getattr(lab, "HELPERS", ()))
+    found: list[Any] = list(getattr(lab, "FORBIDDEN", ())) + list(getattr(lab, "REFERENCES", {}).values())
+    for name, obj in vars(lab).items():
+        if inspect.isfunction(obj) and obj.__module__ == lab.__name__ and name not in helpers:
+            found.append(obj)
+    out = []
+    for f in found:
+        q = _qualified(f)
+        if q is not None and q not in out:
+            out.append(q)
+    return out
+
+
+class Worker:
+    """The learner's definitions, alive in a confined process; `call` and `value` ask it."""
+
+    def __init__(self, code: str, preload: Sequence[str], lab: Any, *, course_dirs: Sequence[str] = (),
+                 memory_bytes: int | None = 4 * 2**30, cpu_s: int = 600, threads: int = 1, learner: str = "learner"):
+        self.box = tempfile.mkdtemp(prefix="perflab-answers-")
+        cwd = Path(self.box) / "w" / "w"  # its own folder, and the one above it, hold nothing of anyone's
+        cwd.mkdir(parents=True)
+        forbidden = forbidden_of(lab)
+        readable = set(getattr(lab, "READABLE", ()))  # modules whose source the tracer may read (lab 10)
+        blocked_modules = sorted(({m for m, _ in forbidden} | {lab.__name__}) - readable)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.box, "TMPDIR": self.box,
+               "LANG": "C.UTF-8", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PERFLAB_LEARNER": learner}
+
+        def limit() -> None:  # in the worker, before it runs anything
+            import resource
+
+            for which, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu_s),
+                                 (resource.RLIMIT_FSIZE, 64 * 2**20), (resource.RLIMIT_CORE, 0)):
+                if value is None:
+                    continue
+                with contextlib.suppress(ValueError, OSError):
+                    soft, hard = resource.getrlimit(which)
+                    top = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                    resource.setrlimit(which, (top, hard))
+
+        self.log = open(Path(self.box) / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SOURCE)], cwd=cwd, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     preexec_fn=limit, start_new_session=True)
+        import perflab
+
+        loads = [*preload, *(f"import {m}" for m in getattr(lab, "PRELOAD", ())), f"import {lab.__name__}",
+                 *(f"import {m}" for m in blocked_modules)]
+        self._send({"path": str(Path(perflab.__file__).resolve().parents[1]), "preload": loads,
+                    "forbidden": forbidden, "blocked_dirs": list(course_dirs),
+                    "blocked_files": [], "blocked_modules": blocked_modules, "code": code})
+        self.forbidden = forbidden
+        self.stderr_tail = ""
+        first = self._receive()
+        if not first.get("ok"):
+            self.close()
+            raise AnswerError(f"the notebook's definitions failed outside the kernel: {first.get('error')}")
+
+    def _send(self, obj: Any) -> None:
+        data = pickle.dumps(obj)
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._ended()
+
+    def _receive(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        head = self.proc.stdout.read(4)
+        if len(head) < 4:
+            self._ended()
+        (n,) = struct.unpack(">I", head)
+        if n > 256 * 2**20:
+            raise AnswerError("your function returned more than 256 MiB")
+        data = self.proc.stdout.read(n)
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise AnswerError("the answer's process wrote something that is not an answer") from None
+
+    def _ended(self):
+        code = self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.log.flush()
+            self.stderr_tail = (Path(self.box) / "stderr.log").read_text(errors="replace")[-2000:]
+        self.close()
+        if code is not None and EXIT_FORBIDDEN <= code < EXIT_FORBIDDEN + 100:
+            i = code - EXIT_FORBIDDEN
+            what = ".".join(self.forbidden[i]) if i < len(self.forbidden) else "an answer function"
+            raise Forbidden(f"your answer calls perflab's {what}, which computes the answer; write the computation "
+                            "out yourself")
+        if code in BLOCKED_WHY:
+            at = [ln for ln in self.stderr_tail.splitlines() if ln.startswith("perflab grade: stopped at ")]
+            raise Forbidden(BLOCKED_WHY[code] + (f" ({at[-1][len('perflab grade: '):][:160]})" if at else ""))
+        raise AnswerError(f"the answer's process ended (exit status {code}) while your function ran: it must return "
+                          "its answer, not end the program")
+
+    def ask(self, kind: str, name: str, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self._send((kind, name, tuple(args), dict(kwargs or {})))
+        reply = self._receive()
+        if reply.get("not_done"):
+            raise NotImplementedError(name)
+        if "error" in reply:
+            raise AnswerError(f"{name}: {reply['error']}")
+        return decode(reply.get("value"))
+
+    def call(self, name: str, *args, **kwargs) -> Any:
+        return self.ask("call", name, args, kwargs)
+
+    def value(self, name: str) -> Any:
+        return self.ask("get", name)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(self.proc.pid, 9)
+                self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.log.close()
+        import shutil
+
+        shutil.rmtree(self.box, ignore_errors=True)
+
+
+def decode(x: Any) -> Any:
+    """An answer back from its JSON form (see answer_worker._encode)."""
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    if "__float__" in x:
+        return float(x["__float__"])
+    if "__seq__" in x:
+        items = [decode(v) for v in x["items"]]
+        return tuple(items) if x["__seq__"] == "tuple" else items
+    if "__dict__" in x:
+        return {_hashable(decode(k)): decode(v) for k, v in x["__dict__"]}
+    if "__tensor__" in x:
+        import torch
+
+        dtype = getattr(torch, str(x["__tensor__"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise AnswerError(f"a tensor of an unknown dtype {x['__tensor__']!r}")
+        return torch.tensor(decode(x["data"]), dtype=dtype).reshape([int(s) for s in x["shape"]])
+    if "__array__" in x:
+        import numpy as np
+
+        return np.array(decode(x["data"]), dtype=np.dtype(str(x["__array__"]))).reshape([int(s) for s in x["shape"]])
+    raise AnswerError("an answer the grader cannot read")
+
+
+def _hashable(x: Any) -> Any:
+    return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
+
+
+class Answers(Mapping[str, Any]):
+    """The learner's answers as the lab's `judge` sees them: `answers["fn"]` is a proxy that calls
+    the learner's function in the worker; `answers.value("x")` reads a top-level value there."""
+
+    def __init__(self, worker: Worker, names: Sequence[str], where: Mapping[str, int], code: str = "",
+                 nb: Mapping[str, Any] | None = None, learner: str = ""):
+        self.worker, self.names, self.where, self.code = worker, list(names), dict(where), code
+        self.nb, self.learner = nb or {}, learner
+
+    def literal(self, name: str) -> bool:
+        """Whether `name`'s last top-level assignment is a literal (a number, list or dict written out)."""
+        found = None
+        for _i, node in statements(self.nb):
+            if name in _defines(node) and isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                found = node.value
+        if found is None:
+            return False
+        try:
+            ast.literal_eval(found)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        return True
+
+    def first_cell_calling(self, function: str, using: str | None = None) -> int | None:
+        """The first cell (0-based, among all cells) that calls `function` (by name or attribute),
+        with the name `using` among its arguments when given."""
+        for i, src in enumerate(_cells(self.nb)):
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if called != function:
+                    continue
+                args = [*node.args, *(k.value for k in node.keywords)]
+                if using is None or any(isinstance(n, ast.Name) and n.id == using for a in args for n in ast.walk(a)):
+                    return i
+        return None
+
+    def probe(self, name: str, probe: str, *args, **kwargs) -> Any:
+        """`module:function` of perflab, called in the worker on the learner's object `name`; its
+        result comes back as JSON, for this process to compare."""
+        if name not in self.where:
+            return {"not_done": True}
+        try:
+            return self.worker.ask("probe", name, (probe, *args), kwargs)
+        except NotImplementedError:
+            return {"not_done": True}
+
+    def source(self, name: str) -> str | None:
+        """The code taken from the notebook for `name` (its definition and what it needs)."""
+        return self.code if name in self.where else None
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        if name not in self.where:
+            return _stub(name)
+        w = self.worker
+
+        def proxy(*args, **kwargs):
+            return w.call(name, *args, **kwargs)
+
+        proxy.__name__ = proxy.__qualname__ = name
+        return proxy
+
+    def value(self, name: str, default: Any = None) -> Any:
+        if name not in self.where:
+            return default
+        try:
+            return self.worker.value(name)
+        except NotImplementedError:
+            return default
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def _stub(name: str) -> Callable[..., Any]:
+    def missing(*args, **kwargs):
+        raise NotImplementedError(f"{name} is not defined at the top level of the notebook")
+
+    missing.__name__ = name
+    return missing
+
+
+# ----------------------------------------------------------------------------- one verdict
+def learner_rng(secret: str, learner: str, lab: str) -> random.Random:
+    """The grading inputs' generator: the grader's secret, the learner and the lab; never shipped."""
+    seed = hashlib.sha256(f"{secret}\x00{learner}\x00{lab}".encode()).digest()
+    return random.Random(int.from_bytes(seed[:8], "big"))
+
+
+def lab_module_name(shipped: Mapping[str, Any]) -> str | None:
+    """`perflab.flops.lab01` from the shipped lab's import line (`from perflab.flops import lab01 as lab`)."""
+    for src in _cells(shipped):
+        m = LAB_IMPORT.search(src)
+        if m:
+            return f"{m.group(1)}.{m.group(2)}"
+    return None
+
+
+def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learner: str, secret: str,
+            course_dirs: Sequence[str] = (), memory_bytes: int | None = 4 * 2**30, cpu_s: int = 600,
+            threads: int = 1) -> tuple[str, str]:
+    """(outcome, message) for one submission: 'done', 'not done', 'wrong' or 'error'."""
+    from perflab.core import grading
+    from perflab.core.grading import LabCheckError
+
+    module = lab_module_name(shipped)
+    if module is None:
+        return "error", "the course's lab has no `from perflab.… import labNN as lab` line"
+    lab = importlib.import_module(module)
+    names = tuple(getattr(lab, "LEARNER_ANSWERS", ()))
+    judge = getattr(lab, "judge", None)
+    if not names or judge is None:
+        return "error", f"{module} does not say how to grade it apart from the notebook (LEARNER_ANSWERS, judge)"
+    code, preload, where = extract(submission, names)
+    if not where:
+        return "not done", "none of the answers is defined: " + ", ".join(names)
+    try:
+        worker = Worker(code, preload, lab, course_dirs=course_dirs, memory_bytes=memory_bytes, cpu_s=cpu_s,
+                        threads=threads, learner=learner)
+    except Forbidden as e:
+        return "wrong", str(e)
+    except AnswerError as e:
+        return "error", str(e)
+    answers = Answers(worker, names, where, code, submission, learner)
+    grading.reset()
+    rng = learner_rng(secret, learner, module)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            judge(answers, rng)
+    except Forbidden as e:
+        return "wrong", str(e)
+    except LabCheckError as e:
+        return "wrong", _first(str(e))
+    except AnswerError as e:
+        return "error", _first(str(e))
+    except NotImplementedError as e:
+        return "not done", _first(str(e)) or "a function still raises NotImplementedError"
+    except Exception as e:  # noqa: BLE001 - a check that failed on what the learner's function returned
+        return "error", f"{type(e).__name__}: {_first(str(e))}"
+    finally:
+        worker.close()
+    states = dict(grading.summary())
+    if not states:
+        return "not done", "no check ran"
+    todo = [k for k, v in states.items() if v != "passed"]
+    if todo:
+        return "not done", f"{len(todo)} of {len(states)} checks not done: {', '.join(todo)}"
+    return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed, graded apart from the notebook"
+
+
+def _first(text: str) -> str:
+    text = str(text).strip()
+    return text.splitlines()[0].strip()[:300] if text else ""
+
+
+# ----------------------------------------------------------------------------- the judge process
+def protect() -> None:
+    """Make this process non-dumpable: another process of the same user (a learner's kernel that
+    outlived its run) cannot then read its memory or write into its pipes through /proc."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
+def main() -> int:
+    protect()
+    job = json.loads(sys.stdin.read())
+    sub, shipped = json.loads(Path(job["submission"]).read_text()), json.loads(Path(job["shipped"]).read_text())
+    try:
+        outcome, message = verdict(sub, shipped, learner=job["learner"], secret=job["secret"],
+                                   course_dirs=job.get("course_dirs", ()), memory_bytes=job.get("memory_bytes"),
+                                   cpu_s=int(job.get("cpu_s", 600)), threads=int(job.get("threads", 1)))
+    except Exception as e:  # noqa: BLE001 - the judge's own failure: an error grade that says so
+        outcome, message = "error", f"the grader failed: {type(e).__name__}: {_first(str(e))}"
+    sys.__stdout__.write(job["nonce"] + json.dumps({"outcome": outcome, "message": message}) + "\n")
+    sys.__stdout__.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

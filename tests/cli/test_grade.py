@@ -1,0 +1,45 @@
+"""`perflab grade` finds every lab of the course, each with its check calls, and each lab notebook
+imports its checks the same way (perflab/course/gradebook.py, perflab/course/judge.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from perflab.course import gradebook as gb
+from perflab.course import judge
+
+LABS = Path(__file__).resolve().parents[2] / "labs"
+IMPORT = re.compile(r"^from perflab(?:\.\w+)+ import lab\w+ as lab$", re.M)
+
+
+def test_every_lab_notebook_is_found_with_at_least_one_check():
+    found = gb.course_labs(LABS)
+    on_disk = sorted(p.stem for p in LABS.glob("*.ipynb"))
+    assert sorted(lab.name for lab in found.values()) == on_disk  # 04b_tile_config included
+    for lab in found.values():
+        assert lab.checks, f"{lab.name}: no `lab.check_…(` call found"
+
+
+def test_every_lab_imports_its_checks_as_lab_and_only_so():
+    for path in sorted(LABS.glob("*.ipynb")) + sorted((LABS / "solutions").glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        assert len(IMPORT.findall(code)) == 1, path
+        assert not re.search(r"\blab\d+\w*\.check_", code), f"{path}: calls its checks by the module's own name"
+        assert judge.lab_module_name(nb) is not None, path
+
+
+def test_a_lab_with_a_letter_in_its_number_is_matched_to_itself(tmp_path):
+    labs = {n: gb.Lab(n, f"{n}_{t}", tmp_path, ()) for n, t in (("04", "cliffs"), ("04b", "tile_config"))}
+    assert gb.match_lab("04b_tile_config.ipynb", labs).number == "04b"
+    assert gb.match_lab("alice_lab04b.ipynb", labs).number == "04b"
+    assert gb.match_lab("04_cliffs.ipynb", labs).number == "04"
+    assert gb.pick_labs(labs, ["04b"]) == {"04b": labs["04b"]}
+
+
+def test_the_first_cell_of_every_lab_says_what_the_grade_comes_from():
+    for path in sorted(LABS.glob("*.ipynb")):
+        first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+        assert "perflab grade" in first and "tutor" in first, path.name
