@@ -172,7 +172,7 @@ def check_largest_lever(answer: str | None, audit: Mapping[str, Any]) -> bool:
 
 
 # --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
-LEARNER_ANSWERS = ("plan", "my_predictions")
+LEARNER_ANSWERS = ("plan", "my_predictions", "largest_lever")
 REFERENCES: dict = {}
 MEASURES = ("run_ladder", "plan")  # the call that measures the plan: each prediction is written before it
 
@@ -204,3 +204,12 @@ def judge(answers, rng, *, preset: str = "smoke") -> None:
     budget = tp.memory_budget_bytes if tp.memory_budget_bytes is not None else runner.memory_budget(tp, "cpu")
     result = runner.run_ladder(tp, list(plan), device="cpu", steps=5, profile=False)
     check_result(plan, result, target=tp.target_speedup, budget=budget)
+    lever = answers.value("largest_lever")
+    if lever is not None:  # the audit exercise: the named rung against an audit this process measures
+        from perflab.audit import examples
+        from perflab.audit.run import run_audit
+        from perflab.audit.target import target_from
+
+        audit = run_audit(target_from(examples.slow_data_step(True), "tiny GPT, slow DataLoader"), device="cpu",
+                          steps=2, explain_breaks=False)
+        check_largest_lever(lever if isinstance(lever, str) else None, audit.json)

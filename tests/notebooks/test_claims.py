@@ -128,6 +128,11 @@ def test_claims_stand_where_the_ledger_says(path):
     cells = _notebook(led["lesson"])
     wrong = []
     for c in led["claims"]:
+        if c.get("printed"):  # words a code cell prints at run time, from the package: the cell must be code
+            inside = isinstance(c["cell"], int) and 0 <= c["cell"] < len(cells)
+            if not (inside and cells[c["cell"]]["cell_type"] == "code"):
+                wrong.append(f"cell {c['cell']}: {c['claim']!r} is marked printed but the cell is not a code cell")
+            continue
         ok = isinstance(c["cell"], int) and 0 <= c["cell"] < len(cells) and stands_in(c["claim"], _src(cells[c["cell"]]))
         if not ok:  # say where it moved, when cells were added or removed
             moved = [i for i, cell in enumerate(cells) if stands_in(c["claim"], _src(cell))]
