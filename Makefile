@@ -55,9 +55,9 @@ test-all: setup
 suite-budget:
 	$(PYTHON) tools/suite_budget.py
 
-# Every lesson driven in a real browser (make test drives the most-used ones; tests/test_browser.py)
+# Every lesson driven in a real browser (make test drives the most-used ones; tests/notebooks/test_browser.py)
 test-browser: setup
-	PERFLAB_BROWSER_LESSONS=all $(PY) -m pytest tests/test_browser.py
+	PERFLAB_BROWSER_LESSONS=all $(PY) -m pytest tests/notebooks/test_browser.py
 
 # Unit tests only (no notebook execution): seconds rather than minutes.
 test-fast: setup
@@ -83,14 +83,14 @@ coverage: setup
 		--cov-report=json:results/coverage.json; status=$$?; \
 		$(PY) tools/coverage_map.py results/coverage.json; exit $$status
 
-# README's table of GPU-only code, regenerated from the source (tests/test_gpu_table.py checks it).
+# README's table of GPU-only code, regenerated from the source (tests/repo/test_gpu_table.py checks it).
 gpu-table:
 	$(PYTHON) tools/gpu_table.py --write
 
 lint: setup
 	$(VENV)/bin/ruff check perflab tests tools
 
-# Strip outputs and execution counts from every notebook (tests/test_notebooks_clean.py checks).
+# Strip outputs and execution counts from every notebook (tests/notebooks/test_notebooks_clean.py checks).
 clean-notebooks: setup
 	$(PY) -m perflab.course.nbclean notebooks labs
 
@@ -109,7 +109,7 @@ wheelhouse:
 		$(if $(filter 3.%,$(PY)),--python $(PY))
 
 # The learners' copy of the course: no labs/solutions/, outputs cleared; a folder and a zip in
-# $(RELEASE_DIR) (perflab/course/release.py; tests/test_release.py proves no solution code is in it).
+# $(RELEASE_DIR) (perflab/course/release.py; tests/repo/test_release.py proves no solution code is in it).
 RELEASE_DIR ?= dist/release
 release: setup
 	$(PY) -m perflab release $(RELEASE_DIR)

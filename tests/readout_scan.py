@@ -9,7 +9,7 @@ what the cell's widgets drew, which nbclient stores in the notebook's widget sta
 
     python tests/readout_scan.py executed/*.ipynb        # prints one line per finding
 
-tests/test_notebooks.py runs `scan` on each notebook it has just executed (no second run).
+tests/notebooks/test_notebooks.py runs `scan` on each notebook it has just executed (no second run).
 """
 
 from __future__ import annotations

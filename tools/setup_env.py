@@ -203,7 +203,7 @@ def spawn(cmd: list[str]) -> subprocess.Popen:
 
 
 def start_chromium_install() -> subprocess.Popen | None:
-    """Start installing Debian's chromium for the browser test (tests/test_browser.py) where this
+    """Start installing Debian's chromium for the browser test (tests/notebooks/test_browser.py) where this
     user can: root with apt-get (a CI machine, a container). It runs while torch and the packages
     install (about 150 packages, 200 MB, without recommended ones). Nothing happens when a chromium
     is already there (PERFLAB_CHROMIUM names another one); elsewhere the test is skipped with one

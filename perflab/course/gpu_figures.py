@@ -6,7 +6,7 @@ measurement and never mixed with it.
     >>> gpu_figures.show("pcie_h2d", measured={"host to device (pinned)": "24.1 GB/s"})
 
 The figures live in perflab/course/data/published_gpu.json, each with its title, authors or
-project, URL and repository path, section or table, hardware and date (tests/test_published.py
+project, URL and repository path, section or table, hardware and date (tests/notebooks/test_published.py
 checks every field). Nothing here measures anything.
 """
 

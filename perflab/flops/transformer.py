@@ -3,7 +3,7 @@
 Why so many conventions? Each paper that reports a utilization figure counts "the FLOPs of a
 step" its own way, and two MFU numbers are comparable only when their FLOPs were counted the
 same way. This module writes each convention down once, with its source, and pins each to a
-published figure in tests/test_transformer_flops.py.
+published figure in tests/unit/flops/test_transformer.py.
 
 Words (the course's): b micro-batch, s sequence length, h hidden size, a heads, L layers,
 V vocabulary, N parameters, d head size, f MLP width. 1 multiply-add = 2 FLOPs.

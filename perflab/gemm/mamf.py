@@ -9,7 +9,7 @@ it is found by searching shapes:
 * `strategy="refine"` (default) measures a coarse sub-grid (every 2^j-th value of each range and
   the last), then repeatedly measures the neighbours of the best few points, halving the step
   until it is the grid's own step and no neighbour of the best few is left unmeasured. It reaches
-  the brute-force optimum of a grid in a fraction of the points (tests/test_mamf.py checks both).
+  the brute-force optimum of a grid in a fraction of the points (tests/unit/gemm/test_mamf.py checks both).
 
 Every point is timed like `triton.testing.do_bench` (perflab.core.timing.bench) with the L2 cache
 flushed before each call on a GPU, checked against float64 first, and appended to

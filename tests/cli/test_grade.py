@@ -1,5 +1,6 @@
 """`perflab grade` finds every lab of the course, each with its check calls, and each lab notebook
-imports its checks the same way (perflab/course/gradebook.py, perflab/course/judge.py)."""
+imports its checks the same way (perflab/course/gradebook.py, perflab/course/judge.py).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +8,42 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+from clirun import perflab
+
 from perflab.course import gradebook as gb
 from perflab.course import judge
 
+pytest.importorskip("papermill")
+
+
 LABS = Path(__file__).resolve().parents[2] / "labs"
+
+
 IMPORT = re.compile(r"^from perflab(?:\.\w+)+ import lab\w+ as lab$", re.M)
+
+
+def test_grade_caps_jobs_reports_each_notebook_and_writes_csv(tmp_path):
+    subs = tmp_path / "subs"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / "01_flops.ipynb").write_text("not a notebook")
+    csv = tmp_path / "book.csv"
+    r = perflab("grade", str(subs), "--labs", "01", "--jobs", "999", "--csv", str(csv))
+    assert r.returncode == 0, r.stderr
+    assert "999 jobs asked" in r.stderr and "alice · 01_flops: error" in r.stderr
+    assert f"Gradebook written to {csv}" in r.stdout
+    rows = csv.read_text().splitlines()
+    assert len(rows) == 2 and "alice" in rows[1] and "error" in rows[1]
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    from perflab.cli import main
+
+    assert main(["grade", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not a folder" in err
+    assert main(["grade", str(tmp_path), "--labs", "42"]) == 2
+    assert "no lab '42' in this course" in capsys.readouterr().err
 
 
 def test_every_lab_notebook_is_found_with_at_least_one_check():

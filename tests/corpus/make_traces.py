@@ -5,7 +5,7 @@
 Each style is how a user would profile their own loop: with and without a `schedule`, calling
 `prof.step()` or not, exporting with `export_chrome_trace` or `tensorboard_trace_handler` (plain
 and gzip), one inference-only loop, and one loop whose DataLoader sleeps (a planted data wait).
-The malformed variants are derived from these files by `tests/test_corpus.py` at test time.
+The malformed variants are derived from these files at test time by the trace tests (`tests/unit/profiling/`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Lab 14's checks: the stub is not done, the reference passes, plausible wrong answers are rejected with a hint."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from perflab.core import grading
 from perflab.core.grading import LabCheckError
 from perflab.hunt import lab14
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-_spec = importlib.util.spec_from_file_location("hunter", Path(__file__).resolve().parents[1] / "unit" / "hunt" / "hunter.py")
-hunter = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hunter)
+from tests.unit.hunt import hunter  # the scripted hunters, shared with the hunt's unit tests
 
 
 def test_the_stub_is_not_done(capsys):

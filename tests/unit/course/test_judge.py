@@ -3,7 +3,7 @@ right ones are, and the learner's answers are taken from the notebook's source b
 
 Each forgery is a shipped lab notebook with cells added, as a learner would submit it. The judge
 grades it the way `perflab grade` does after the kernel run, which can only lower a grade (the
-kernel-side forgeries also go through the whole `perflab grade` in tests/test_gradebook.py)."""
+kernel-side forgeries also go through the whole `perflab grade` in tests/unit/course/test_gradebook.py)."""
 
 from __future__ import annotations
 

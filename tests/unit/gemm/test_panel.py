@@ -1,15 +1,52 @@
 """Lesson 04's panels driven from outside the lesson: the wave panel's what-if, the tile panel's
-refusals and sliders, its units, and the fit table a learner reads."""
+refusals and sliders, its units, and the fit table a learner reads.
+"""
+
+from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 
 from perflab.core.device import describe
+from perflab.core.errors import InputError
 from perflab.course.widgets import Panel, choice, int_slider, log2_slider, toggle
-from perflab.gemm import compiled, plots, shapes
+from perflab.gemm import (
+    compiled,
+    panel,
+    plots,
+    shapes,
+)
+from perflab.gemm import occupancy as occ
 from perflab.gemm import panel as gemm_panel
 from perflab.gemm import triton_matmul as tm
+
+needs_triton = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
+
+
+def tile(tmp_path: Path, target: str = "sm_90", with_limits: bool = True, cannot_run: str | None = None):
+    """A compiled result as compile_many builds it, with figures of a real 128×128×64 fp16 sm_90 kernel."""
+    cfg = tm.TileConfig(128, 128, 64, num_warps=4, num_stages=3)
+    lim = occ.sm_limits(target) if with_limits else None
+    r = compiled.CompiledTile(config=cfg, dtype="fp16", target=target, shape=(4096, 4096, 4096), registers=168,
+                              spill_bytes=0, shared_bytes=98304, num_warps=4, num_stages=3, tensor_core_kind="wgmma",
+                              tensor_core_instructions=32, ptx_excerpt="wgmma.mma_async.sync.aligned.m64n128k16",
+                              cuobjdump={"REG": 168, "STACK": 0, "SHARED": 0}, metadata={"shared": 98304},
+                              cache_dir=str(tmp_path), cached=True, seconds=0.0, limits=lim, cannot_run=cannot_run)
+    if lim is not None and cannot_run is None:
+        r.occ = occ.occupancy(r.registers, r.shared_bytes, r.num_warps, lim)
+    return r
+
+
+@needs_triton
+def test_tile_panel_refuses_what_cannot_run_or_has_no_limits(monkeypatch, tmp_path):
+    monkeypatch.setattr(compiled, "compile_tile", lambda *a, **kw: tile(tmp_path, cannot_run="too many registers"))
+    with pytest.raises(InputError, match="^too many registers$"):
+        panel.tile_config(target="sm_90")
+    monkeypatch.setattr(compiled, "compile_tile", lambda *a, **kw: tile(tmp_path, target="sm_75", with_limits=False))
+    with pytest.raises(InputError, match="^no per-SM limits for sm_75 in perflab's table: choose sm_80 or sm_90$"):
+        panel.tile_config(target="sm_75")
 
 
 def test_the_wave_panel_answers_one_column_past_the_full_wave_with_and_without_more_sms():

@@ -1,11 +1,79 @@
 """Lesson 10 §6 names the limits that keep the fused kernel's next block off an SM from the compiled
-kernel itself: every limit that allows no more blocks, not one chosen by hand."""
+kernel itself: every limit that allows no more blocks, not one chosen by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
+from perflab.core.errors import InputError
+from perflab.gemm import (
+    triton_fused,
+)
 from perflab.gemm import triton_matmul as tm
 
 needs_triton = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
+
+
+def _fresh_if_native(test_name: str) -> bool:
+    """On a CPU, run `test_name` again in a child Python when this process's Triton is native (a
+    torch.compile test earlier in the same worker imported it so): True when the child ran it."""
+    import torch
+
+    if torch.cuda.is_available() or tm.import_triton(True):
+        return False
+    code = f"import sys; sys.path[:0] = ['tests', '.']; import tests.unit.gemm.test_triton_fused as t; t.{test_name}()"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(Path(tm.__file__).resolve().parents[2]),
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return True
+
+
+def test_fused_kernel_refuses_mismatched_operands():
+    with pytest.raises(InputError, match=r"^x must be \[rows, cols\] and bias \[cols\] \(got \(2, 3\) and \(4,\)\)$"):
+        triton_fused.bias_gelu(torch.ones(2, 3), torch.ones(4))
+
+
+@needs_triton
+def test_fused_check_refuses_sizes_the_interpreter_cannot_run():
+    with pytest.raises(InputError, match=r"^4000×1001 is too large to check in the interpreter: keep rows·cols ≤ 4 M$"):
+        triton_fused.check(4000, 1001)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_fused_bias_gelu_matches_eager_within_the_dtype(dtype):
+    from perflab.gemm import triton_fused
+
+    rng = random.Random(f"gelu-{dtype}")
+    r = triton_fused.check(rng.randrange(3, 40), rng.randrange(1025, 3000), dtype, seed=rng.randrange(1000))
+    assert r["passed"], r  # cols > BLOCK: two column blocks, the second ragged
+
+
+@needs_triton
+def test_fused_check_can_fail():
+    """Against GeLU's erf form (not the tanh form the kernel computes) fp32 is out of tolerance."""
+    import torch
+
+    if _fresh_if_native("test_fused_check_can_fail"):
+        return
+    import torch.nn.functional as F
+
+    from perflab.gemm import triton_fused
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x, b = 2 * torch.randn(8, 300, device=dev), torch.randn(300, device=dev)
+    y = triton_fused.bias_gelu(x, b)
+    rtol, atol = triton_fused.tolerance("fp32")
+    assert torch.allclose(y, triton_fused.eager(x, b), rtol=rtol, atol=atol)
+    assert not torch.allclose(y, F.gelu(x + b), rtol=rtol, atol=atol)
 
 
 @needs_triton

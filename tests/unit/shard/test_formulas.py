@@ -1,11 +1,84 @@
 """perflab.shard.formulas: the bubble in both conventions and under interleaving, the point-to-point
-sends interleaving costs, and tensor parallelism's collectives per training step."""
+sends interleaving costs, and tensor parallelism's collectives per training step.
+"""
+
+import json
 
 import pytest
+from clirun import perflab
 
 from perflab.core.errors import InputError
 from perflab.shard import formulas as F
+from perflab.shard import published
 from perflab.workload.models import preset
+
+
+def test_bubble_formula_and_held_microbatches():
+    assert F.bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert F.bubble_fraction(2, 1) == 0.5 and F.bubble_fraction(1, 5) == 0.0
+    assert [F.in_flight_microbatches("gpipe", 4, 8, s) for s in range(4)] == [8] * 4
+    assert [F.in_flight_microbatches("1f1b", 4, 8, s) for s in range(4)] == [4, 3, 2, 1]
+    with pytest.raises(InputError, match="gpipe or 1f1b"):
+        F.check_schedule("zb")
+
+
+def test_replay_gives_the_formula_for_equal_stages_and_shows_an_unequal_one():
+    for p, m in ((2, 1), (2, 8), (4, 4), (3, 5)):
+        gpipe = [[("F", 1.0)] * m + [("B", 2.0)] * m for _ in range(p)]
+        assert F.replay(gpipe)["bubble"] == pytest.approx([F.bubble_fraction(p, m)] * p)
+    slow = [[("F", 1.0)] * 4 + [("B", 2.0)] * 4, [("F", 2.0)] * 4 + [("B", 2.0)] * 4]
+    r = F.replay(slow)
+    assert r["wall_s"] == pytest.approx(1 + 4 * 2 + 4 * 2 + 2)  # the slow stage sets the pace
+    with pytest.raises(InputError, match="deadlock"):
+        F.replay([[("B", 1.0), ("F", 1.0)], [("F", 1.0), ("B", 1.0)]])
+
+
+def test_fsdp_memory_names_uneven_shards_and_step_counters():
+    cfg = preset("tiny-gpt")
+    m = F.fsdp_memory(cfg, 3, rank=2)  # 1024-row embedding over 3 ranks: 342, 342, 340 rows
+    assert F.shard_rows(1024, 3, 2) == 340 and F.shard_rows(5, 4, 3) == 0
+    assert m["exact"]["param"] == F.fsdp_param_shard_bytes(cfg, 3, 2)
+    assert m["exact"]["param"] - m["estimate"]["param"] == pytest.approx(m["named"]["uneven dim-0 shards (params)"])
+    assert m["named"]["AdamW step counters (one fp32 per tensor)"] == 4 * len(list(__import__(
+        "perflab.workload.models", fromlist=["x"]).build_model(cfg).parameters()))
+    for n in (2, 4):  # lesson 12: tiny-gpt's dimensions divide by 2 and by 4
+        assert all(F.fsdp_memory(cfg, n, r)["named"]["uneven dim-0 shards (params)"] == 0 for r in range(n))
+    ranks = [F.fsdp_param_shard_bytes(cfg, 3, r) for r in range(3)]
+    assert sum(ranks) == 4 * F.fsdp_units(cfg)[0].numel + 4 * sum(u.numel for u in F.fsdp_units(cfg)[1:])
+
+
+def test_fsdp_and_tp_collective_formulas():
+    cfg = preset("tiny-gpt")
+    c = F.fsdp_comm(cfg, 2)
+    root, block = 4 * (1024 * 128 + 128 * 128 + 256), 4 * (4 * (128 * 128 + 128) + 2 * 128 * 512 + 512 + 128 + 4 * 128)
+    assert c["all_gather"] == {"calls": 1 + 2 * 2, "bytes": root + 2 * 2 * block}
+    assert c["reduce_scatter"] == {"calls": 3, "bytes": root + 2 * block}
+    t = F.tp_comm(cfg, 2, batch=2, seq=32)
+    per = 2 * 32 * 128 * 4
+    assert (t["calls"], t["calls_per_block"], t["bytes"], t["bytes_per_call"]) == (8, 4, 8 * per, per)
+    assert t["forward"] == t["backward"] == {"calls": 4, "calls_per_block": 2, "bytes": 4 * per}
+    with pytest.raises(InputError, match="--nproc among"):
+        F.check_tp(cfg, 3)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--strategy", "pp", "--nproc", "1"], "at least 2 stages"),
+    (["--strategy", "pp", "--nproc", "4", "--schedule", "1f1b", "--microbatches", "2"], "1F1B needs"),
+    (["--strategy", "tp", "--nproc", "3"], "--nproc among"),
+    (["--strategy", "fsdp", "--preset", "gpt9"], "unknown preset"),
+    (["--strategy", "pp", "--microbatches", "0"], "must be ≥ 1"),
+])
+def test_cli_refuses_bad_input_in_one_line(args, needle):
+    r = perflab("shard", *args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_ranks_that_do_not_finish_are_reported_and_stopped():
+    r = perflab("shard", "--strategy", "pp", "--nproc", "2", "--timeout", "2", "--json")
+    assert r.returncode == 1 and "did not finish within 2 s" in r.stderr and "Traceback" not in r.stderr
+    d = json.loads(r.stdout)
+    assert not d["ok"] and d["rows"] == [] and "every process was stopped" in d["checks"][0]["measured"]
 
 
 def test_megatron_bubble_time_fraction_and_the_whole_step_fraction():
@@ -42,7 +115,6 @@ def test_tensor_parallel_step_has_four_all_reduces_per_block_and_sequence_parall
 
 
 def test_torchtitans_interleaved_gain_is_computed_from_its_table():
-    from perflab.shard import published
 
     g = published.interleaved_1f1b_gain()
     assert g["tokens_per_s_per_gpu"] == {"1F1B": 100.0, "Interleaved 1F1B": 128.0}

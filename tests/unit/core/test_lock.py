@@ -1,0 +1,279 @@
+"""Tests of `perflab.core.lock`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from perflab.core import lock
+from perflab.core.errors import PerflabError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+# Each process waits for the same start signal, then times a 20 ms sleep for ~1.5 s with
+# perflab's bench, and writes down when its first and last timed call ran.
+BENCHER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    from perflab.core.timing import bench
+    go, out = Path(sys.argv[1]), Path(sys.argv[2])
+    calls = []
+    def fn():
+        calls.append(time.time()); time.sleep(0.02); calls.append(time.time())
+    fn()
+    Path(str(out) + ".ready").write_text("")
+    while not go.exists():
+        time.sleep(0.01)
+    bench(fn, device="cpu", warmup_ms=1, rep_ms=float(sys.argv[3]), min_sample_s=0)
+    out.write_text(json.dumps([min(c for c in calls[2:]), max(calls)]))
+""")
+
+
+HOLDER = textwrap.dedent("""
+    import time
+    from perflab.core.lock import device_lock
+    with device_lock("cpu", label="a long measurement"):
+        print("held", flush=True)
+        time.sleep(120)
+""")
+
+
+def _env(tmp_path: Path, **more: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PERFLAB_LOCK_DIR=str(tmp_path / "locks"), **more)
+    env.pop(lock.HELD_ENV, None)
+    return env
+
+
+def _two_benches(tmp_path: Path, rep_ms: float, **env: str) -> tuple[list[list[float]], list[str]]:
+    go = tmp_path / "go"
+    go.unlink(missing_ok=True)
+    outs = [tmp_path / f"span{i}.json" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", BENCHER, str(go), str(o), str(rep_ms)], env=_env(tmp_path, **env),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for o in outs]
+    try:
+        deadline = time.monotonic() + 40  # both have imported torch and made a first call: one-time costs stay out
+        while not all(Path(f"{o}.ready").exists() for o in outs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        go.write_text("")
+        errs = [p.communicate(timeout=40)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs), errs
+    return [json.loads(o.read_text()) for o in outs], errs
+
+
+def test_in_kernel_is_false_when_ipython_is_half_imported(monkeypatch):
+    def half_imported():
+        raise AttributeError("partially initialized module 'IPython'")
+
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=half_imported))
+    assert lock._in_kernel() is False
+
+    class ZMQInteractiveShell:  # what a Jupyter kernel's shell is called
+        pass
+
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=ZMQInteractiveShell))
+    assert lock._in_kernel() is True
+
+
+def test_the_waiting_readout_redraws_in_a_kernel_and_is_rate_limited_in_a_log(monkeypatch, capsys):
+    """Whether two measurements ever wait on each other depends on the machine; the readout's two
+    forms are checked here directly."""
+    from perflab.core import lock
+
+    monkeypatch.setattr(lock, "_in_kernel", lambda: True)
+    say = lock._say_default()
+    say("waiting for the cpu lock: 1 s", False)
+    say("waiting for the cpu lock: 2 s", True)
+    assert capsys.readouterr().out == "\rwaiting for the cpu lock: 1 s\rwaiting for the cpu lock: 2 s\n"
+    monkeypatch.setattr(lock, "_in_kernel", lambda: False)
+    say = lock._say_default()  # stderr, not a terminal here: a line at most every 10 s, and the last one
+    say("waited 1 s", False)
+    say("waited 2 s", False)
+    say("got it after 3 s", True)
+    assert capsys.readouterr().err == "waited 1 s\ngot it after 3 s\n"
+
+
+def test_a_lock_file_this_user_cannot_write_is_opened_read_only(tmp_path, monkeypatch):
+    real = os.open
+    modes = []
+
+    def opener(path, flags, *a):
+        modes.append(flags & (os.O_RDWR | os.O_WRONLY))
+        if flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied")
+        return real(path, flags, *a)
+
+    (tmp_path / "x.lock").write_text("")
+    monkeypatch.setattr(lock.os, "open", opener)
+    fd = lock._open(tmp_path / "x.lock")
+    os.close(fd)
+    assert modes == [os.O_RDWR, 0]  # read-write refused, then read-only: flock works on either
+
+
+def test_a_file_created_meanwhile_is_opened_and_a_hopeless_folder_is_one_line(tmp_path, monkeypatch):
+    real = os.open
+    calls = []
+
+    def racing(path, flags, *a):
+        calls.append(flags)
+        if flags & os.O_EXCL:
+            if len(calls) < 3:
+                raise FileExistsError(17, "File exists")  # another process won the race
+        elif len(calls) < 3:
+            raise FileNotFoundError(2, "No such file")
+        return real(path, flags | os.O_CREAT, 0o666)
+
+    monkeypatch.setattr(lock.os, "open", racing)
+    os.close(lock._open(tmp_path / "y.lock"))
+    assert len(calls) == 3
+
+    def never(path, flags, *a):
+        raise FileExistsError(17, "File exists") if flags & os.O_EXCL else FileNotFoundError(2, "gone")
+
+    monkeypatch.setattr(lock.os, "open", never)
+    with pytest.raises(PerflabError, match="cannot open the lock file .*: set PERFLAB_LOCK_DIR to a folder every user can write"):
+        lock._open(tmp_path / "z.lock")
+
+
+def test_holder_of_an_unreadable_record_and_a_user_without_a_name(tmp_path, monkeypatch):
+    p = tmp_path / "perflab-cpu.lock"
+    p.write_text("{not json")
+    assert lock.holder(p) == ""
+    assert lock.holder(tmp_path / "missing.lock") == ""
+
+    def no_name():
+        raise KeyError("getpwuid(): uid not found: 1234")
+
+    monkeypatch.setattr(lock.getpass, "getuser", no_name)
+    assert lock._user() == ""
+
+
+@pytest.mark.slow
+def test_two_processes_measuring_the_cpu_take_turns(tmp_path):
+    (a0, a1), (b0, b1) = (spans := _two_benches(tmp_path, rep_ms=1500))[0]
+    assert a1 <= b0 or b1 <= a0, f"the two measurements overlapped: {spans}"
+    # the one that waited said so, in the readout's words, on stderr (stdout may be JSON)
+    errs = spans[1]
+    assert any("waiting for cpu: another measurement is running" in e for e in errs), errs
+
+
+@pytest.mark.slow
+def test_without_the_lock_the_same_two_measurements_overlap(tmp_path):
+    """The control: the turn-taking above is the lock's doing, not the start-up's."""
+    (a0, a1), (b0, b1) = _two_benches(tmp_path, rep_ms=800, PERFLAB_LOCK="off")[0]
+    assert a0 < b1 and b0 < a1, "without the lock the two measurements should run at the same time"
+
+
+def test_a_killed_holders_lock_is_recovered_and_predictions_never_wait(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv(lock.HELD_ENV, raising=False)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], env=_env(tmp_path), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        t0 = time.monotonic()
+        with pytest.raises(lock.LockTimeout, match=r"cpu stayed busy for \d+ s \(another measurement is running"):
+            with lock.device_lock("cpu", timeout=1.3, say=lambda text, final: said.append(text)):
+                pass
+        assert time.monotonic() - t0 >= 1.3
+        assert said and said[0].startswith("waiting for cpu: another measurement is running (")
+        assert f"pid {holder.pid}: a long measurement" in said[0] and re.search(r", \d+ s$", said[0])
+
+        # predictions only compute: they go ahead while the device is busy
+        from perflab.core.roofline import attainable_flops, matmul_intensity
+        from perflab.flops.counting import matmul_flops
+
+        t0 = time.monotonic()
+        assert attainable_flops(matmul_intensity(64, 64, 64, 4), 1e12, 1e11) > 0 and matmul_flops(2, 3, 4) == 48
+        assert time.monotonic() - t0 < 0.5
+
+        holder.send_signal(signal.SIGKILL)  # the kernel dies without releasing anything itself
+        holder.wait(timeout=10)
+        t0 = time.monotonic()
+        with lock.device_lock("cpu", timeout=2) as waited:
+            assert waited < 0.5
+        assert time.monotonic() - t0 < 1
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_the_lock_folder_and_files_are_everyones(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(tmp_path / "shared" / "locks"))
+    monkeypatch.delenv(lock.HELD_ENV, raising=False)
+    old = os.umask(0o077)  # a strict umask must not make the folder private
+    try:
+        with lock.device_lock("cpu"):
+            folder = lock.lock_dir()
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o1777
+            f = folder / "perflab-cpu.lock"
+            assert stat.S_IMODE(f.stat().st_mode) == 0o666
+            assert f"pid {os.getpid()}" in lock.holder(f)
+    finally:
+        os.umask(old)
+
+
+def test_the_lock_is_reentrant_and_children_inherit_the_hold(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv(lock.HELD_ENV, raising=False)
+    with lock.device_lock("cpu"), lock.device_lock("cpu:0", timeout=0.2):  # no waiting for itself
+        # a child (a torchrun rank, a DataLoader worker) measures under its parent's turn
+        code = "from perflab.core.lock import device_lock\nwith device_lock('cpu', timeout=0.5): print('ok')"
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "ok", out.stderr
+    assert lock.HELD_ENV not in os.environ
+
+
+def test_device_keys():
+    assert lock.device_key("cpu") == lock.device_key("cpu:0") == "cpu"
+    assert lock.device_key("mps") == "mps"
+    assert lock.device_key("cuda:1").startswith("cuda-")
+
+
+def test_a_lock_folder_nobody_can_use_is_said_once_and_the_measurement_goes_on(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(blocker / "locks"))  # under a file: cannot be created
+    monkeypatch.delenv(lock.HELD_ENV, raising=False)
+    for _ in range(2):
+        with lock.device_lock("cpu") as waited:
+            assert waited == 0.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("perflab: measuring without taking turns: cannot create the lock folder")
+    assert "set PERFLAB_LOCK_DIR to a folder every user can write" in err[0]
+
+
+def test_devices_lock_takes_every_devices_lock(tmp_path, monkeypatch):
+    """A two-GPU job holds both GPUs: a measurement on the second one waits too."""
+    monkeypatch.setenv("PERFLAB_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv(lock.HELD_ENV, raising=False)
+    code = ("import sys\nfrom perflab.core.lock import device_lock, LockTimeout\n"
+            "try:\n    with device_lock(sys.argv[1], timeout=0.3): print('free')\n"
+            "except LockTimeout as e: print('busy')")
+    env = {k: v for k, v in os.environ.items() if k != lock.HELD_ENV}
+    env["PYTHONPATH"] = str(ROOT)
+    with lock.devices_lock(["mps", "cpu"]):
+        # another user's process (not a child of the job: no inherited hold) finds both busy
+        for dev in ("cpu", "mps"):
+            out = subprocess.run([sys.executable, "-c", code, dev], env=env, capture_output=True, text=True, timeout=30)
+            assert out.stdout.strip() == "busy", (dev, out.stderr)
+        with lock.device_lock("mps", timeout=0.2):  # the job itself re-enters without waiting
+            pass
+    assert lock.HELD_ENV not in os.environ

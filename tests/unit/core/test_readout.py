@@ -1,0 +1,41 @@
+"""Tests of `perflab.core.readout`."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from perflab.core import readout
+from perflab.core.errors import InputError
+from perflab.core.grading import LabCheckError, grade
+from perflab.memory import probe
+
+
+def test_readouts_of_missing_and_extreme_values():
+    assert readout.num(True) == "True" and readout.num(float("nan")) == "n/a"
+    assert readout.num(float("inf")) == "∞" and readout.num(float("-inf")) == "-∞"
+    assert readout.seconds(None) == "n/a" and readout.seconds(2.5) == "2.50 s" and readout.seconds(3e-9) == "3.00 ns"
+    assert readout.nbytes(None) == "–"
+    r = readout.Readout("t", [("a", "1")], ["noisy: spread 30 %"])
+    assert r.noisy and r.as_dict() == {"a": "1"}
+
+
+def test_byte_readouts_and_optimizer_refusal():
+    from perflab.core.readout import binary_bytes
+
+    assert binary_bytes(None) == "–" and binary_bytes(3 * 2**30) == "3 GiB (3.22 GB)"
+    assert binary_bytes(2048) == "2 KiB" and binary_bytes(1536) == "1.5 KiB" and binary_bytes(-3 * 2**20) == "-3 MiB"
+    assert binary_bytes(2**31, decimal_too=False) == "2 GiB" and binary_bytes(12) == "12 B"
+    with pytest.raises(InputError, match="measured optimizers are adamw, adamw-fused, sgd \\(got 'lion'\\)"):
+        probe.make_optimizer("lion", [])
+
+
+def test_calling_the_perflab_function_is_refused_however_imported():
+    from perflab.core import readout
+    from perflab.core.readout import num as alias
+
+    with pytest.raises(LabCheckError, match="calls perflab's perflab.core.readout.num"):
+        grade("g", lambda x: len(alias(x)), [({"x": 1.5}, 3)], forbidden=[readout.num])
+    assert grade("g", lambda x: len(f"{x}"), [({"x": 1.5}, 3)], forbidden=[readout.num])
+    assert sys.getprofile() is None  # the watch leaves no profiler behind

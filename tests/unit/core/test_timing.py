@@ -1,0 +1,140 @@
+"""Tests of `perflab.core.timing`."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+
+from perflab.core import (
+    timing,
+)
+from perflab.core.errors import CorrectnessError
+from perflab.core.timing import BenchResult, bench, bench_checked, check_close
+
+
+def test_bench_result_spread_readout_and_long_times():
+    r = timing.BenchResult([1.0, 2.0, 4.0], label="step")
+    assert r.std_s == pytest.approx(statistics.stdev([1.0, 2.0, 4.0]))
+    assert timing.BenchResult([0.5]).std_s == 0.0
+    assert str(r).startswith("step: median 2.000 s (IQR 1.500 s, min 1.000 s, n=3) on cpu")
+    rows = timing.BenchResult([1.0, 2.0, 4.0]).readout()
+    assert rows.title == "kernel on cpu" and rows.as_dict()["median"] == "2.00 s" and rows.noisy
+
+
+def test_timings_are_written_in_seconds_milliseconds_or_microseconds():
+    from perflab.core.timing import _fmt_s
+
+    assert [_fmt_s(2.5), _fmt_s(0.0125), _fmt_s(3.2e-5)] == ["2.500 s", "12.500 ms", "32.0 µs"]
+    assert [_fmt_s(1.0), _fmt_s(1e-3)] == ["1.000 s", "1.000 ms"]  # each unit from its first whole one
+
+
+def test_timing_tolerances_and_refusals():
+    from perflab.core import timing
+
+    assert timing.default_tolerance(torch.float64) == 1e-10
+    assert timing.default_tolerance(torch.int8) == 1e-1
+    with pytest.raises(ValueError, match="warmup_ms must be ≥ 0 and rep_ms > 0"):
+        timing.bench(lambda: None, rep_ms=0, device="cpu")
+
+
+def test_bench_can_flush_the_cache_on_a_cpu_too(monkeypatch):
+    from perflab.core import timing
+
+    monkeypatch.setattr(timing, "FLUSH_BYTES", 2**20)  # small: the rule, not the size, is under test
+    monkeypatch.setattr(timing, "_flush_buffers", {})
+    x = torch.ones(256)
+    t = timing.bench(lambda: x.add_(1), warmup_ms=1, rep_ms=5, device="cpu", flush_l2=True)
+    assert t.median_s > 0 and x[0] > 1
+    assert timing._flush_buffer(torch.device("cpu")).numel() * 4 == timing.FLUSH_BYTES
+
+
+def test_result_statistics():
+    r = BenchResult([1.0, 2.0, 3.0, 4.0, 100.0], label="x")
+    assert r.median_s == 3.0 and r.min_s == 1.0 and r.max_s == 100.0 and r.n == 5
+    assert r.iqr_s == pytest.approx(4.0 - 2.0)
+    assert r.rate(6.0) == 2.0
+    d = r.as_dict()
+    assert d["median_s"] == 3.0 and d["n"] == 5
+
+
+def test_bench_measures_known_duration():
+    # a function that takes 3 ms of wall time: the median must be close to it
+    r = bench(lambda: time.sleep(0.003), warmup_ms=10, rep_ms=60, device="cpu")
+    assert 0.003 <= r.median_s < 0.0045
+    assert r.n >= 5 and r.calls_per_sample == 1
+
+
+def test_bench_batches_tiny_calls():
+    x = torch.ones(4)
+    r = bench(lambda: x.add_(1), warmup_ms=5, rep_ms=20, device="cpu")
+    assert r.calls_per_sample > 1  # a µs call is batched so the clock's resolution does not dominate
+    assert r.median_s < 1e-3
+
+
+def test_budgets_scale_repetitions():
+    short = bench(lambda: time.sleep(0.001), warmup_ms=1, rep_ms=10, device="cpu")
+    long = bench(lambda: time.sleep(0.001), warmup_ms=1, rep_ms=40, device="cpu")
+    assert long.n > short.n
+
+
+def test_grad_to_none_resets():
+    w = torch.ones(3, requires_grad=True)
+    seen = []
+
+    def step():
+        seen.append(w.grad is None)
+        (w * 2).sum().backward()
+
+    bench(step, warmup_ms=1, rep_ms=5, device="cpu", grad_to_none=[w])
+    assert seen[-1] is True  # the last timed call started from a fresh gradient
+
+
+def test_check_close_passes_and_fails():
+    a = torch.randn(32, 32)
+    ref = a.double() @ a.double()
+    assert check_close(a @ a, ref).ok
+    wrong = (a @ a).clone()
+    wrong[0, 0] += 100
+    with pytest.raises(CorrectnessError, match="relative error"):
+        check_close(wrong, ref)
+    with pytest.raises(CorrectnessError, match="shape"):
+        check_close(a[:3], ref)
+    nan = (a @ a).clone()
+    nan[1, 1] = float("nan")
+    with pytest.raises(CorrectnessError, match="NaN"):
+        check_close(nan, ref)
+
+
+def test_bench_checked_refuses_wrong_kernel():
+    a = torch.randn(16, 16)
+    with pytest.raises(CorrectnessError):
+        bench_checked(lambda: a @ a.t(), lambda: a.double() @ a.double(), device="cpu", rep_ms=5)
+    r = bench_checked(lambda: a @ a, lambda: a.double() @ a.double(), device="cpu", rep_ms=5)
+    assert r.meta["rel_error"] < 1e-5
+
+
+@pytest.mark.gpu
+def test_cuda_bench_agrees_with_triton_do_bench():
+    triton_testing = pytest.importorskip("triton.testing")
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ours = bench(lambda: a @ b, warmup_ms=100, rep_ms=500).median_s * 1e3
+    theirs = triton_testing.do_bench(lambda: a @ b, warmup=100, rep=500, return_mode="median")
+    assert ours == pytest.approx(theirs, rel=0.03)
+
+
+def test_a_slow_call_is_not_run_five_times_just_to_estimate_it():
+    # one call already fills rep_ms: the estimate stops there, so a 30 ms call costs
+    # first + 1 estimate + 1 warm-up + min_reps timed calls, not first + 5 + 1 + min_reps
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.03)
+
+    res = bench(slow, device="cpu", rep_ms=10, warmup_ms=0, min_reps=2)
+    assert res.n == 2 and len(calls) == 1 + 1 + 1 + 2, len(calls)
+    assert 0.025 < res.median_s < 0.2

@@ -1,0 +1,268 @@
+"""Tests of `perflab.flops.mfu`."""
+
+from __future__ import annotations
+
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from perflab.core import hardware
+from perflab.core.errors import InputError
+from perflab.flops import mfu
+from perflab.flops.mfu import (
+    achieved_tflops,
+    comparability,
+    implied_recompute_fraction,
+    matmul_ceiling,
+    narayanan_table1,
+    printed,
+    published_frame,
+    published_runs,
+    reproduce,
+    resolve_peak,
+    utilization,
+)
+from perflab.flops.transformer import (
+    palm_flops_per_token,
+)
+
+ROWS = [(run["id"], r) for run in published_runs() for r in reproduce(run)]
+
+
+def test_the_ceiling_is_measured_when_perflab_gemm_has_no_search_result(monkeypatch):
+    from perflab.core import measure
+    from perflab.gemm import mamf
+
+    monkeypatch.delattr(mamf, "measured_ceiling")  # an older perflab.gemm
+    monkeypatch.setattr(mfu, "_CEILINGS", {})
+    sizes = []
+
+    def measure_matmul(m, n, k, dtype, device, **kw):
+        sizes.append((m, n, k, dtype, str(device)))
+        return type("R", (), {"tflops": 1.25})()
+
+    monkeypatch.setattr(measure, "measure_matmul", measure_matmul)
+    c = mfu.matmul_ceiling("cpu", "fp32", size=64)
+    assert (c.tflops, c.source, c.size) == (1.25, "matmul", 64)
+    assert c.label == "measured matmul ceiling (largest square matmul measured here: 64³ fp32)"
+    assert mfu.matmul_ceiling("cpu", "fp32", size=64) is c and sizes == [(64, 64, 64, "fp32", "cpu")]
+
+
+def test_published_runs_refuse_a_missing_peak_and_an_unknown_convention():
+    with pytest.raises(ValueError, match="^published_runs.json: no bf16 peak for v100-sxm2-16gb in the spec table$"):
+        mfu._spec_peak("v100-sxm2-16gb", "bf16")
+    with pytest.raises(ValueError, match="^unknown convention 'chinchilla'$"):
+        mfu._compute({"inputs": {}, "convention": "chinchilla"}, "mfu")
+
+
+def test_published_run_lookups_name_the_known_runs():
+    ids = [r["id"] for r in mfu.published_runs()]
+    with pytest.raises(InputError, match=f"unknown run 'gpt-5': use one of {ids[0]}"):
+        mfu.run_description("gpt-5")
+    described = [r for r in mfu.published_runs() if "describe" in r]
+    assert described and mfu.run_description(described[0]["id"]) == described[0]["describe"]
+    bare = [r["id"] for r in mfu.published_runs() if "describe" not in r]
+    for rid in bare:
+        with pytest.raises(InputError, match="no checklist description"):
+            mfu.run_description(rid)
+
+
+@pytest.mark.parametrize("run_id,rep", ROWS, ids=[f"{i}:{r.quantity}" for i, r in ROWS])
+def test_published_figures_reproduce(run_id, rep):
+    assert rep.reproduced, (run_id, rep.quantity, rep.published, rep.computed, rep.low, rep.high)
+    assert abs(rep.computed - rep.published) <= max(0.002, 0.005 * rep.published)
+
+
+def test_every_published_figure_is_checked():
+    quantities = {(i, r.quantity) for i, r in ROWS}
+    assert ("palm-540b", "mfu") in quantities and ("korthikanti-1t", "hfu") in quantities
+    assert len(ROWS) == 15
+    df = published_frame()
+    assert df["reproduced"].dropna().all()
+
+
+def test_mfu_arithmetic():
+    assert achieved_tflops(1000, 6e9) == pytest.approx(6.0)
+    assert mfu.mfu(1000, 6e9, 12.0) == pytest.approx(0.5)
+    assert mfu.mfu(8000, 6e9, 12.0, devices=8) == pytest.approx(0.5)
+    u = utilization(1000, 6e9, peak_tflops=12, hardware_flops_per_token=8e9)
+    assert u.mfu == pytest.approx(0.5) and u.hfu == pytest.approx(2 / 3)
+    for bad in (0, -1, float("inf"), "x"):
+        with pytest.raises(InputError):
+            mfu.mfu(bad, 1e9, 100)
+    with pytest.raises(InputError):
+        mfu.mfu(1, 1, 1, devices=0)
+
+
+def test_peaks():
+    assert resolve_peak(accelerator="h100-sxm") == (989.4, pytest.approx(resolve_peak(accelerator="h100-sxm")[1]))
+    assert resolve_peak(accelerator="NVIDIA A100-SXM4-80GB")[0] == 312
+    assert resolve_peak(275)[0] == 275
+    with pytest.raises(InputError, match="unknown accelerator"):
+        resolve_peak(accelerator="tpu-v9")
+    with pytest.raises(InputError, match="no dense bf16"):
+        resolve_peak(accelerator="v100-sxm2-16gb", dtype="bf16")
+    with pytest.raises(InputError):
+        resolve_peak()
+
+
+def test_palm_hfu_implies_three_quarters_of_a_forward_recomputed():
+    """PaLM's 57.8% HFU is not reproducible from its inputs; what it implies: ≈ 75% of a forward
+    recomputed. Full rematerialization of every layer would give ≈ 61.6%, an upper bound."""
+    f = implied_recompute_fraction(0.462, 0.578)
+    assert 0.74 < f < 0.76
+    assert 0.578 < 0.462 * (1 + 1 / 3) < 0.62
+
+
+def test_printed():
+    assert printed(0.46229, 3, "truncate") == 0.462 and printed(0.30266, 3, "truncate") == 0.302
+    assert printed(0.41651, 3, "round") == 0.417
+
+
+def test_ceiling_measured_and_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))  # no MAMF search recorded here by another test
+    a = matmul_ceiling("cpu", "fp32", size=256)
+    b = matmul_ceiling("cpu", "fp32", size=256)
+    assert a is b and a.tflops > 0 and "256³" in a.label and a.source == "matmul"
+
+
+def test_ceiling_prefers_mamf(monkeypatch):
+    fake = types.ModuleType("perflab.gemm.mamf")
+    fake.measured_ceiling = lambda dev, dtype: 1.234
+    monkeypatch.setitem(sys.modules, "perflab.gemm.mamf", fake)
+    import perflab.gemm
+
+    monkeypatch.setattr(perflab.gemm, "mamf", fake, raising=False)
+    c = matmul_ceiling("cpu", "fp32", size=256)
+    assert c.tflops == 1.234 and c.source == "mamf"
+    fake.measured_ceiling = lambda dev, dtype: None  # not measured yet: fall back to a matmul
+    assert matmul_ceiling("cpu", "fp32", size=256).source == "matmul"
+
+
+def test_comparability():
+    a = {"name": "PaLM", "flops": "6N + 12LHQT", "recompute": "model", "peak": "275 bf16 dense"}
+    b = {"name": "Megatron", "flops": "eq. 7", "recompute": "model", "peak": "312 bf16 dense"}
+    df = comparability(a, b)
+    v = dict(zip(df.index, df["verdict"]))
+    assert v["Model or hardware FLOPs?"] == "same"
+    assert v["How were the FLOPs counted?"] == "differs"
+    assert v["What does the time include?"] == "unknown"
+
+
+def test_narayanan_table1_mfu_below_published_hfu():
+    """Table 1's TFLOP/s count a full recomputation (eq. 3): model FLOPs (eq. 7) are 3/4 of them up to the
+    attention term, so every row's MFU lies below its published fraction of peak (Narayanan et al. 2021, Table 1)."""
+    from perflab.flops.mfu import narayanan_table1_mfu
+
+    df = narayanan_table1_mfu()
+    assert df.attrs["peak_tflops"] == 312
+    assert ((df["MFU (eq. 7, %)"] < df["HFU (published %)"]) & (df["MFU (eq. 7, %)"] > 0.7 * df["HFU (published %)"])).all()
+    first = df.iloc[0]  # 1.7B: 137 TFLOP/s is 44% of 312
+    assert first["tflops_per_gpu"] / 312 == pytest.approx(first["peak_fraction"], abs=0.005)
+
+
+def test_handbook_estimate_example():
+    """The handbook's perl one-liner (52B, s=2048, GBS=1024, 127 s, 64 GPUs) prints 107.3 TFLOP/s with factor 4
+    (S. Bekman, Machine Learning Engineering, 'TFLOPS as a performance metric')."""
+    from perflab.flops.mfu import handbook_estimate_example
+
+    ex = handbook_estimate_example()
+    assert ex["hfu_tflops"] == pytest.approx(52 * 4 * 2 * 2048 * 1024 / (127 * 64 * 1e3))
+    assert round(ex["hfu_tflops"], 1) == 107.3
+    assert ex["mfu_tflops"] == pytest.approx(ex["hfu_tflops"] * 3 / 4)
+
+
+@pytest.mark.parametrize("row", narayanan_table1(), ids=lambda r: f"{r['params_b']}B")
+def test_narayanan_table1_peak_is_dense_bf16(row):
+    """Narayanan et al. 2021 Table 1: 'percentage of theoretical peak' = TFLOP/s per GPU / 312 (the
+    A100's dense bf16 peak, as perflab's table has it), and aggregate = per GPU × GPUs."""
+    from perflab.core.hardware import by_id
+
+    peak = by_id("a100-sxm-80gb").peak("bf16")
+    assert peak == 312
+    assert round(row["tflops_per_gpu"] / peak, 2) == row["peak_fraction"]
+    # the per-GPU column is printed as a whole number: aggregate / GPUs rounds to it
+    assert abs(row["aggregate_pflops"] * 1e3 / row["gpus"] - row["tflops_per_gpu"]) <= 0.5
+
+
+@pytest.mark.parametrize("tps,n,L,H,Q,devices,peak,pub,pub_no_attn", [
+    (238.3e3, 540.35e9, 118, 48, 256, 6144, 275, 0.462, 0.457),
+    (65.43e3, 530e9, 105, 128, 160, 2240, 312, 0.302, 0.297),
+])
+def test_palm_mfu(tps, n, L, H, Q, devices, peak, pub, pub_no_attn):
+    """PaLM §4.1 / Table 3 and Appendix B: PaLM 540B 238.3K tokens/s on 6144 TPU v4 (275 TFLOP/s)
+    → 45.7% without / 46.2% with self-attention; MT-NLG 530B 65.43K tokens/s on 2240 A100 → 29.7% / 30.2%.
+    The paper truncates to one decimal (46.23% → 46.2%, 30.27% → 30.2%)."""
+    with_attn = mfu.mfu(tps, palm_flops_per_token(n, L, H, Q, 2048), peak, devices)
+    without = mfu.mfu(tps, 6 * n, peak, devices)
+    assert printed(with_attn, 3, "truncate") == pub
+    assert printed(without, 3, "truncate") == pub_no_attn
+
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def timed(monkeypatch, tmp_path):
+    """measure_matmul that returns a chosen fastest time, with results in a fresh folder."""
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    box = {"min_s": 1e-3}
+    import perflab.core.measure as M
+
+    monkeypatch.setattr(M, "measure_matmul", lambda m, n, k, *a, **kw: SimpleNamespace(min_s=box["min_s"], n_reps=7))
+    return box
+
+
+def _est(tflops):
+    return hardware.Peaks("cpu", {"fp32": tflops}, "estimate")
+
+
+def test_a_ceiling_above_the_peak_is_questioned():
+    assert hardware.ceiling_problem(0.1, "fp32", _est(0.2)) is None
+    why = hardware.ceiling_problem(0.1698, "fp32", _est(0.1558))
+    assert why and "109 % of the estimated peak" in why and "not stored" in why
+    assert hardware.ceiling_problem(5.0, "bf16", _est(0.2)) is None  # no bf16 peak: nothing to check against
+
+
+def test_the_first_ceiling_stays_the_basis_and_a_remeasure_is_a_named_new_version(timed, monkeypatch):
+    monkeypatch.setattr(hardware, "ceiling_problem", lambda *a: None)
+    shape = (64, 128, 32)
+    b1 = mfu.mfu_basis(CPU, "fp32", shape)
+    assert b1.kind == "measured ceiling" and b1.version == 1 and b1.shape == shape
+    assert b1.tflops == pytest.approx(2 * 64 * 128 * 32 / 1e-3 / 1e12)
+    assert "64×128×32 matmul" in b1.label() and "version 1" in b1.label() and b1.when
+    timed["min_s"] = 0.5e-3  # another lesson's faster run does not replace it
+    assert mfu.mfu_basis(CPU, "fp32", shape).version == 1
+    b2 = mfu.mfu_basis(CPU, "fp32", shape, remeasure=True)
+    assert b2.version == 2 and b2.replaced and "version 1" in b2.label()
+    assert mfu.mfu_basis(CPU, "fp32", shape).tflops == pytest.approx(2 * b1.tflops)
+    assert mfu.mfu_basis(CPU, "bf16", shape).version == 1  # each dtype has its own basis
+
+
+def test_a_questioned_ceiling_is_used_named_and_not_stored(timed, monkeypatch):
+    monkeypatch.setattr(hardware, "peaks_for", lambda info: _est(1e-9))
+    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64))
+    assert b.questioned and b.version is None and "not stored" in b.label()
+    assert mfu.stored_ceilings(__import__("perflab.core.device", fromlist=["x"]).describe(CPU).slug) == {}
+
+
+def test_a_utilization_above_100_percent_never_shows_without_its_reason():
+    b = mfu.Basis(0.1, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
+    assert mfu.utilization_text(0.347, b) == "34.7 %"
+    over = mfu.utilization_text(1.04, b)
+    assert over.startswith("104 % (above 100 %") and "fp32 ceiling" in over
+    assert mfu.utilization_text(None) .startswith("unknown")
+
+
+def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypatch, tmp_path):
+    from perflab.gemm import mamf
+
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    monkeypatch.setattr(hardware, "peaks_for", lambda info: _est(1e-9))  # every real search is above this peak
+    mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", rep_ms=2, warmup_ms=1, progress=False)
+    assert mamf.measured_ceiling("cpu", "fp32") is None
+    note = mamf.ceiling_note("cpu", "fp32")
+    assert note.startswith("no measured ceiling stored") and "was not stored" in note and "estimated peak" in note

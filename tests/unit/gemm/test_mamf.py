@@ -1,0 +1,265 @@
+"""Tests of `perflab.gemm.mamf`."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from perflab.core.device import DeviceInfo, describe
+from perflab.core.dtypes import parse_dtype
+from perflab.core.errors import InputError, UnsupportedError
+from perflab.course import report as R
+from perflab.gemm import (
+    mamf,
+    shapes,
+)
+
+CPU = torch.device("cpu")
+
+
+def _ctx(quick: bool, info=None) -> R.Ctx:
+    return R.Ctx(CPU, info if info is not None else DeviceInfo("cpu", "test cpu"), quick)
+
+
+# ----------------------------------------------------------------------------- report: mamf
+def _landscape(p):
+    """A smooth made-up TFLOP/s landscape with one top at m = n = 1024, k = 1536."""
+    t = 1.0 - ((p["m"] - 1024) ** 2 + (p["n"] - 1024) ** 2 + (p["k"] - 1536) ** 2) / 2**24
+    return {"mean_tflops": t, "median_tflops": t, "max_tflops": t * 1.01}
+
+
+def _gpu_like(sms, tile, peak=989.0, bw=3350.0):
+    """A landscape with a GPU's cliffs: the tile/wave model on a roofline, times a smooth preference."""
+
+    def f(p):
+        t = shapes.predicted_time_s(p["m"], p["n"], p["k"], sms=sms, tile=tile, peak_tflops=peak, bandwidth_gbps=bw)
+        v = 2 * p["m"] * p["n"] * p["k"] / t / 1e12
+        v *= 1 - 0.05 * abs(math.log2(p["k"] / 4096)) - 0.02 * abs(math.log2(p["m"] * p["n"] / 2**25))
+        return {"mean_tflops": v, "median_tflops": v, "max_tflops": v}
+
+    return f
+
+
+def _cli_search(strategy: str, results, rng=("32", "256", "32")):
+    import json
+
+    args = [sys.executable, "-m", "perflab", "mamf", "--search", strategy, "--dtype", "fp32", "--device", "cpu",
+            "--rep-ms", "4", "--warmup-ms", "1", "--json"]
+    for ax in ("m", "n", "k"):
+        args += [f"--{ax}-range", *rng]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600, env={**os.environ, "PERFLAB_RESULTS": str(results)})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_mamf_fp8_operands_go_through_the_shared_fp8_path():
+    fp8 = parse_dtype("fp8")
+    # make_matmul builds fp8 operands; a CPU has no fp8 matmul, and says so
+    with pytest.raises(UnsupportedError, match="^fp8 matmuls need an NVIDIA GPU of compute capability 8.9"):
+        mamf._operands(16, 16, 16, fp8, torch.device("cpu"))
+    # the fp8 check compares _scaled_mm's bf16 product with float64 (torch runs _scaled_mm on a CPU too)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(32, 16, generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(16, 16, generator=g).to(torch.float8_e4m3fn).t().contiguous().t()
+    one = torch.ones(())
+
+    def fn():
+        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    assert 0 < mamf._check(fn, a, b, fp8) < 1e-2
+    with pytest.raises(Exception, match="fp8 matmul"):  # a product that is wrong is caught
+        mamf._check(lambda: 2 * fn(), a, b, fp8)
+
+
+def test_mamf_search_and_ceiling_refusals():
+    with pytest.raises(InputError, match="^every range needs at least one size$"):
+        mamf.search([], [64], [64], measure=lambda p: {})
+    empty = mamf.MamfResult(best=None, dtype="bf16", stat="mean", strategy="refine", grid_points=0, evaluated=0,
+                            measured=0, elapsed_s=0.0, interrupted=True, path=Path("unused.jsonl"))
+    with pytest.raises(ValueError, match="^save_ceiling_record needs a search that measured at least one point$"):
+        mamf.save_ceiling_record(empty, None, [[64], [64], [64]])
+
+
+def test_mamf_default_ranges():
+    gpu = mamf.default_ranges(on_gpu=True)
+    assert gpu["m"] == list(range(1024, 16385, 1024)) and gpu["n"] == gpu["k"] == gpu["m"]
+    assert gpu["n"] is not gpu["m"]
+    cpu = mamf.default_ranges(on_gpu=False)
+    assert cpu["k"] == [256, 512, 768, 1024, 1280, 1536, 1792, 2048]
+    assert mamf.default_ranges(on_gpu=True, smoke=True)["m"] == [64, 128, 192, 256]
+
+
+def test_the_mamf_part_fails_when_no_shape_can_be_measured(monkeypatch, tmp_path):
+    from perflab.gemm import mamf
+
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    real = mamf.search
+
+    def broken(p):
+        raise RuntimeError("no kernel for this shape")
+
+    monkeypatch.setattr(mamf, "search", lambda *a, **kw: real(*a, measure=broken, **kw))
+    with pytest.raises(RuntimeError, match=r"^no shape could be measured \(8 tried\)$"):
+        R.part_mamf(_ctx(quick=True, info=describe(CPU)))
+
+
+def test_the_full_mamf_part_searches_the_default_ranges_and_shows_the_stored_ceiling(monkeypatch, tmp_path):
+    from perflab.gemm import mamf
+
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    real = mamf.search
+    calls = []
+
+    def search(m, n, k, **kw):  # the real search, on a made-up landscape instead of timed matmuls
+        calls.append(kw)
+        assert m == n == k == list(range(256, 2049, 256))  # a CPU's full default ranges, every size
+        return real(m, n, k, measure=_landscape, **kw)
+
+    monkeypatch.setattr(mamf, "search", search)
+    info = describe(CPU)
+    assert mamf.measured_ceiling(info, "fp32") is None
+    out = R.part_mamf(_ctx(quick=False, info=info))
+    (kw,) = calls
+    assert kw["save_ceiling"] is True and kw["name"] == "report_mamf_fp32"
+    assert (kw["rep_ms"], kw["warmup_ms"]) == (60, 20)
+    data = out["data"]
+    assert {ax: data["best"][ax] for ax in "mnk"} == {"m": 1024, "n": 1024, "k": 1536}
+    assert data["ranges"] == {ax: [256, 2048, 8] for ax in "mnk"} and data["grid_points"] == 512
+    # the full search saved its ceiling for this device, and the report shows it as a figure
+    assert data["stored_ceiling"] == pytest.approx(1.0) == mamf.measured_ceiling(info, "fp32")
+    stored = next(f for f in out["figures"] if f["key"] == "mamf.fp32.stored")
+    assert stored["label"] == "measured ceiling fp32 (perflab mamf, stored)" and stored["value"] == pytest.approx(1.0)
+    assert out["notes"] == []
+    assert out["summary"].startswith("MAMF fp32 1 TFLOP/s at 1024×1024×1536")
+
+
+@pytest.mark.gpu
+def test_mamf_bf16_is_a_sane_fraction_of_the_spec_peak(tmp_path):
+    from perflab.core.device import describe
+    from perflab.core.hardware import peaks_for
+
+    vals = mamf.parse_range(2048, 8192, 2048)
+    r = mamf.search(vals, vals, vals, dtype="bf16", device="cuda", path=tmp_path / "m.jsonl", progress=False)
+    peak = peaks_for(describe("cuda")).get("bf16")
+    assert r.best["tflops"] > 0
+    if peak:
+        assert 0.3 < r.best["tflops"] / peak < 1.05, (r.best, peak)
+
+
+def test_parse_range():
+    assert mamf.parse_range(0, 1024, 256) == [256, 512, 768, 1024]  # mamf-finder users start at 0
+    assert mamf.parse_range(100, 100, 7) == [100]
+    for bad in ((0, 10, 0), (10, 5, 1), (0, 0, 4)):
+        with pytest.raises(InputError):
+            mamf.parse_range(*bad)
+
+
+@pytest.mark.parametrize("sms,tile", [(108, (256, 128)), (132, (128, 256)), (132, (128, 128)), (80, (256, 128)),
+                                      (114, (64, 256))])
+def test_refine_reaches_the_grid_optimum_of_a_jagged_landscape(tmp_path, sms, tile):
+    vals = mamf.parse_range(512, 6144, 512)  # 12 values per axis: 1728 shapes
+    f = _gpu_like(sms, tile)
+    brute = max(f({"m": m, "n": n, "k": k})["mean_tflops"] for m, n, k in itertools.product(vals, vals, vals))
+    r = mamf.search(vals, vals, vals, measure=f, path=tmp_path / "s.jsonl", progress=False, device="cpu")
+    assert r.best["tflops"] == pytest.approx(brute, rel=1e-12)
+    assert r.fraction < 0.25, r.fraction
+
+
+def test_grid_strategy_measures_every_shape(tmp_path):
+    vals = [256, 512, 768, 1024, 1280]
+    f = _gpu_like(108, (256, 128))
+    brute = max(f({"m": m, "n": n, "k": k})["mean_tflops"] for m, n, k in itertools.product(vals, vals, vals))
+    g = mamf.search(vals, vals, vals, measure=f, strategy="grid", path=tmp_path / "g.jsonl", progress=False,
+                    device="cpu")
+    assert g.evaluated == g.grid_points == 125 and g.best["tflops"] == pytest.approx(brute)
+
+
+def test_search_resumes_without_measuring_again(tmp_path):
+    vals = [32, 64, 96, 128, 160, 192, 224, 256]
+    f = _gpu_like(4, (32, 32), peak=1.0, bw=100.0)
+    calls = {"n": 0}
+
+    def flaky(p):
+        calls["n"] += 1
+        if calls["n"] == 40:
+            raise KeyboardInterrupt  # the learner presses stop mid-search
+        return f(p)
+
+    path = tmp_path / "s.jsonl"
+    first = mamf.search(vals, vals, vals, measure=flaky, path=path, progress=False, device="cpu")
+    assert first.interrupted and first.evaluated == 39
+    calls["n"] = 1000
+    again = mamf.search(vals, vals, vals, measure=flaky, path=path, progress=False, device="cpu")
+    assert not again.interrupted
+    full = mamf.search(vals, vals, vals, measure=f, path=tmp_path / "fresh.jsonl", progress=False, device="cpu")
+    assert again.best == full.best and again.evaluated == full.evaluated
+    assert again.measured == full.measured - 39  # nothing measured twice
+    assert calls["n"] - 1000 == again.measured
+
+
+def test_failed_points_are_recorded_and_skipped(tmp_path):
+    vals = [16, 32, 48, 64]
+
+    def sometimes_oom(p):
+        if p["m"] == 64 and p["n"] == 64:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        v = p["m"] * p["n"] * p["k"] / 1e5
+        return {"mean_tflops": v, "median_tflops": v, "max_tflops": v}
+
+    r = mamf.search(vals, vals, vals, measure=sometimes_oom, strategy="grid", path=tmp_path / "s.jsonl",
+                    progress=False, device="cpu")
+    assert r.best["m"] * r.best["n"] < 64 * 64
+    statuses = {row["status"] for row in r.rows}
+    assert statuses == {"ok", "oom"}
+
+
+@pytest.mark.slow
+def test_perflab_mamf_finds_the_brute_force_best_in_a_fraction_of_the_time(tmp_path):
+    """`perflab mamf` on real fp32 CPU matmuls at small sizes: the refined search's best is at least
+    the brute-force grid's best over the same ranges (within timing noise: 10% on a shared 2-core
+    machine), looking at a fraction of the shapes in a fraction of the time (the searches' own
+    elapsed_s, so process start-up is not counted). Retried so a busy neighbour cannot decide it."""
+    last = None
+    for attempt in range(3):
+        grid = _cli_search("grid", tmp_path / f"grid{attempt}")
+        ref = _cli_search("refine", tmp_path / f"refine{attempt}")
+        assert grid["evaluated"] == grid["grid_points"] == 512 and ref["grid_points"] == 512
+        last = (ref["best"]["tflops"], grid["best"]["tflops"], ref["evaluated"], ref["elapsed_s"], grid["elapsed_s"])
+        if (ref["best"]["tflops"] >= 0.9 * grid["best"]["tflops"] and ref["evaluated"] <= 0.5 * 512
+                and ref["elapsed_s"] < 0.6 * grid["elapsed_s"]):
+            return
+    pytest.fail(f"refined best {last[0]:.4g} vs grid best {last[1]:.4g} TFLOP/s; {last[2]} of 512 shapes; "
+                f"{last[3]:.1f} s vs {last[4]:.1f} s")
+
+
+def test_measured_ceiling_is_kept_per_device(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    assert mamf.measured_ceiling("cpu", "fp32") is None
+    r = mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", rep_ms=2, warmup_ms=1, progress=False)
+    assert r.ceiling_path is not None and r.ceiling_path.parent.parent.parent == tmp_path
+    assert mamf.measured_ceiling("cpu", "fp32") == pytest.approx(r.best["tflops"])
+    rec = mamf.ceiling_record("cpu", "fp32")
+    assert rec["m"] == r.best["m"] and rec["dtype"] == "fp32" and rec["torch_version"]
+    assert mamf.measured_ceiling("cpu", "bf16") is None  # per dtype
+
+
+def test_measure_point_checks_and_reports_three_statistics():
+    p = mamf.measure_point(64, 48, 32, "fp32", "cpu", rep_ms=3, warmup_ms=1)
+    assert p["max_tflops"] >= p["median_tflops"] > 0 and p["mean_tflops"] > 0
+    assert p["rel_error"] < 1e-5 and p["flushed_l2"] is False
+
+
+def test_bad_inputs():
+    with pytest.raises(InputError):
+        mamf.search([1], [1], [1], strategy="random", device="cpu")
+    with pytest.raises(InputError):
+        mamf.search([1], [1], [1], stat="mode", device="cpu")
+    with pytest.raises(InputError, match="GiB"):
+        mamf.search([10**6], [10**6], [10**6], dtype="fp32", device="cpu")

@@ -1,0 +1,91 @@
+"""Tests of `perflab.numa.effect`."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from perflab.numa import effect
+from perflab.numa.topology import Node, Topology
+
+
+# ----------------------------------------------------------------------------- the report
+def _cpu_ctx(quick: bool):
+    import torch
+
+    from perflab.core.device import DeviceInfo
+    from perflab.course import report as R
+
+    return R.Ctx(torch.device("cpu"), DeviceInfo("cpu", "test cpu"), quick)
+
+
+def _two_nodes() -> Topology:
+    cpus = sorted(os.sched_getaffinity(0))
+    return Topology(nodes=[Node(0, cpus[:1], 2**30), Node(1, cpus[1:] or cpus[:1], 2**30)],
+                    distances=[[10, 21], [21, 10]], gpus=[], affinity=cpus)
+
+
+@pytest.fixture
+def fake_numactl(tmp_path, monkeypatch):
+    """A numactl that drops its binding options and runs the command: the plumbing around it is
+    what is under test on a one-node machine, not the binding."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "numactl"
+    script.write_text('#!/bin/sh\necho "numactl $*" >> "$NUMACTL_LOG"\n'
+                      'while [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done\nexec "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NUMACTL_LOG", str(tmp_path / "numactl.log"))
+    return tmp_path / "numactl.log"
+
+
+def test_the_full_numa_part_measures_local_vs_remote_where_there_are_two_nodes(monkeypatch):
+    from perflab.course import report as R
+    from perflab.numa import effect
+
+    seen = []
+    monkeypatch.setattr(effect, "skip_reason", lambda topo: None)
+    monkeypatch.setattr(effect, "memory_local_vs_remote",
+                        lambda topo, nbytes: seen.append(nbytes) or {"local_gbps": 10.0, "remote_gbps": 6.0})
+    out = R.part_numa(_cpu_ctx(quick=False))
+    assert seen == [256 * 2**20] and out["notes"] == []
+    assert out["data"]["local_vs_remote"] == {"local_gbps": 10.0, "remote_gbps": 6.0}
+
+
+def test_local_vs_remote_measures_each_memory_node(fake_numactl):
+    assert effect.skip_reason(_two_nodes()) is None
+    out = effect.memory_local_vs_remote(_two_nodes(), nbytes=8 * 2**20)
+    rows = out["rows"]
+    assert [(r["cpu_node"], r["memory_node"]) for r in rows] == [(0, 0), (0, 1)]
+    assert all(r["gbps"] > 0 and r["ns_per_random_read"] > 0 for r in rows), rows
+    calls = [c.split()[1:3] for c in fake_numactl.read_text().splitlines() if c.startswith("numactl ")]
+    first = min(os.sched_getaffinity(0))  # node 0's first CPU, for both: only the memory moves
+    assert calls == [[f"--physcpubind={first}", "--membind=0"], [f"--physcpubind={first}", "--membind=1"]], calls
+
+
+def test_remote_over_local_reads_measured_rows_and_published_matrices():
+    from perflab.numa import effect
+
+    rows = [{"cpu_node": 0, "memory_node": 0, "ns": 100.0}, {"cpu_node": 0, "memory_node": 1, "ns": 150.0},
+            {"cpu_node": 0, "memory_node": 2, "error": "numactl: no such node"},
+            {"cpu_node": 1, "memory_node": 1, "ns": 50.0}, {"cpu_node": 1, "memory_node": 0, "ns": True}]
+    # local mean (100 + 50) / 2 = 75, remote 150 (the failed and non-numeric rows left out)
+    assert effect.remote_over_local(rows, "ns") == pytest.approx(2.0)
+    assert effect.remote_over_local(rows[:1], "ns") is None            # no remote row
+    assert effect.remote_over_local(rows[1:3], "ns") is None           # no local row
+    assert effect.remote_over_local([{"ns": 1.0}], "ns") is None        # rows with no nodes
+    assert effect.remote_over_local([], "ns") is None
+
+
+def test_measured_tables_label_each_row_and_say_why_one_failed():
+    from perflab.numa import effect
+
+    lat, bw = effect.measured_tables([
+        {"cpu_node": 0, "memory_node": 0, "gbps": 12.345, "ns_per_random_read": 3.21},
+        {"cpu_node": 0, "memory_node": 1, "error": "numactl: node 1 has no memory"}])
+    assert lat == {"cores on node 0, memory on node 0 (local)": "3.2 ns per independent random read",
+                   "cores on node 0, memory on node 1 (remote)": "failed: numactl: node 1 has no memory"}
+    assert bw["cores on node 0, memory on node 0 (local)"] == "12 GB/s copy (read + write), one core"
+    assert effect.measured_tables([]) == ({}, {})

@@ -1,0 +1,171 @@
+"""Tests of `perflab.profiling.diagnose`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from clirun import perflab
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from perflab.cli import main
+from perflab.profiling import diagnose
+from perflab.profiling.diagnose import CAUSES, NONE_THRESHOLD
+from perflab.profiling.faults import EXPECTED
+from perflab.profiling.trace import synthetic_step
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+
+
+TRACES = CORPUS / "traces"
+
+
+def _gpu_step(kernels, host):
+    """A one-step GPU trace (1 ms): kernels [(ts, dur)] on a stream, host events [(name, cat, ts, dur)]."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 1000.0}]
+    ev += [{"ph": "X", "cat": "kernel", "name": "kernel_mm", "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": {}}
+           for ts, dur in kernels]
+    ev += [{"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur} for name, cat, ts, dur in host]
+    return {"traceEvents": ev}
+
+
+pytest.importorskip("hypothesis", reason="hypothesis is not installed: pip install -e '.[test]'")
+
+
+SETTINGS = settings(max_examples=60, deadline=None, database=None,  # no .hypothesis folder in the checkout
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def planted_traces(draw):
+    """A CPU trace of 1-4 ProfilerStep ranges, each a row of compute ops (100 µs - 3 ms) with idle gaps
+    planted between them: under a DataLoader fetch, under an `aten::item` sync, or under nothing."""
+    n_steps = draw(st.integers(1, 4))
+    ev, t = [], 0
+    planted = {"data_wait": 0.0, "host_sync": 0.0, "none": 0.0}
+    for s in range(n_steps):
+        start = t
+        body = []
+        for _ in range(draw(st.integers(2, 12))):
+            dur = draw(st.integers(100, 3000))
+            body.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t, "dur": dur})
+            t += dur
+            kind = draw(st.sampled_from(["none", "data_wait", "host_sync", None, None]))
+            if kind is not None:
+                gap = draw(st.integers(50, 5000))
+                name = {"data_wait": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                        "host_sync": "aten::item"}.get(kind)
+                if name:
+                    body.append({"ph": "X", "cat": "user_annotation" if kind == "data_wait" else "cpu_op",
+                                 "name": name, "pid": 1, "tid": 1, "ts": t, "dur": gap})
+                planted[kind] += gap * 1e-6
+                t += gap
+                dur = draw(st.integers(100, 3000))  # a step ends on an op: every gap sits between two ops
+                body.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t, "dur": dur})
+                t += dur
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 1}", "pid": 1, "tid": 1,
+                   "ts": start, "dur": t - start})
+        ev += body
+        t += draw(st.integers(0, 2000))  # time between steps is outside every step
+    return {"traceEvents": ev}, n_steps, planted
+
+
+def test_a_trace_with_no_steps_at_all_says_its_figures_are_per_trace():
+    d = diagnose.diagnose(TRACES / "inference_no_steps.json")
+    assert not d.per_step and d.steps == 1 and "whole trace" in d.summary()
+    assert d.as_json()["per_step"] is False
+
+
+def test_the_array_form_and_gzip_bytes_under_json_give_the_same_answer_as_the_plain_file():
+    plain = diagnose.diagnose(TRACES / "no_schedule_steps.json").as_json()
+    for name in ("json_array.json", "gzip_bytes_named.json"):
+        other = diagnose.diagnose(TRACES / name).as_json()
+        assert other["step_s"] == plain["step_s"] and other["device_busy"] == plain["device_busy"], name
+
+
+def test_an_unterminated_array_is_read_as_the_chrome_format_allows(tmp_path):
+    text = (TRACES / "json_array.json").read_text().rstrip()
+    f = tmp_path / "open.json"
+    f.write_text(text[:-1].rstrip() + ",\n")  # no closing bracket, a trailing comma
+    assert diagnose.diagnose(f).step_s == diagnose.diagnose(TRACES / "json_array.json").step_s
+
+
+def test_tensorboard_handler_folders_plain_and_gzip():
+    for folder in ("tb_handler", "tb_handler_gz"):
+        d = diagnose.diagnose(next((TRACES / folder).iterdir()))
+        assert d.steps == 2 and d.step_source == "ProfilerStep markers"
+        r = perflab("profile", "--trace", str(TRACES / folder), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["steps"] == 2
+
+
+def test_the_planted_data_wait_of_a_plain_script_is_named():
+    d = diagnose.diagnose(TRACES / "data_wait.json")
+    # the script's DataLoader sleeps 2 ms per sample, 8 samples a batch: at least 16 ms per step
+    assert d.top is not None and d.top.cause == "data_wait" and d.top.seconds >= 0.016
+    assert d.steps == 3
+
+
+def test_a_wait_that_ended_before_the_gap_is_not_its_evidence():
+    # the device idles 100-800 µs; a long sync covers it, a short item() inside it ended long before
+    d = diagnose.diagnose(_gpu_step([(0, 100), (800, 200)], [("cudaStreamSynchronize", "cuda_runtime", 0, 900),
+                                                               ("aten::item", "cpu_op", 10, 10)]))
+    assert [(c.cause, round(c.seconds * 1e6, 6)) for c in d.causes] == [("host_sync", 700.0)]
+    assert d.causes[0].evidence == [{"op": "cudaStreamSynchronize", "seconds": pytest.approx(7e-4), "count": 1}]
+
+
+def test_a_wait_that_only_touches_the_gap_still_names_it():
+    # the sync starts the instant the device resumes: no overlap, but the only wait at the gap
+    d = diagnose.diagnose(_gpu_step([(0, 100), (800, 200)], [("aten::item", "cpu_op", 800, 50)]))
+    assert [(c.cause, round(c.seconds * 1e6, 6)) for c in d.causes] == [("host_sync", 700.0)]
+    assert d.unattributed_s == 0.0
+
+
+@pytest.mark.parametrize("on_gpu", [False, True], ids=["cpu", "gpu"])
+@pytest.mark.parametrize("cause", [None, *CAUSES])
+def test_diagnose_names_the_cause_of_a_hand_built_trace(cause, on_gpu):
+    d = diagnose.diagnose(synthetic_step(cause, on_gpu=on_gpu))
+    assert d.steps == 2 and math.isclose(d.step_s, 0.010)
+    if cause is None:
+        assert d.significant() == [] and d.device_busy > 0.85
+    else:
+        assert d.top.cause == cause and d.top.share > 0.25, d.summary()
+        assert d.device_busy < 0.7
+        assert d.top.evidence and d.top.evidence[0]["seconds"] > 0
+
+
+def test_gpu_host_sync_gap_starts_where_the_sync_returns():
+    # on a GPU the device idles *after* cudaStreamSynchronize returns: no overlap, still host_sync
+    d = diagnose.diagnose(synthetic_step("host_sync", on_gpu=True))
+    names = {e["op"] for e in d.top.evidence}
+    assert "cudaStreamSynchronize" in names or "aten::item" in names
+
+
+@pytest.mark.parametrize("fault", ["none", "loader", "sync", "launch"])
+def test_each_planted_fault_is_the_top_cause(fault, tmp_path, capsys):
+    trace = tmp_path / f"{fault}.json"
+    assert main(["profile", "--fault", fault, "--steps", "2", "--trace-out", str(trace), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trace_file"] == str(trace) and trace.is_file()
+    causes = out["causes"]
+    if fault == "none":  # nothing worth chasing: no cause above the stated threshold (10% of the step)
+        assert all(c["share"] < NONE_THRESHOLD for c in causes), causes
+    else:
+        assert causes[0]["cause"] == EXPECTED[fault] and causes[0]["share"] >= NONE_THRESHOLD, causes
+
+
+@SETTINGS
+@given(planted_traces())
+def test_planted_idle_gaps_are_diagnosed_within_tolerance(case):
+    trace, n_steps, planted = case
+    d = diagnose.diagnose(trace)
+    assert d.steps == n_steps
+    got = {c.cause: c.seconds for c in d.causes}
+    tol = 1e-6  # the trace's timestamps are whole microseconds
+    for cause in ("data_wait", "host_sync"):
+        assert math.isclose(got.get(cause, 0.0), planted[cause] / n_steps, abs_tol=tol), (cause, got, planted)
+    assert math.isclose(d.unattributed_s, planted["none"] / n_steps, abs_tol=tol)
+    assert math.isclose(d.idle_s, sum(planted.values()) / n_steps, abs_tol=tol)

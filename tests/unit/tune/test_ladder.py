@@ -1,0 +1,42 @@
+"""Tests of `perflab.tune.ladder`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from perflab.core.errors import InputError
+from perflab.tune import ladder, runner
+from perflab.tune.ladder import preset as tune_preset
+
+CPU = torch.device("cpu")
+
+
+SMOKE = tune_preset("smoke")
+
+
+def test_the_ladder_refuses_a_model_that_is_not_gpt_shaped():
+    with pytest.raises(InputError, match="GPT-shaped models"):
+        runner.build(replace(SMOKE.cfg, positions="rotary"), runner.StepConfig(), CPU)
+
+
+def test_every_rung_names_its_change_and_its_lesson():
+    assert ladder.RUNG_NAMES[0] == "baseline" and len(set(ladder.RUNG_NAMES)) == len(ladder.RUNGS) == 10
+    for r in ladder.RUNGS:
+        assert r.changes and r.why and r.lesson[:2].isdigit(), r
+
+
+@pytest.mark.parametrize("text,want", [("sdpa,compile", ("baseline", "sdpa", "compile")),
+                                       ("baseline, Batch", ("baseline", "batch")), (None, ladder.RUNG_NAMES)])
+def test_rungs_are_parsed_in_order_with_the_baseline_first(text, want):
+    assert ladder.parse_rungs(text) == want
+
+
+@pytest.mark.parametrize("text,msg", [("flash", "unknown rung 'flash'"), ("sdpa,sdpa", "named twice"),
+                                      ("sdpa,baseline", "must come first"), (",", "empty")])
+def test_bad_rungs_are_one_line(text, msg):
+    with pytest.raises(InputError, match=msg) as e:
+        ladder.parse_rungs(text)
+    assert "\n" not in str(e.value)
