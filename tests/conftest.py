@@ -50,6 +50,20 @@ def _isolated_results(tmp_path_factory):
         os.environ["PERFLAB_RESULTS"] = old
 
 
+@pytest.fixture(autouse=True)
+def _fresh_grading_and_figures():
+    """Every test starts with no recorded lab checks and leaves no open figure (a lab's checks record
+    their verdicts in one module-level table; a test must not read another's)."""
+    from perflab.core import grading
+
+    grading.reset()
+    yield
+    grading.reset()
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def has_cuda() -> bool:
     try:
         import torch

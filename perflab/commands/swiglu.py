@@ -35,7 +35,7 @@ def run(args) -> int:
     tokens = args.tokens or (8192 if dev.type == "cuda" else 256)
     if args.tokens is None and dev.type != "cuda":
         sys.stderr.write(f"perflab swiglu: no GPU here, measuring at --tokens {tokens} on the CPU (pass --tokens to change)\n")
-    s = search(args.hidden, tokens, widths=args.widths, radius=args.radius, step=args.step, dtype=dt,
+    s = search(args.hidden, tokens, widths=args.widths, radius=args.radius, step=args.step, dtype=dt.name,
                device=dev, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=not args.json)
     out = s.as_dict()
     base = s.baseline_row

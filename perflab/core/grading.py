@@ -461,7 +461,7 @@ def hidden(name: str, student: Callable[..., Any], reference: Callable[..., Any]
     """Grade `student` on grading inputs (drawn per learner by `perflab grade`, never shipped): each
     answer within tolerance of perflab's reference, or of one of several accepted references.
     Records `name`; raises LabCheckError on the first wrong answer."""
-    refs = list(reference) if isinstance(reference, (list, tuple)) else [reference]
+    refs: list[Callable[..., Any]] = list(reference) if isinstance(reference, (list, tuple)) else [reference]  # type: ignore[list-item]
     for inp in inputs:
         got = attempt(name, student, what=str(inp), **inp)
         if got is NOT_DONE:

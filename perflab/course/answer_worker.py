@@ -33,6 +33,7 @@ _EXIT_BLOCKED = 90
 
 
 def _read():
+    assert _IN is not None, "main() sets the request stream first"
     head = _IN.read(4)
     if len(head) < 4:
         return None
@@ -97,7 +98,7 @@ def _disarm(forbidden):
         if inspect.isclass(obj):  # its own methods (a lab lists no class that perflab's helpers build on)
             targets = [v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in vars(obj).values()]
         elif obj is not None:
-            targets = [inspect.unwrap(obj)]
+            targets = [inspect.unwrap(obj)]  # type: ignore[arg-type]
         for fn in targets:
             if inspect.isfunction(fn) and not fn.__code__.co_freevars:
                 code = _tripwire(min(i, 99))
@@ -107,7 +108,8 @@ def _disarm(forbidden):
 
 def _module_of(path):
     for name, mod in list(sys.modules.items()):
-        if getattr(mod, "__file__", None) and os.path.realpath(mod.__file__) == path:
+        file = getattr(mod, "__file__", None)
+        if file and os.path.realpath(file) == path:
             return name
     return None
 
@@ -164,6 +166,8 @@ def main():
     sys.stdout = sys.stderr
     _IN = sys.stdin.buffer
     setup = _read()
+    if not isinstance(setup, dict):  # the judge closed the pipe before sending the setup
+        return 2
     if setup.get("path"):  # the folder of the judge's own perflab (a release, a checkout)
         sys.path.insert(0, setup["path"])
     for line in setup["preload"]:  # the submission's own import statements, and the lab's modules

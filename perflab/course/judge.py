@@ -13,7 +13,7 @@ verdict comes from here, a *judge* process that runs no learner code:
    another process or ctypes;
 3. it runs the lab's own checks here (the `judge(answers, rng)` of each lab module), with each
    learner function replaced by a proxy that asks the worker to call it: the checks' cases, then
-   inputs drawn from a seed the learner never sees (the grader's secret, the learner's name, the
+   inputs drawn from a random seed the learner never sees (the grader's secret, the learner's name, the
    lab), compared here with perflab's references (`REFERENCES`); measured answers are compared with
    numbers this process measures itself;
 4. the states of the checks, kept in this process's `grading` module, are the verdict.
@@ -345,6 +345,19 @@ def _hashable(x: Any) -> Any:
     return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
 
 
+def _slow_data_audit() -> dict[str, Any]:
+    from perflab.audit import examples
+    from perflab.audit.run import run_audit
+    from perflab.audit.target import target_from
+
+    audit = run_audit(target_from(examples.slow_data_step(True), "tiny GPT, slow DataLoader"), device="cpu",
+                      steps=2, explain_breaks=False)
+    return audit.json
+
+
+MEASUREMENTS: dict[str, Callable[[], Any]] = {"slow_data_audit": _slow_data_audit}
+
+
 class Answers(Mapping[str, Any]):
     """The learner's answers as the lab's `judge` sees them: `answers["fn"]` is a proxy that calls
     the learner's function in the worker; `answers.value("x")` reads a top-level value there."""
@@ -412,6 +425,13 @@ class Answers(Mapping[str, Any]):
 
         proxy.__name__ = proxy.__qualname__ = name
         return proxy
+
+    def measure(self, name: str) -> Any:
+        """A measurement a lab's `judge` needs from a layer above its own, made here, in the grader's
+        process (`MEASUREMENTS`): lab 11's audit exercise reads an audit of `perflab.audit.examples`."""
+        if name not in MEASUREMENTS:
+            raise KeyError(f"no measurement {name!r} for a lab's judge")
+        return MEASUREMENTS[name]()
 
     def value(self, name: str, default: Any = None) -> Any:
         if name not in self.where:
@@ -530,8 +550,9 @@ def main() -> int:
                                    cpu_s=int(job.get("cpu_s", 600)), threads=int(job.get("threads", 1)))
     except Exception as e:  # noqa: BLE001 - the judge's own failure: an error grade that says so
         outcome, message = "error", f"the grader failed: {type(e).__name__}: {_first(str(e))}"
-    sys.__stdout__.write(job["nonce"] + json.dumps({"outcome": outcome, "message": message}) + "\n")
-    sys.__stdout__.flush()
+    out = sys.__stdout__ or sys.stdout
+    out.write(job["nonce"] + json.dumps({"outcome": outcome, "message": message}) + "\n")
+    out.flush()
     return 0
 
 

@@ -122,7 +122,7 @@ HELPERS = ("index_or_none", "modulus")
 
 
 def grading_inputs(rng) -> list[dict]:
-    """perm[i] for sizes and seeds drawn per learner: just above and below powers of two, and others."""
+    """perm[i] for sizes and random seeds drawn per learner: just above and below powers of two, and others."""
     out = []
     for _ in range(6):
         k = rng.randint(2, 14)

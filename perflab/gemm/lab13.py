@@ -200,8 +200,10 @@ def _probe(update, init_state) -> str | None:
     return None
 
 
-def check_online_softmax(init_state: Callable[..., Any], update: Callable[..., Any]):
-    """Run the learner's loop on the hidden cases against SDPA; raise LabCheckError with a hint if wrong."""
+def check_online_softmax(init_state: Callable[..., Any], update: Callable[..., Any],
+                         cases: list[dict[str, Any]] | None = None):
+    """Run the learner's loop on the hidden cases (`cases`, default CASES) against SDPA; raise
+    LabCheckError with a hint if wrong."""
     import torch
 
     got = attempt(NAME, init_state, 4, 64)
@@ -215,7 +217,8 @@ def check_online_softmax(init_state: Callable[..., Any], update: Callable[..., A
         raise fail(NAME, hint)
     results = []
     worst = None
-    for case in CASES:
+    cases = CASES if cases is None else cases
+    for case in cases:
         q, k, v = make_inputs(case)
         o = forward(init_state, update, q, k, v, causal=case["causal"], block_m=case["block_m"],
                     block_n=case["block_n"])
@@ -232,5 +235,27 @@ def check_online_softmax(init_state: Callable[..., Any], update: Callable[..., A
         shown = "NaN or inf" if math.isinf(err) else f"{err:.3g}"
         raise fail(NAME, f"on a hidden case ({where}) your O differs from SDPA's by {shown} (allowed "
                          f"{tolerance(case['dtype']):.3g}). Hint: {_diagnose(results)}")
-    print(f"✓ {NAME}: matches scaled_dot_product_attention on {len(CASES)} hidden cases")
+    print(f"✓ {NAME}: matches scaled_dot_product_attention on {len(cases)} hidden cases")
     return record(NAME, True)
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("init_state", "update")
+REFERENCES = {"online_softmax": reference}
+FORBIDDEN = (reference, forward)
+
+
+def grading_inputs(rng) -> list[dict[str, Any]]:
+    """Cases drawn per learner, beside the lab's own: odd lengths, both head dimensions, causal and
+    not, fp16 and bf16, tile sizes that do not divide the length."""
+    out = []
+    for _ in range(3):
+        out.append(dict(s=2 * rng.randint(16, 150) + 1, d=rng.choice((64, 128)), causal=rng.random() < 0.5,
+                        dtype=rng.choice(("fp16", "bf16")), block_m=rng.choice((16, 32, 64)),
+                        block_n=rng.choice((16, 32, 64)), kind=rng.choice(("normal", "negative")),
+                        seed=rng.randint(10, 10**6)))
+    return out
+
+
+def judge(answers, rng) -> None:
+    check_online_softmax(answers["init_state"], answers["update"], CASES + grading_inputs(rng))

@@ -8,7 +8,7 @@ found from evidence alone, graded on what was found and what each fix recovered.
   with any set of regressions switched on; its instruments (phase timer, profiler op table and
   lesson 09's diagnosis, DataLoader wait, gc and thread counters); parity of the loss; the costs
   of the regressions, measured with interleaved repeats
-- `draw`: a learner's k regressions, drawn from a seed of their user name and the course's salt,
+- `draw`: a learner's k regressions, drawn from a random seed made of their user name and the course's salt,
   kept encoded; the teacher's view of every learner's draw
 - `report`: the learner's claims (category, evidence, fix), graded: precision, recall, each fix's
   recovery measured in a process of its own, loss parity, fixes that change the model

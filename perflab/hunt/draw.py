@@ -1,12 +1,12 @@
-"""A learner's hidden regressions: k of the pool, drawn by a seed of their user name and the course's salt.
+"""A learner's hidden regressions: k of the pool, drawn by a random seed made of their user name and the course's salt.
 
     >>> d = draw_for("ada")                # k = 3 from the whole pool, stable for "ada"
     >>> d                                   # Draw(k=3, token='…'): the names are not shown
     >>> d.step()                            # the learner's step, regressions on (perflab.hunt.step.HuntStep)
     >>> teacher_view(["ada", "bob"])       # the teacher sees each learner's draw
 
-The seed is sha256(user, salt), as lesson 09's shuffles (`perflab.core.grading.shuffled_order`).
-The pool is shuffled once by that seed; the draw is the first k members of that order that this
+The random seed is sha256(user, salt), as lesson 09's shuffles (`perflab.core.grading.shuffled_order`).
+The pool is shuffled once by that random seed; the draw is the first k members of that order that this
 machine can host (their measured cost reaches `perflab.hunt.pool.KEEP_SHARE`, when costs are
 given) and that do not set a knob an earlier one set. A regression that costs nothing here is thus
 redrawn: the next in the learner's order takes its place.
@@ -71,7 +71,7 @@ def _key(seed: int, n: int) -> bytes:
     out = b""
     i = 0
     while len(out) < n:
-        out += hashlib.sha256(f"{seed}:{i}".encode()).digest()
+        out += hashlib.sha256(":".join((str(seed), str(i))).encode()).digest()
         i += 1
     return out[:n]
 

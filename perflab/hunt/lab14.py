@@ -22,7 +22,7 @@ from perflab.hunt.pool import NAMES, regression
 def _key(draw: Any, name: str) -> str:
     import hashlib
 
-    return hashlib.sha256(f"{draw.seed}:{name}".encode()).hexdigest()[:12]
+    return hashlib.sha256(":".join((str(draw.seed), name)).encode()).hexdigest()[:12]
 
 
 @dataclass
@@ -145,14 +145,15 @@ def _categories(claims) -> set[str]:
     return {c.category for c in parse_claims(claims)}
 
 
-def check_read_evidence(student: Callable[[dict[str, Any]], Any]) -> Verdict:
-    """Run `read_evidence` on hidden draws' evidence: its categories must be exactly the planted ones."""
+def check_read_evidence(student: Callable[[dict[str, Any]], Any], draws: list[tuple[str, ...]] | None = None) -> Verdict:
+    """Run `read_evidence` on hidden draws' evidence (`draws`, default eight drawn with the lab's own
+    seed): its categories must be exactly the planted ones."""
     from perflab.core.errors import InputError
     from perflab.hunt.report import load_signatures, synthetic_evidence
 
     name = "read_evidence"
     sig = load_signatures()
-    draws = _hidden_draws()
+    draws = _hidden_draws() if draws is None else draws
     for i, planted in enumerate(draws):
         ev = synthetic_evidence(planted, sig)
         got = attempt(name, student, ev, what=f"hidden draw {i + 1}")
@@ -214,3 +215,16 @@ def reveal(hunt: Hunt):
     return pd.DataFrame([{"regression": n, "category": regression(n).category,
                           "cost here": percent(costs[n]),
                           "instrument": regression(n).instrument} for n in reveal_draw(hunt.draw)])
+
+
+# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+LEARNER_ANSWERS = ("read_evidence",)
+REFERENCES: dict = {}  # no formula: the planted causes of each hidden draw are the answer
+FORBIDDEN: tuple = ()  # no perflab function maps evidence to causes
+
+
+def judge(answers, rng) -> None:
+    """`read_evidence` on hidden draws drawn for this learner by the grader (evidence composed from the
+    recorded signatures): exactly the planted causes on each. The live report on the learner's own step
+    stays the notebook's check (`check_report`): it re-measures a step, which the grader does not."""
+    check_read_evidence(answers["read_evidence"], _hidden_draws(seed=rng.randint(0, 2**31)))

@@ -11,7 +11,7 @@ The step is perflab's: the capstone's GPT-shaped CPU model (`perflab.tune.ladder
 sizes of `SIZES`), sequences read through a DataLoader from a data set whose reads wait on
 "storage" (a sleep stands for the read, as in lesson 07), next-token cross-entropy, backward,
 gradient clipping to a global norm, AdamW. Two worker processes read ahead; they stay up across
-epochs. Every configuration starts from the same weights (seed 0) and reads the same sequences in
+epochs. Every configuration starts from the same weights (random seed 0) and reads the same sequences in
 the same order, so the loss after N steps is the same with or without any regression: a fix that
 moves it beyond fp32's tolerance (`perflab.compiler.parity`) changed the model.
 

@@ -212,7 +212,7 @@ HELPERS = ("learner_seed", "_letters", "fix_choices", "allowance_trace", "hidden
 
 def judge(answers, rng) -> None:
     """name_cause on the hand-built traces and on live ones profiled here, in an order and from a
-    seed drawn per learner; the fixes (letters in this learner's shuffle) read from the notebook."""
+    random seed drawn per learner; the fixes (letters in this learner's shuffle) read from the notebook."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="perflab-lab09-") as folder:

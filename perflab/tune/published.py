@@ -53,6 +53,7 @@ def frame():
     for r in rows():
         v = seconds(r["value"]) if r["unit"].startswith("s ") else f"{r['value']:g} {r['unit']}"
         out.append({"Published": r["figure"], "value": ("~" if r.get("approximate") else "") + v,
-                    "model": r["model"], "hardware": r["hardware"], "source": f"{r['project']}, {r['section']} ({r['url']})",
+                    "model, hardware": f"{r['model']}, {r['hardware']}",
+                    "source": f"{r['project']}, {r['section']} ({r['url']})",
                     "date": r["date"]})
     return pd.DataFrame(out)

@@ -8,7 +8,7 @@ from clirun import perflab
 
 pytest.importorskip("transformers")
 
-FACTORIES = Path(__file__).resolve().parents[2] / "unit" / "audit" / "factories.py"
+FACTORIES = Path(__file__).resolve().parents[1] / "unit" / "audit" / "factories.py"
 SMALL = ["--hf-set", "n_layer=1", "n_embd=16", "n_head=2", "vocab_size=64", "n_positions=16"]
 
 

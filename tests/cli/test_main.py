@@ -54,7 +54,11 @@ def test_mamf_json_on_cpu(tmp_path):
     assert {"m", "n", "k", "tflops", "mean", "median", "max"} <= set(b)
     assert b["m"] in (32, 64, 96) and b["k"] in (32, 64) and b["max"] >= b["median"] > 0
     assert d["grid_points"] == 18 and d["evaluated"] <= 18 and d["ranges"]["m"] == [32, 96, 3]
-    assert d["ceiling_file"] and json.loads(open(d["ceiling_file"]).read())["fp32"]["best"]["tflops"] == b["tflops"]
+    entry = json.loads(open(d["ceiling_file"]).read())["fp32"]
+    if "best" in entry:  # stored as this device's fp32 ceiling
+        assert entry["best"]["tflops"] == b["tflops"]
+    else:  # above this CPU's estimated peak (a tiny matmul in cache, a boost clock above the one read): questioned
+        assert entry["last"]["tflops"] == b["tflops"] and "cannot exceed the peak" in entry["last"]["questioned"]
     # resumable: the same command measures nothing new
     again = json.loads(perflab_cli(*args, env=env).stdout)
     assert again["measured"] == 0 and again["best"] == b

@@ -1,8 +1,5 @@
-"""Lab 12's bubble in both of the field's conventions: idle over the whole step, (p−1)/(m+p−1), and
-Megatron-LM's idle over the ideal time, (p−1)/m. Either passes when the learner names it; each is
-refused, with the hint that names the other, when the learner names the wrong one; plausible wrong
-answers in the "ideal" convention are refused with their own hints.
-"""
+"""Lab 12: its checks accept the reference answer in either of the bubble's conventions and reject each
+plausible mistake with a hint; FSDP's bytes graded live."""
 
 from __future__ import annotations
 

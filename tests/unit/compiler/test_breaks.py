@@ -1,8 +1,5 @@
-"""perflab.compiler.breaks on a graph break inside a loop: one `print` in a child module that the
-forward calls three times. Breaks are counted once per site (with how often the site runs); graphs
-and ops are what the compiler really made, as torch._dynamo.explain and a counting backend see them
-in a training step (gradients on).
-"""
+"""Tests of `perflab.compiler.breaks`: graph breaks read from dynamo's log and from the compiler's own
+graphs (a break inside a loop counted once per site, the graphs and ops the compiler really made)."""
 
 from __future__ import annotations
 

@@ -237,14 +237,14 @@ def test_in_a_kernel_a_wrong_answer_is_one_short_error_and_the_run_stops(tmp_pat
     assert after["outputs"] == []  # the notebook stopped at the wrong answer
 
 
-def _ref(a: int, b: int) -> int:
+def _hidden_ref(a: int, b: int) -> int:
     return a * b + 1
 
 
 def test_a_right_answer_passes_on_the_grading_inputs():
     grading.reset()
     inputs = [{"a": grading.draw_int(random.Random(k), 1, 10**6), "b": k} for k in range(5)]
-    assert grading.hidden("mul", lambda a, b: a * b + 1, _ref, inputs)
+    assert grading.hidden("mul", lambda a, b: a * b + 1, _hidden_ref, inputs)
     assert grading.summary() == {"mul": "passed"}
 
 
@@ -252,7 +252,7 @@ def test_a_lookup_table_fails_on_inputs_it_has_not_seen():
     grading.reset()
     table = {(2, 3): 7}
     with pytest.raises(grading.LabCheckError, match="wrong on the grading inputs"):
-        grading.hidden("mul", lambda a, b: table.get((a, b), 0), _ref, [{"a": 2, "b": 3}, {"a": 5, "b": 7}])
+        grading.hidden("mul", lambda a, b: table.get((a, b), 0), _hidden_ref, [{"a": 2, "b": 3}, {"a": 5, "b": 7}])
     assert grading.summary() == {"mul": "wrong"}
 
 
@@ -262,9 +262,9 @@ def test_a_stub_is_not_done_and_one_of_several_references_is_enough():
     def stub(a, b):
         raise NotImplementedError
 
-    assert not grading.hidden("mul", stub, _ref, [{"a": 1, "b": 1}])
+    assert not grading.hidden("mul", stub, _hidden_ref, [{"a": 1, "b": 1}])
     assert grading.summary() == {"mul": "not done"}
-    assert grading.hidden("either", lambda a, b: a * b, [_ref, lambda a, b: a * b], [{"a": 4, "b": 5}])
+    assert grading.hidden("either", lambda a, b: a * b, [_hidden_ref, lambda a, b: a * b], [{"a": 4, "b": 5}])
 
 
 def test_drawn_sizes_stay_in_range_and_spread_over_decades():

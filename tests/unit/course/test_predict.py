@@ -1,5 +1,5 @@
-"""Predictions typed after their result was shown are marked late and left out of the calibration.
-"""
+"""Tests of `perflab.course.predict`: predictions asked, revealed, scored and calibrated (a prediction
+typed after its result was shown is marked late and left out of the calibration)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ import json
 import pytest
 
 from perflab.course import predict as P
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    P.reset()
+    yield
+    P.reset()
 
 
 # ----------------------------------------------------------------------------- predictions

@@ -1,6 +1,5 @@
-"""Lesson 10 §6 names the limits that keep the fused kernel's next block off an SM from the compiled
-kernel itself: every limit that allows no more blocks, not one chosen by hand.
-"""
+"""Tests of `perflab.gemm.triton_fused`: the fused bias + GeLU checked in the interpreter, compiled for
+sm_80 and sm_90, and the limits that keep its next block off an SM named as the compiler reports them."""
 
 from __future__ import annotations
 
