@@ -6,16 +6,7 @@ import json
 
 from clirun import perflab
 
-
-def _timed_out_job(target, nproc, backend):
-    """What perflab.distributed.torchrun.launch returns when every rank is still in its second step at the timeout."""
-    from perflab.distributed.torchrun import BackendChoice, LaunchResult, RankOutcome
-
-    ranks = [RankOutcome(rank=r, status="timeout", step="all_reduce 262144 B", started=True, stdout="timing")
-             for r in range(nproc)]
-    return LaunchResult(target=target, nproc=nproc, nnodes=1, backend=BackendChoice(backend or "gloo", "cpu", "asked"),
-                        commands=[["torchrun", "-m", target]], seconds=9.0, timeout_s=9.0, timed_out=True,
-                        returncodes=[None], ranks=ranks)
+from .helpers import _timed_out_job
 
 
 def test_collectives_reports_a_job_that_did_not_finish(monkeypatch):

@@ -8,12 +8,7 @@ from pathlib import Path
 import pytest
 from clirun import perflab
 
-
-def _one_line_error(r, needle: str) -> None:
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert needle in r.stderr, r.stderr
-
+from .helpers import _one_line_error
 
 HOURS = ["--hours", "1", "--gpus", "8", "--mtbf-hours", "100", "--ckpt-minutes", "1"]
 

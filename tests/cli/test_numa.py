@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from clirun import perflab
 
-
-def _one_line_error(r, needle: str) -> None:
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert needle in r.stderr, r.stderr
+from .helpers import _one_line_error
 
 
 def test_numa_refuses_a_folder_that_is_not_sys(tmp_path):

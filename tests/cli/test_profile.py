@@ -11,12 +11,7 @@ from clirun import perflab
 
 from perflab.cli import main
 
-
-def _one_line_error(r, needle: str) -> None:
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert needle in r.stderr, r.stderr
-
+from .helpers import _one_line_error
 
 PLAIN_SCRIPT = textwrap.dedent("""
     import sys, time, torch

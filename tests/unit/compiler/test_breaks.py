@@ -20,11 +20,9 @@ from perflab.core.errors import InputError
 from perflab.workload.models import build_model, preset
 from perflab.workload.train import make_batches
 
+from .helpers import _ids
+
 ROOT = str(Path(__file__).resolve().parents[3])
-
-
-def _ids(n=16):
-    return torch.randint(0, 256, (2, n), generator=torch.Generator().manual_seed(1))
 
 
 def _cli(*args, cwd=None, fresh=False):

@@ -8,9 +8,7 @@ import torch
 from perflab.compiler import models, parity
 from perflab.core.errors import InputError
 
-
-def _ids(n=16):
-    return torch.randint(0, 256, (2, n), generator=torch.Generator().manual_seed(1))
+from .helpers import _ids
 
 
 @pytest.mark.slow

@@ -15,6 +15,8 @@ from perflab.core.device import DeviceInfo, describe
 from perflab.core.errors import InputError
 from perflab.course import report as R
 
+from .helpers import _ctx
+
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
 cpu family\t: six
@@ -31,13 +33,6 @@ def _facts_with(monkeypatch, files: dict[str, str | None]):
     real = device._read
     monkeypatch.setattr(device, "_read", lambda path: files[path] if path in files else real(path))
     return device.cpu_facts.__wrapped__()  # uncached: the process's own cached facts stay untouched
-
-
-CPU = torch.device("cpu")
-
-
-def _ctx(quick: bool, info=None) -> R.Ctx:
-    return R.Ctx(CPU, info if info is not None else DeviceInfo("cpu", "test cpu"), quick)
 
 
 # ----------------------------------------------------------------------------- report: waves

@@ -13,16 +13,7 @@ from perflab.core import (
 )
 from perflab.core.grading import LabCheckError, MultipleChoice, Summary, Verdict, grade
 
-
-class _Printer:
-    """IPython's pretty printer, as far as `_repr_pretty_` uses it."""
-
-    def __init__(self):
-        self.out = ""
-
-    def text(self, s: str) -> None:
-        self.out += s
-
+from .helpers import _Printer
 
 CASES = [({"a": a, "b": b}, 2 * a * b + a) for a, b in ((3, 5), (8, 8), (7, 1))]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from perflab.core import measure
-from perflab.core.device import DeviceInfo, describe
+from perflab.core.device import describe
 from perflab.core.dtypes import parse_dtype
 from perflab.core.errors import InputError, UnsupportedError
 from perflab.core.measure import (
@@ -19,26 +19,11 @@ from perflab.core.measure import (
 from perflab.core.readout import NOISY_SPREAD
 from perflab.course import report as R
 
-
-class _Printer:
-    """IPython's pretty printer, as far as `_repr_pretty_` uses it."""
-
-    def __init__(self):
-        self.out = ""
-
-    def text(self, s: str) -> None:
-        self.out += s
+from .helpers import _ctx, _Printer
 
 
 def _accept_fp8(monkeypatch):
     monkeypatch.setattr(measure, "check_supported", lambda dtype, dev: parse_dtype("fp8"))
-
-
-CPU = torch.device("cpu")
-
-
-def _ctx(quick: bool, info=None) -> R.Ctx:
-    return R.Ctx(CPU, info if info is not None else DeviceInfo("cpu", "test cpu"), quick)
 
 
 def _ctx_report(quick):

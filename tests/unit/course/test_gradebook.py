@@ -23,15 +23,7 @@ from perflab.course import gradebook
 from perflab.course import gradebook as G
 from perflab.course import gradebook as gb
 
-
-def _notebook(path: Path, code: str = "x = 1", outputs: list | None = None) -> Path:
-    cell = nbformat.v4.new_code_cell(code)
-    if outputs:
-        cell.outputs = outputs
-    nb = nbformat.v4.new_notebook(cells=[cell])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(nbformat.writes(nb))
-    return path
+from .helpers import _nb, _notebook
 
 
 def _fake_runner(monkeypatch, executed: str | None, log: str, predictions: str = ""):
@@ -75,18 +67,6 @@ def _fake_limits(monkeypatch, refuse=()):
     monkeypatch.setattr(resource, "setrlimit", setrlimit)
     monkeypatch.setattr(gradebook, "_has_nvidia_gpu", lambda: False)
     return set_calls
-
-
-def _nb(path, outputs=True):
-    nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("print(1)")
-    if outputs:
-        cell.outputs = [nbformat.v4.new_output("stream", text="1\n")]
-        cell.execution_count = 1
-    nb.cells = [cell]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(nb))
-    return path
 
 
 def _course(tmp_path):

@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import json
 
-import nbformat
-
 from perflab.course import nbclean
 
-
-def _nb(path, outputs=True):
-    nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("print(1)")
-    if outputs:
-        cell.outputs = [nbformat.v4.new_output("stream", text="1\n")]
-        cell.execution_count = 1
-    nb.cells = [cell]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(nb))
-    return path
+from .helpers import _nb
 
 
 # ----------------------------------------------------------------------------- nbclean

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
 
 from perflab.core.errors import InputError
 
-
-def _notebook(path: Path, code: str = "x = 1", outputs: list | None = None) -> Path:
-    cell = nbformat.v4.new_code_cell(code)
-    if outputs:
-        cell.outputs = outputs
-    nb = nbformat.v4.new_notebook(cells=[cell])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(nbformat.writes(nb))
-    return path
+from .helpers import _notebook
 
 
 # ----------------------------------------------------------------------------- the release

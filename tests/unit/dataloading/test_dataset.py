@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from perflab.core.errors import InputError
 from perflab.dataloading import compute, dataset, loader
 
-CPU = torch.device("cpu")
+from .helpers import CPU
 
 
 def test_make_dataset_calibrates_the_transform():

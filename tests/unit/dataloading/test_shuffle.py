@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
 from clirun import perflab
 
 from perflab.core.errors import InputError
@@ -20,8 +19,7 @@ from perflab.dataloading.shuffle import (
     worker_shard,
 )
 
-CPU = torch.device("cpu")
-
+from .helpers import CPU
 
 SIZES = [1, 2, 3, 4, 5, 7, 8, 9, 13, 31, 32, 33, 97, 127, 128, 129, 1000, 1023, 1024, 1025, 4099, 65535, 65536, 65537]
 

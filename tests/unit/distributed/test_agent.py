@@ -12,9 +12,8 @@ import pytest
 
 from perflab.distributed import agent
 from perflab.distributed import torchrun as T
-from perflab.distributed.torchrun import BackendChoice
 
-GLOO = BackendChoice("gloo", "cpu", "test")
+from .helpers import GLOO
 
 
 def test_ctrl_c_during_a_launch_stops_everything_and_is_raised_again(monkeypatch):

@@ -2,49 +2,16 @@
 
 from __future__ import annotations
 
-import gc
-
 import matplotlib
-import psutil
 import pytest
 import torch
-import torch.distributed as dist
 
 from perflab.distributed import ddp as D  # noqa: E402
 from perflab.distributed import torchrun
-from perflab.distributed.workers import runtime
 
-
-@pytest.fixture
-def one_rank(tmp_path, monkeypatch):
-    """A RankContext for rank 0 of 1, its process group joined the way a launched rank joins it."""
-    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
-                 runtime.ENV_RUN_DIR: str(tmp_path), runtime.ENV_BACKEND: "gloo", "GLOO_SOCKET_IFNAME": "lo"}.items():
-        monkeypatch.setenv(k, v)
-    assert not dist.is_initialized()
-    ctx = runtime.context_from_env()
-    runtime.init_group(ctx)
-    try:
-        yield ctx
-    finally:
-        gc.collect()  # a DDP model left in a cycle must go before its group: freed after, it can hang
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
+from .helpers import assert_all_gone
 
 matplotlib.use("Agg")
-
-
-def assert_all_gone(res):
-    alive = []
-    for pid in res.pids:
-        try:
-            p = psutil.Process(pid)
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append((pid, p.name()))
-        except psutil.NoSuchProcess:
-            pass
-    assert not alive, f"left running: {alive}"
 
 
 def test_comm_hooks_lets_a_refused_hook_through_unless_it_is_bf16(one_rank, monkeypatch):

@@ -24,7 +24,7 @@ from perflab.distributed import torchrun as dist
 from perflab.distributed.torchrun import BackendChoice, DistRunError, LaunchResult, RankOutcome
 from perflab.profiling import faults, trace
 
-GLOO = BackendChoice("gloo", "cpu", "test")
+from .helpers import GLOO, assert_all_gone
 
 
 def _result(ranks, *, timed_out=False, returncodes=(0,), agent_output="", nproc=None):
@@ -33,18 +33,6 @@ def _result(ranks, *, timed_out=False, returncodes=(0,), agent_output="", nproc=
 
 
 matplotlib.use("Agg")
-
-
-def assert_all_gone(res):
-    alive = []
-    for pid in res.pids:
-        try:
-            p = psutil.Process(pid)
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append((pid, p.name()))
-        except psutil.NoSuchProcess:
-            pass
-    assert not alive, f"left running: {alive}"
 
 
 def test_the_fixed_comm_run_passes_fixed_to_its_ranks(monkeypatch, tmp_path):

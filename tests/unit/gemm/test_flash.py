@@ -5,9 +5,8 @@ import pytest
 
 from perflab.core.errors import InputError
 from perflab.gemm import attention_io as io
-from perflab.gemm import triton_matmul as tm
 
-needs_triton = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
+from .helpers import needs_triton
 
 
 @needs_triton

@@ -18,7 +18,7 @@ from perflab.gemm import (
 )
 from perflab.gemm import triton_matmul as tm
 
-needs_triton = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
+from .helpers import needs_triton
 
 
 def _fresh_if_native(test_name: str) -> bool:

@@ -21,30 +21,13 @@ from perflab.gemm import (
 )
 from perflab.gemm import triton_matmul as tm
 
-needs_triton = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
-
-
-def failed_process(stderr: str):
-    """A subprocess.run stand-in for a child that exits 1 with `stderr`."""
-    def run(args, **kw):
-        return subprocess.CompletedProcess(args, 1, "", stderr)
-    return run
+from .helpers import KERNEL, _needs_triton, failed_process, needs_triton
 
 
 def _one_line_error(r, needle: str) -> None:
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert needle in r.stderr, r.stderr
-
-
-def _needs_triton():
-    from perflab.gemm import triton_matmul as tm
-
-    if not tm.available():
-        pytest.skip(str(tm.unavailable_reason()))
-
-
-KERNEL = ["kernel", "--tile", "32x32x16", "--warps", "2", "--dtype", "bf16"]  # the config test_triton_kernels caches
 
 
 def _fresh_if_native(test_name: str) -> bool:

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from perflab.numa import effect
-from perflab.numa.topology import Node, Topology
+
+from .helpers import _two_nodes
 
 
 # ----------------------------------------------------------------------------- the report
@@ -18,27 +19,6 @@ def _cpu_ctx(quick: bool):
     from perflab.course import report as R
 
     return R.Ctx(torch.device("cpu"), DeviceInfo("cpu", "test cpu"), quick)
-
-
-def _two_nodes() -> Topology:
-    cpus = sorted(os.sched_getaffinity(0))
-    return Topology(nodes=[Node(0, cpus[:1], 2**30), Node(1, cpus[1:] or cpus[:1], 2**30)],
-                    distances=[[10, 21], [21, 10]], gpus=[], affinity=cpus)
-
-
-@pytest.fixture
-def fake_numactl(tmp_path, monkeypatch):
-    """A numactl that drops its binding options and runs the command: the plumbing around it is
-    what is under test on a one-node machine, not the binding."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script = bin_dir / "numactl"
-    script.write_text('#!/bin/sh\necho "numactl $*" >> "$NUMACTL_LOG"\n'
-                      'while [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done\nexec "$@"\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("NUMACTL_LOG", str(tmp_path / "numactl.log"))
-    return tmp_path / "numactl.log"
 
 
 def test_the_full_numa_part_measures_local_vs_remote_where_there_are_two_nodes(monkeypatch):

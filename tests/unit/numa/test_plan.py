@@ -18,16 +18,12 @@ from perflab.numa.smi_topo import (
     parse_topo,
     topology_from_topo,
 )
-from perflab.numa.topology import Node, Topology, format_cpulist, parse_cpulist, read_topology
+from perflab.numa.topology import Node, Topology, format_cpulist, read_topology
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-
-
-TOPO = CORPUS / "topo"
+from .helpers import TOPO, _two_nodes, fake_sysfs
 
 
 def _sysfs(root: Path, nodes: dict[int, list[int]], siblings: dict[int, list[int]]) -> Path:
-    from perflab.numa.topology import format_cpulist
 
     cpus = sorted(c for v in nodes.values() for c in v)
     (root / "devices/system/cpu").mkdir(parents=True)
@@ -46,62 +42,10 @@ def _sysfs(root: Path, nodes: dict[int, list[int]], siblings: dict[int, list[int
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _two_nodes() -> Topology:
-    cpus = sorted(os.sched_getaffinity(0))
-    return Topology(nodes=[Node(0, cpus[:1], 2**30), Node(1, cpus[1:] or cpus[:1], 2**30)],
-                    distances=[[10, 21], [21, 10]], gpus=[], affinity=cpus)
-
-
-@pytest.fixture
-def fake_numactl(tmp_path, monkeypatch):
-    """A numactl that drops its binding options and runs the command: the plumbing around it is
-    what is under test on a one-node machine, not the binding."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script = bin_dir / "numactl"
-    script.write_text('#!/bin/sh\necho "numactl $*" >> "$NUMACTL_LOG"\n'
-                      'while [ $# -gt 0 ]; do case "$1" in --*) shift;; *) break;; esac; done\nexec "$@"\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("NUMACTL_LOG", str(tmp_path / "numactl.log"))
-    return tmp_path / "numactl.log"
-
-
 def _bound(tmp_path, env_extra, target):
     env = {**os.environ, "PYTHONPATH": str(ROOT), **env_extra}
     return subprocess.run([sys.executable, "-m", "perflab.numa.bound", str(target)], env=env,
                           capture_output=True, text=True, timeout=60)
-
-
-def fake_sysfs(root: Path, nodes: dict[int, str], *, online: str | None = None, smt: dict[int, str] | None = None,
-               gpus: list[tuple[str, int, str]] = (), mem_kb: int = 64 * 2**20, distances: list[list[int]] | None = None):
-    """A /sys stand-in: nodes {id: cpulist}, GPUs [(bus id, numa_node, local_cpulist)]."""
-    all_cpus = sorted({c for v in nodes.values() for c in parse_cpulist(v)})
-    (root / "devices/system/cpu").mkdir(parents=True)
-    (root / "devices/system/cpu/online").write_text((online or format_cpulist(all_cpus)) + "\n")
-    for c in all_cpus:
-        d = root / f"devices/system/cpu/cpu{c}/topology"
-        d.mkdir(parents=True)
-        d.joinpath("thread_siblings_list").write_text(((smt or {}).get(c) or str(c)) + "\n")
-    for i, (nid, cpus) in enumerate(sorted(nodes.items())):
-        d = root / f"devices/system/node/node{nid}"
-        d.mkdir(parents=True)
-        d.joinpath("cpulist").write_text(cpus + "\n")
-        d.joinpath("meminfo").write_text(f"Node {nid} MemTotal:       {mem_kb} kB\nNode {nid} MemFree: 1 kB\n")
-        row = distances[i] if distances else [10 if j == i else 21 for j in range(len(nodes))]
-        d.joinpath("distance").write_text(" ".join(map(str, row)) + "\n")
-    for bus, node, local in gpus:
-        d = root / f"bus/pci/devices/{bus}"
-        d.mkdir(parents=True)
-        d.joinpath("class").write_text("0x030200\n")
-        d.joinpath("vendor").write_text("0x10de\n")
-        d.joinpath("numa_node").write_text(f"{node}\n")
-        d.joinpath("local_cpulist").write_text(local + "\n")
-    nic = root / "bus/pci/devices/0000:c1:00.0"  # a NIC: not a GPU
-    nic.mkdir(parents=True)
-    nic.joinpath("class").write_text("0x020000\n")
-    nic.joinpath("vendor").write_text("0x15b3\n")
-    return root
 
 
 def test_blank_affinity_cells_never_move_a_rank_off_its_gpus_node(tmp_path):

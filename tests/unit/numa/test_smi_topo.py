@@ -23,13 +23,9 @@ from perflab.numa.smi_topo import (
 )
 from perflab.numa.topology import format_cpulist, parse_cpulist
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-
+from .helpers import CORPUS, SMI_4, TOPO
 
 TRACES = CORPUS / "traces"
-
-
-TOPO = CORPUS / "topo"
 
 
 def one_clean_line(r) -> bool:
@@ -174,27 +170,6 @@ TINY_HF = '''
 
 
 SEED = json.loads((Path(__file__).resolve().parents[3] / "perflab/numa/data/published_topologies.json").read_text())
-
-
-SMI_4 = """\
-\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
-GPU0\t X \tNV4\tNV4\tSYS\tPIX\t0-15\t0\t\tN/A
-GPU1\tNV4\t X \tNV4\tSYS\tPIX\t0-15\t0\t\tN/A
-GPU2\tNV4\tNV4\t X \tNV4\tSYS\t16-31\t1\t\tN/A
-GPU3\tSYS\tSYS\tNV4\t X \tSYS\tN/A\tN/A\t\tN/A
-NIC0\tPIX\tPIX\tSYS\tSYS\t X
-
-Legend:
-
-  X    = Self
-  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
-  PIX  = Connection traversing at most a single PCIe bridge
-  NV#  = Connection traversing a bonded set of # NVLinks
-
-NIC Legend:
-
-  NIC0: mlx5_0
-"""
 
 
 def test_every_malformed_trace_is_one_clean_line(tmp_path):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 from clirun import perflab
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from perflab.cli import main
@@ -17,10 +16,7 @@ from perflab.profiling.diagnose import CAUSES, NONE_THRESHOLD
 from perflab.profiling.faults import EXPECTED
 from perflab.profiling.trace import synthetic_step
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-
-
-TRACES = CORPUS / "traces"
+from .helpers import SETTINGS, TRACES
 
 
 def _gpu_step(kernels, host):
@@ -33,10 +29,6 @@ def _gpu_step(kernels, host):
 
 
 pytest.importorskip("hypothesis", reason="hypothesis is not installed: pip install -e '.[test]'")
-
-
-SETTINGS = settings(max_examples=60, deadline=None, database=None,  # no .hypothesis folder in the checkout
-                    suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from perflab.cli import main
@@ -14,11 +14,9 @@ from perflab.core.errors import InputError
 from perflab.profiling import ettr
 from perflab.profiling import ettr as E
 
+from .helpers import SETTINGS
+
 pytest.importorskip("hypothesis", reason="hypothesis is not installed: pip install -e '.[test]'")
-
-
-SETTINGS = settings(max_examples=60, deadline=None, database=None,  # no .hypothesis folder in the checkout
-                    suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_exact_ettr_is_zero_where_the_exponential_overflows():

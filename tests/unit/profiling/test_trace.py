@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 from clirun import perflab
@@ -16,10 +15,7 @@ from perflab.profiling.diagnose import tiny_runs
 from perflab.profiling.trace import gaps, load, synthetic_step
 from perflab.tune import waterfall
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-
-
-TRACES = CORPUS / "traces"
+from .helpers import TRACES
 
 
 def one_clean_line(r) -> bool:

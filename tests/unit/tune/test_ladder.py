@@ -5,16 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-import torch
 
 from perflab.core.errors import InputError
 from perflab.tune import ladder, runner
-from perflab.tune.ladder import preset as tune_preset
 
-CPU = torch.device("cpu")
-
-
-SMOKE = tune_preset("smoke")
+from .helpers import CPU, SMOKE
 
 
 def test_the_ladder_refuses_a_model_that_is_not_gpt_shaped():

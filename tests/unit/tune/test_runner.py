@@ -12,7 +12,8 @@ from clirun import perflab
 
 from perflab.core.errors import InputError, PerflabError
 from perflab.tune import ladder, runner
-from perflab.tune.ladder import preset as tune_preset
+
+from .helpers import CPU, SMOKE
 
 
 # ----------------------------------------------------------------------------- the report
@@ -23,12 +24,6 @@ def _cpu_ctx(quick: bool):
     from perflab.course import report as R
 
     return R.Ctx(torch.device("cpu"), DeviceInfo("cpu", "test cpu"), quick)
-
-
-CPU = torch.device("cpu")
-
-
-SMOKE = tune_preset("smoke")
 
 
 def _measurement(peak: int) -> runner.Measurement:

@@ -3,11 +3,10 @@
 import math
 
 import pytest
-import torch
 
 from perflab.tune import ladder, runner, verdict
 
-CPU = torch.device("cpu")
+from .helpers import CPU
 
 
 def test_the_interval_needs_five_pairs_for_90_percent_and_then_spans_the_sorted_ratios():

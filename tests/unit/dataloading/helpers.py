@@ -1,0 +1,5 @@
+"""Helpers the tests of this folder share."""
+
+import torch
+
+CPU = torch.device("cpu")
