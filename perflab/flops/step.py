@@ -74,6 +74,20 @@ class StepReport:
                 f"MFU {pct(self.mfu_ceiling)} / HFU {pct(self.hfu_ceiling)} of the measured ceiling")
 
 
+def steps_frame(reports: Sequence[StepReport], labels: Sequence[str]):
+    """Measured steps side by side, for a person: time, throughput, FLOP rate and utilization against
+    the peak and the measured ceiling, with units in the column names and the digits the measurement
+    supports (the peak and the ceiling themselves are named where they are printed)."""
+    import pandas as pd
+
+    from perflab.core.readout import num, percent
+
+    rows = [{"step (ms)": num(r.step_s * 1e3), "tokens/s": num(r.tokens_per_s),
+             "model TFLOP/s": num(r.model_tflops), "MFU, peak": percent(r.mfu_spec), "HFU, peak": percent(r.hfu_spec),
+             "MFU, ceiling": percent(r.mfu_ceiling), "HFU, ceiling": percent(r.hfu_ceiling)} for r in reports]
+    return pd.DataFrame(rows, index=list(labels))
+
+
 def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5, warmup: int = 2,
                  checkpointing: bool = False, grad_accum: int = 1, device=None, dtype: str | None = None,
                  ceiling: bool | float = True, ceiling_size: int | None = None, verify: bool = True,

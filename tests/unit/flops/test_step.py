@@ -107,3 +107,14 @@ def test_the_step_panel_refuses_a_step_it_cannot_measure_in_its_budget(monkeypat
     assert flops > 0 and rate > 0 and s == pytest.approx(flops / (rate * 1e12))
     with pytest.raises(InputError, match=r"choose batch ≤ 4\b"):  # half the time of 1 + 3 steps: half the batch
         fplots.step_dashboard("tiny-gpt", 64, 8, device="cpu", steps=3, budget_s=s * 4 * 0.5 * 1.001)
+
+
+def test_steps_side_by_side_read_as_a_person_reads_them():
+    r = step.measure_step(TINY, batch=2, steps=1, warmup=0, ceiling=0.05, device="cpu")
+    df = step.steps_frame([r, r], ["a", "b"])
+    assert list(df.index) == ["a", "b"]
+    assert list(df.columns) == ["step (ms)", "tokens/s", "model TFLOP/s", "MFU, peak", "HFU, peak", "MFU, ceiling",
+                                "HFU, ceiling"]
+    row = df.loc["a"]
+    assert row["MFU, ceiling"].endswith("%") and float(row["step (ms)"].replace(",", "")) > 0
+    assert "None" not in df.to_string() and "nan" not in df.to_string()
