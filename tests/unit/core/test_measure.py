@@ -34,11 +34,13 @@ def _ctx_report(quick):
 
 
 def test_matmul_agrees_with_torch_benchmark_timer():
-    """`perflab matmul` 2048³ fp32 agrees with torch.utils.benchmark.Timer within 10% (median).
+    """`perflab matmul` 2048³ fp32 agrees with torch.utils.benchmark.Timer within 10%.
 
     Timer runs single-threaded by default; it is given torch's thread count so both time the same
-    kernel. Both get the same one-second budget and are measured alternately, up to three rounds,
-    so that a busy neighbour does not decide the result.
+    kernel. Both get the same one-second budget and are measured alternately, up to three rounds.
+    The fastest sample of each is compared: on two cores shared with another test worker, a median
+    is decided by how long the neighbour was busy during each second (ratios of 0.54 and 1.2 were
+    seen), while the fastest call of each ran with the core to itself.
     """
     import torch.utils.benchmark as tb
 
@@ -50,8 +52,8 @@ def test_matmul_agrees_with_torch_benchmark_timer():
     ratios = []
     for _ in range(3):
         timer = tb.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
-        theirs = timer.blocked_autorange(min_run_time=1.0).median
-        ours = measure_matmul(2048, 2048, 2048, "fp32", dev, flush_l2=False, rep_ms=1000).median_s
+        theirs = min(timer.blocked_autorange(min_run_time=1.0).times)
+        ours = measure_matmul(2048, 2048, 2048, "fp32", dev, flush_l2=False, rep_ms=1000).min_s
         ratios.append(ours / theirs)
         if abs(ratios[-1] - 1) < 0.10:
             break
