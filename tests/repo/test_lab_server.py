@@ -44,13 +44,22 @@ def test_lab_server_needs_token_and_is_local(tmp_path):
         while time.time() < deadline and token is None:
             time.sleep(0.5)
             assert proc.poll() is None, log.read_text()[-2000:]
-            m = re.search(r"\?token=([0-9a-f]{16,})", log.read_text())
-            token = m.group(1) if m else None
+            m = re.search(r"http://127\.0\.0\.1:(\d+)/\S*\?token=([0-9a-f]{16,})", log.read_text())
+            if m:  # the port it printed: Jupyter moves to the next port when another process took this one
+                port, token = int(m.group(1)), m.group(2)
         assert token, "server printed no token URL:\n" + log.read_text()[-2000:]
         base = f"http://127.0.0.1:{port}"
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(f"{base}/api/contents", timeout=10)
-        assert e.value.code == 403
+        for _ in range(40):  # the URL can be printed a moment before the socket accepts
+            try:
+                urllib.request.urlopen(f"{base}/api/contents", timeout=10)
+                raise AssertionError("the server answered a request without its token")
+            except urllib.error.HTTPError as err:
+                assert err.code == 403, err
+                break
+            except urllib.error.URLError:
+                time.sleep(0.25)
+        else:
+            raise AssertionError("the server never answered on its printed port:\n" + log.read_text()[-2000:])
         with urllib.request.urlopen(f"{base}/api/contents?token={token}", timeout=10) as r:
             names = {item["name"] for item in json.load(r)["content"]}
         assert {"notebooks", "labs", "README.md"} <= names
