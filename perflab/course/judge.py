@@ -18,7 +18,7 @@ verdict comes from here, a *judge* process that runs no learner code:
    numbers this process measures itself;
 4. the states of the checks, kept in this process's `grading` module, are the verdict.
 
-A learner's function only ever sees its inputs: not the expected value, not the seed, not the
+A learner's function only ever sees its inputs: not the expected value, not the random seed, not the
 checks. Monkeypatching perflab, `grading`, builtins or the checks in the notebook changes the
 learner's kernel, which the verdict never reads.
 

@@ -82,19 +82,20 @@ def _int_spec(v: int) -> tuple[str, bool]:
     return ("i32" if -2**31 <= v < 2**31 else "i64"), v % 16 == 0
 
 
-def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, int]) -> dict[str, Any]:
-    """The compile request for the matmul kernel on row-major M×K, K×N and M×N tensors."""
-    m, n, k = shape
-    ty = "*" + TRITON_DTYPE[dtype]
-    args = [("a_ptr", ty), ("b_ptr", ty), ("c_ptr", ty), ("M", m), ("N", n), ("K", k),
-            ("stride_am", k), ("stride_ak", 1), ("stride_bk", n), ("stride_bn", 1), ("stride_cm", n), ("stride_cn", 1)]
+def kernel_signature(args: list[tuple[str, Any]], meta: tuple[tuple[str, Any], ...]
+                     ) -> tuple[dict[str, str], dict[str, Any], list[int]]:
+    """A compile request's signature, as Triton specialises a launch: each argument given as a type
+    ('*fp16', 'fp32') keeps it (pointers count as 16-byte aligned); each given as an integer becomes
+    'i32' ('i64' past 32 bits), or a constexpr when it is 1, and is marked divisible by 16 when it is. `meta` are the
+    kernel's constexpr parameters. Returns (signature, constexprs, indices divisible by 16)."""
     signature: dict[str, str] = {}
-    constexprs: dict[str, int] = {}
+    constexprs: dict[str, Any] = {}
     divisible: list[int] = []
     for i, (name, v) in enumerate(args):
         if isinstance(v, str):
             signature[name] = v
-            divisible.append(i)
+            if v.startswith("*"):
+                divisible.append(i)
             continue
         kind, div16 = _int_spec(int(v))
         signature[name] = kind
@@ -102,10 +103,21 @@ def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, i
             constexprs[name] = int(v)
         elif div16:
             divisible.append(i)
-    for name, v in (("BLOCK_M", config.block_m), ("BLOCK_N", config.block_n), ("BLOCK_K", config.block_k),
-                    ("GROUP_M", config.group_m), ("WIDEN", False)):
+    for name, v in meta:
         signature[name] = "constexpr"
         constexprs[name] = v
+    return signature, constexprs, divisible
+
+
+def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, int]) -> dict[str, Any]:
+    """The compile request for the matmul kernel on row-major M×K, K×N and M×N tensors."""
+    m, n, k = shape
+    ty = "*" + TRITON_DTYPE[dtype]
+    args = [("a_ptr", ty), ("b_ptr", ty), ("c_ptr", ty), ("M", m), ("N", n), ("K", k),
+            ("stride_am", k), ("stride_ak", 1), ("stride_bk", n), ("stride_bn", 1), ("stride_cm", n), ("stride_cn", 1)]
+    signature, constexprs, divisible = kernel_signature(
+        args, (("BLOCK_M", config.block_m), ("BLOCK_N", config.block_n), ("BLOCK_K", config.block_k),
+               ("GROUP_M", config.group_m), ("WIDEN", False)))
     return {"kernel": "matmul_kernel", "signature": signature, "constexprs": constexprs, "divisible": divisible,
             "cc": cc, "num_warps": config.num_warps, "num_stages": config.num_stages}
 

@@ -439,7 +439,7 @@ def time_paths(b: int, a: int, s: int, d: int, dtype: str = "bf16", *, causal: b
 def attention_job(block_m: int, block_n: int, d: int, dtype: str, cc: int, *, causal: bool = False,
                   num_warps: int = 4, num_stages: int = 2, seq: int = 4096, heads: int = 16) -> dict[str, Any]:
     """The compile request for the attention kernel on contiguous [b, heads, seq, d] tensors."""
-    from perflab.gemm.compiled import TRITON_DTYPE, _int_spec
+    from perflab.gemm.compiled import TRITON_DTYPE, kernel_signature
 
     ty = "*" + TRITON_DTYPE[dtype]
     sd, hsd = seq * d, heads * seq * d
@@ -447,25 +447,8 @@ def attention_job(block_m: int, block_n: int, d: int, dtype: str, cc: int, *, ca
                                    ("seq_len", seq), ("n_heads", heads), ("qk_scale", "fp32")]
     for t in ("q", "k", "v", "o"):
         args += [(f"stride_{t}b", hsd), (f"stride_{t}h", sd), (f"stride_{t}s", d)]
-    signature: dict[str, str] = {}
-    constexprs: dict[str, Any] = {}
-    divisible: list[int] = []
-    for i, (name, v) in enumerate(args):
-        if isinstance(v, str):
-            signature[name] = v
-            if v.startswith("*"):
-                divisible.append(i)
-            continue
-        kind, div16 = _int_spec(int(v))
-        signature[name] = kind
-        if kind == "constexpr":
-            constexprs[name] = int(v)
-        elif div16:
-            divisible.append(i)
-    for name, val in (("HEAD_DIM", d), ("BLOCK_M", block_m), ("BLOCK_N", block_n), ("CAUSAL", bool(causal)),
-                      ("WIDEN", False)):
-        signature[name] = "constexpr"
-        constexprs[name] = val
+    signature, constexprs, divisible = kernel_signature(
+        args, (("HEAD_DIM", d), ("BLOCK_M", block_m), ("BLOCK_N", block_n), ("CAUSAL", bool(causal)), ("WIDEN", False)))
     return {"kernel": "flash_attention_fwd_kernel", "signature": signature, "constexprs": constexprs,
             "divisible": divisible, "cc": cc, "num_warps": num_warps, "num_stages": num_stages}
 

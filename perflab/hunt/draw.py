@@ -13,7 +13,7 @@ redrawn: the next in the learner's order takes its place.
 
 A teacher sets k, the pool and the salt with PERFLAB_HUNT_K, PERFLAB_HUNT_POOL ('gc,loader,…') and
 PERFLAB_HUNT_SALT (a class's own salt makes its draws its own), or with `perflab hunt`'s options.
-The draw is kept as a token (its names XOR-ed with a key from the seed), so reading a learner's
+The draw is kept as a token (its names XOR-ed with a key from the random seed), so reading a learner's
 causes takes deliberate digging, not a glance at a variable.
 """
 
