@@ -47,6 +47,7 @@ import argparse
 import fnmatch
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -64,10 +65,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("install", "machine", "gpu_tests", "instruments", "reference", "notebooks")
-# each phase's share of the budget at most (time a phase leaves unused goes to the next; notebooks take the rest)
-SHARES = {"install": 0.10, "machine": 0.06, "gpu_tests": 0.22, "instruments": 0.25, "reference": 0.12, "notebooks": 1.0}
+# the phases' shares of the time: a phase may use its share of what is left, against the shares of
+# the phases still to come (so time one leaves unused goes to the later ones), and at least
+# FLOOR_S of it (a quick phase such as the machine's must not fail for a small budget)
+SHARES = {"install": 0.06, "machine": 0.06, "gpu_tests": 0.20, "instruments": 0.22, "reference": 0.12, "notebooks": 0.34}
+FLOOR_S = 60.0
 RESERVE_S = 12.0  # kept for the archive and the summary at the end
-MIN_START_S = 20.0  # no test or notebook is started with less than this left
+MIN_START_S = 20.0  # no test or notebook is started with less than this left (5 % of a smaller budget)
 PART_BYTES = 15 * 2**20  # a GPU box hands back files of at most 16 MiB: the archive is split below that
 MAX_PARTS = 6  # with summary.json, at most 7 files in DIR
 NOTEBOOK_MODULES = ("papermill", "nbclient", "nbformat", "jupyter_client", "ipykernel", "ipywidgets", "ipyexperiments")
@@ -117,6 +121,7 @@ class Check:
         self.t0 = time.monotonic()
         self.deadline = self.t0 + args.budget
         self.phase_end = self.deadline - RESERVE_S
+        self.min_start = min(MIN_START_S, 0.05 * args.budget)
         self.out = Path(args.out).resolve()
         self.out.mkdir(parents=True, exist_ok=True)
         self.work = Path(args.work).resolve() if args.work else Path(tempfile.mkdtemp(prefix="gpu-check-"))
@@ -127,6 +132,7 @@ class Check:
         self.children: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
         self.cuda = False
+        self.version = python_version(self.python)
         self.summary: dict[str, Any] = {
             "check": "perflab GPU check (tools/gpu_check.py)", "started": _now_iso(), "budget_s": args.budget,
             "rehearsal": bool(args.rehearsal), "python": self.python, "checkout": str(ROOT),
@@ -220,7 +226,7 @@ class Check:
         elif self.deadline - RESERVE_S - t < 5:
             res = {"status": "skipped", "reason": "the budget was spent before this phase could start"}
         else:
-            self.phase_end = min(self.deadline - RESERVE_S, t + SHARES[name] * self.args.budget)
+            self.phase_end = self.deadline - RESERVE_S - phase_cut(name, self.deadline - RESERVE_S - t)
             print(f"[gpu-check] {name}: up to {self.left():.0f} s", flush=True)
             try:
                 res = fn()
@@ -257,9 +263,15 @@ class Check:
         if torch_like:
             items.append({"name": "torch wheels", "status": "skipped",
                           "reason": f"left out, the box keeps its own: {', '.join(w.name for w in torch_like)}"})
+        foreign = [w.name for w in wheels if not wheel_fits(w.name, self.version)]
+        reason = f"no wheels in {self.args.wheels} (make gpu-wheels makes them)"
+        if foreign:  # half a set would shadow working packages with ones that cannot load: none is installed
+            reason = (f"{len(foreign)} of the {len(wheels)} wheels in {self.args.wheels} are not for this Python "
+                      f"({self.version[0]}.{self.version[1]} on {platform.machine()}), e.g. {foreign[0]}: none installed "
+                      f"(make gpu-wheels PY={self.version[0]}.{self.version[1]} makes the right ones)")
+            wheels = []
         if not wheels:
             bad = self.import_check("import-check")
-            reason = f"no wheels in {self.args.wheels} (make gpu-wheels makes them)"
             if bad:
                 items.append({"name": "wheels", "status": "failed", "reason": reason + "; the notebooks cannot run: "
                               + "; ".join(f"{m}: {e}" for m, e in bad.items())})
@@ -339,32 +351,38 @@ class Check:
                        if re.search(r"mark\.gpu\b", p.read_text(errors="replace")))
         if not files:
             return {"status": "skipped", "reason": "no test file marks a test `gpu`", "items": []}
-        base = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly"]
-        listing = self.work / "logs" / "gpu-tests-collect.txt"
-        r = self.run("gpu-tests-collect", self.py(*base, "--collect-only", "-q", "-m", "gpu", *files), 180, stdout=listing)
-        ids = [ln.strip() for ln in listing.read_text(errors="replace").splitlines() if "::" in ln] if listing.exists() else []
-        if not ids:
-            return {"status": "failed", "reason": self.failure(r, "collecting the gpu tests") if r["rc"] else
-                    "no test collected with -m gpu", "items": []}
+        base = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "-p", "gpu_check",
+                "-q", "-rA"]
         limit = self.args.test_limit
         reports = self.work / "logs" / "gpu-tests.jsonl"
-        results: dict[str, dict[str, Any]] = {}
-        todo = list(ids)
         env = self.env((str(ROOT / "tools"),))
         env.update({"GPU_CHECK_REPORTS": str(reports), "GPU_CHECK_TEST_LIMIT": str(limit)})
+        # the first run collects (the plugin writes what it collected) and runs them one after another; a
+        # test past its limit (or one that kills the process) ends it, and the next run goes on with the rest
+        ids: list[str] = []
+        results: dict[str, dict[str, Any]] = {}
+        todo: list[str] | None = None
         attempt = 0
-        while todo and self.left() > MIN_START_S:
+        while self.left() > self.min_start:
             attempt += 1
-            r = self.run(f"gpu-tests-{attempt}", self.py(*base, "-p", "gpu_check", "-q", "-rA", *todo),
-                         limit * len(todo) + 60, env=env)
-            for rec in read_reports(reports):
-                results[rec["nodeid"]] = rec
-            done = [t for t in todo if t in results]
-            todo = [t for t in todo if t not in results]
-            if not done:  # pytest ended before any of them reported: no point starting it again
-                for t in todo:
-                    results[t] = {"nodeid": t, "outcome": "failed", "reason": self.failure(r, "pytest")}
-                todo = []
+            args = ["-m", "gpu", *files] if todo is None else todo
+            r = self.run(f"gpu-tests-{attempt}", self.py(*base, *args), limit * len(ids or range(40)) + 60, env=env)
+            recs = read_reports(reports)
+            ids = ids or next((rec["collected"] for rec in recs if "collected" in rec), [])
+            if not ids:
+                return {"status": "failed", "items": [], "reason": "no test collected with -m gpu"
+                        if r["rc"] in (0, 5) else self.failure(r, "collecting the gpu tests")}
+            results.update({rec["nodeid"]: rec for rec in recs if "nodeid" in rec})
+            started = [rec["started"] for rec in recs if "started" in rec]
+            if started and started[-1] not in results and r["rc"] not in (0, 1):
+                results[started[-1]] = {"nodeid": started[-1], "outcome": "failed",
+                                        "reason": "the process ended during this test: " + self.failure(r, "pytest")}
+            before, todo = todo, [t for t in ids if t not in results]
+            if not todo:
+                break
+            if before is not None and todo == before:  # no progress: starting it again would not help
+                results.update({t: {"nodeid": t, "outcome": "failed", "reason": self.failure(r, "pytest")} for t in todo})
+                break
         items = []
         for t in ids:
             rec = results.get(t)
@@ -375,7 +393,7 @@ class Check:
             status = {"passed": "passed", "skipped": "skipped"}.get(outcome, "failed")
             item = {"name": t, "status": status, "seconds": rec.get("seconds")}
             if outcome == "timeout":
-                item["reason"] = f"ran past its {limit:.0f} s limit and was ended (stacks in the pytest log)"
+                item["reason"] = f"ran past its {limit:.0f} s limit and was ended (stacks: logs/gpu-tests.jsonl.stacks)"
             elif status != "passed":
                 item["reason"] = rec.get("reason") or outcome
             items.append(item)
@@ -392,7 +410,7 @@ class Check:
         names = list(PROBES)
         groups = [["all"]] if self.args.rehearsal else [[n] for n in names]
         for group in groups:
-            if self.left() < MIN_START_S:
+            if self.left() < self.min_start:
                 items += [{"name": n, "status": "not run", "reason": "the phase's time was spent"} for n in names
                           if not any(i["name"] == n for i in items)]
                 break
@@ -452,7 +470,7 @@ class Check:
             kinds = kinds[:1]
         out = self.work / "reference"
         for k in kinds:
-            if self.left() < MIN_START_S:
+            if self.left() < self.min_start:
                 items.append({"name": k, "status": "not run", "reason": "the phase's time was spent"})
                 continue
             cmd = self.py("-m", "perflab", "reference", "record", "--what", k, "--out", str(out), "--json")
@@ -483,7 +501,7 @@ class Check:
         for nb in found:
             rel = str(nb.relative_to(ROOT))
             left = self.left()
-            if left < MIN_START_S:
+            if left < self.min_start:
                 items.append({"name": rel, "status": "not run",
                               "reason": f"not started: {max(left, 0):.0f} s of the budget left"})
                 self.summary["not_run"].append(rel)
@@ -530,6 +548,15 @@ class Check:
         if not self.args.work:
             shutil.rmtree(self.work, ignore_errors=True)
         return names
+
+
+def phase_cut(name: str, remaining: float) -> float:
+    """Seconds of `remaining` kept back from phase `name` for the phases after it."""
+    later = PHASES[PHASES.index(name):]
+    if len(later) == 1:
+        return 0.0
+    cap = remaining * SHARES[name] / sum(SHARES[p] for p in later)
+    return max(0.0, remaining - max(cap, min(FLOOR_S, remaining)))
 
 
 def read_reports(path: Path) -> list[dict[str, Any]]:
@@ -599,6 +626,41 @@ def split(archive: Path, part: int, max_parts: int) -> list[str]:
     return names
 
 
+def python_version(exe: str) -> tuple[int, int]:
+    """The (major, minor) of the Python `exe` (this one's when it cannot be asked)."""
+    try:
+        r = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True,
+                           timeout=30)
+        major, minor = (int(x) for x in r.stdout.split())
+        return major, minor
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return sys.version_info[0], sys.version_info[1]
+
+
+def wheel_fits(name: str, version: tuple[int, int], machine: str | None = None) -> bool:
+    """Whether a wheel (by its file name's tags) installs on CPython `version` on Linux `machine`:
+    pure (py3, any), or compiled for this minor version, or abi3 for this one or an older one."""
+    machine = machine or platform.machine()
+    parts = name[:-len(".whl")].split("-")
+    if len(parts) < 5:
+        return False
+    py_tags, abi, plats = parts[-3].split("."), parts[-2], parts[-1].split(".")
+    here = version[0] * 100 + version[1]
+
+    def py_ok(tag: str) -> bool:
+        m = re.fullmatch(r"(cp|py)(\d)(\d*)", tag)
+        if not m:
+            return False
+        if not m.group(3):
+            return int(m.group(2)) == version[0]
+        v = int(m.group(2)) * 100 + int(m.group(3))
+        return v <= here if (m.group(1) == "py" or abi == "abi3") else v == here
+
+    plat_ok = any(p == "any" or (p.startswith(("manylinux", "linux", "musllinux")) and p.endswith("_" + machine))
+                  for p in plats)
+    return plat_ok and any(py_ok(t) for t in py_tags)
+
+
 def unpack_wheel(wheel: Path, site: Path) -> None:
     """Install a wheel by unpacking it, as pip --target would lay it out (its purelib/platlib data
     folders merged in; scripts and headers left out): for a box whose pip cannot install."""
@@ -622,7 +684,10 @@ def unpack_wheel(wheel: Path, site: Path) -> None:
 
 def key_figures(phases: dict[str, Any]) -> dict[str, Any]:
     """The figures a reader looks for first, from the phases' own."""
-    ins = phases.get("instruments", {}).get("figures", {})
+    inst = phases.get("instruments", {})
+    # a probe skipped for want of a GPU ran at CPU sizes: its figures stay in the phase, not in the headline
+    skipped = {i["name"] for i in inst.get("items", []) if i.get("status") != "passed" and i.get("status") != "failed"}
+    ins = {k: v for k, v in inst.get("figures", {}).items() if k not in skipped}
     mm, cp, hc = ins.get("matmul", {}), ins.get("copy", {}), ins.get("host_copies", {})
     at, me, au = ins.get("attention", {}), ins.get("memory", {}), ins.get("audit", {})
     nb = phases.get("notebooks", {}).get("figures", {})
@@ -639,6 +704,8 @@ def key_figures(phases: dict[str, Any]) -> dict[str, Any]:
 # ============================================================== the probes (child processes; import torch)
 
 def _probe_matmul(cuda: bool, small: bool) -> dict[str, Any]:
+    import torch
+
     from perflab.core.measure import make_matmul, matmul_flops, measure_matmul
 
     if not cuda:
@@ -647,7 +714,8 @@ def _probe_matmul(cuda: bool, small: bool) -> dict[str, Any]:
         n = 256
         r = measure_matmul(n, n, n, "fp32", "cpu", rep_ms=50, warmup_ms=5)
         fn, _, _ = make_matmul(n, n, n, "fp32", "cpu")
-        theirs = tb.Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.1).median
+        timer = tb.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())  # its default is 1 thread
+        theirs = timer.blocked_autorange(min_run_time=0.1).median
         return {"status": "skipped", "figures": {"size": n, "dtype": "fp32", "perflab_median_s": r.median_s,
                                                    "independent_median_s": theirs, "ratio": r.median_s / theirs,
                                                    "independent": "torch.utils.benchmark", "tflops": r.tflops},
@@ -722,9 +790,9 @@ def _probe_host_copies(cuda: bool, small: bool) -> dict[str, Any]:
 def _probe_attention(cuda: bool, small: bool) -> dict[str, Any]:
     from perflab.gemm import flash
 
-    try:
-        import triton  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:  # not imported here: on a CPU the check runs it in its interpreter
         return {"status": "skipped", "figures": {}, "reason": "no triton here (the `kernels` extra)"}
     if not cuda:
         r = flash.check(1, 2, 77, 64, "fp32")
@@ -809,7 +877,7 @@ def probe(name: str, work: Path, small: bool) -> int:
 
 # ============================================================== pytest plugin (-p gpu_check, phase 3)
 # Active only when GPU_CHECK_REPORTS names a file: one JSON line per finished test, and a watchdog that
-# ends the process when a test runs past GPU_CHECK_TEST_LIMIT seconds (its stacks to stderr first),
+# ends the process when a test runs past GPU_CHECK_TEST_LIMIT seconds (its stacks to a file first),
 # so that a test stuck in CUDA or NCCL is reported and the check starts pytest again on the next one.
 
 _timer: list[threading.Timer] = []
@@ -827,9 +895,11 @@ def _expire(nodeid: str, limit: float) -> None:
     import faulthandler
 
     _report({"nodeid": nodeid, "outcome": "timeout", "seconds": limit})
-    sys.stderr.write(f"\n[gpu-check] {nodeid} ran past {limit:.0f} s: ending pytest; stacks follow\n")
-    faulthandler.dump_traceback(all_threads=True)
-    sys.stderr.flush()
+    # pytest holds fd 2 in a capture file that os._exit loses: the stacks go beside the reports
+    with open(os.environ["GPU_CHECK_REPORTS"] + ".stacks", "a") as f:
+        f.write(f"\n{nodeid} ran past {limit:.0f} s: pytest ended; the stacks at that moment:\n")
+        f.flush()
+        faulthandler.dump_traceback(file=f, all_threads=True)
     os._exit(86)
 
 
@@ -837,6 +907,7 @@ def pytest_runtest_logstart(nodeid, location) -> None:
     if not os.environ.get("GPU_CHECK_REPORTS"):
         return
     limit = float(os.environ.get("GPU_CHECK_TEST_LIMIT", "120"))
+    _report({"started": nodeid})
     t = threading.Timer(limit, _expire, args=(nodeid, limit))
     t.daemon = True
     t.start()
@@ -850,6 +921,11 @@ def pytest_runtest_logfinish(nodeid, location) -> None:
 
 
 _seen: dict[str, dict[str, Any]] = {}
+
+
+def pytest_collection_finish(session) -> None:
+    if os.environ.get("GPU_CHECK_REPORTS"):
+        _report({"collected": [item.nodeid for item in session.items]})
 
 
 def pytest_runtest_logreport(report) -> None:
