@@ -788,9 +788,9 @@ def _probe_host_copies(cuda: bool, small: bool) -> dict[str, Any]:
 
 
 def _probe_attention(cuda: bool, small: bool) -> dict[str, Any]:
-    from perflab.gemm import flash
-
     import importlib.util
+
+    from perflab.gemm import flash
 
     if importlib.util.find_spec("triton") is None:  # not imported here: on a CPU the check runs it in its interpreter
         return {"status": "skipped", "figures": {}, "reason": "no triton here (the `kernels` extra)"}
