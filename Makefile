@@ -8,7 +8,7 @@ LAB_PORT ?= 8888
 # Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-all suite-budget test-fast test-browser test-gpu coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
+.PHONY: setup lab test test-all suite-budget test-fast test-browser test-gpu gpu-rehearsal gpu-wheels coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
 
 # perflab's extras (pyproject.toml) each target needs: the lessons need `course`, and `kernels` (Triton,
 # where its wheels exist) for lesson 04's compiled tiles and lesson 10's fused kernel
@@ -63,17 +63,28 @@ test-browser: setup
 test-fast: setup
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks"
 
-# On a GPU box: the tests that need CUDA (they run within `make test` too), then every lesson at
-# full size (smoke=False, the sizes a GPU runs), executed copies in results/gpu-lessons/. README, "GPU".
-test-gpu: setup
-	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA GPU: torch sees none (make test runs the CPU side)')"
-	$(PY) -m pytest -m gpu -p no:xdist
-	@mkdir -p results/gpu-lessons
-	@for nb in notebooks/[0-9]*.ipynb; do \
-		echo "== $$nb at full size"; \
-		$(PY) -m papermill --no-progress-bar $$nb results/gpu-lessons/$$(basename $$nb) -p smoke False \
-			|| { echo "FAILED: $$nb (executed copy: results/gpu-lessons/$$(basename $$nb))"; exit 1; }; \
-	done
+# On a GPU box: the whole GPU check (tools/gpu_check.py; README, "GPU"), with the box's own python3
+# and torch, no network and no .venv: the wheels of .whl/ (make gpu-wheels, on a machine with an index)
+# go into a folder of the check's own; the tests marked gpu one at a time, the instruments against
+# independent ones, the reference data, then every lesson and lab solution at full size, within
+# GPU_BUDGET seconds. summary.json and one archive in $(GPU_OUT).
+GPU_BUDGET ?= 420
+GPU_OUT ?= results/gpu-check
+test-gpu:
+	@$(PYTHON) -c "import importlib.util as u, sys; t = u.find_spec('torch') and __import__('torch'); sys.exit(0 if t and t.cuda.is_available() else 'make test-gpu needs a CUDA GPU and a torch that sees it: $(PYTHON) has none (make gpu-rehearsal runs the check here)')"
+	$(PYTHON) tools/gpu_check.py --out $(GPU_OUT) --budget $(GPU_BUDGET)
+
+# The GPU check rehearsed on this machine, in a fresh temporary folder: every phase runs the part a CPU
+# can and says what it left out (tests/repo/test_gpu_check.py runs it too).
+gpu-rehearsal: setup
+	$(PY) tools/gpu_check.py --rehearsal --out $$(mktemp -d) --budget 300
+
+# The wheels an offline GPU box lacks to run the notebooks (papermill, ipykernel, ipywidgets, nbclient,
+# ipyexperiments and what they need that the box lacks; never torch) into the git-ignored .whl/, for
+# CPython $(PY) (default 3.12) on manylinux x86_64 (GPU_ARCH=aarch64 for an Arm box):
+# `make gpu-wheels PY=3.11`. README, "GPU".
+gpu-wheels:
+	$(PYTHON) tools/gpu_wheels.py $(if $(GPU_ARCH),--arch $(GPU_ARCH)) $(if $(filter 3.%,$(PY)),--python $(PY))
 
 # Line coverage of perflab/ over the unit tests (no notebooks), then the map of what never ran:
 # lines under CUDA branches apart from CPU-reachable ones (tools/coverage_map.py).
