@@ -13,37 +13,50 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-
 # ----------------------------------------------------------------------------- counting collectives
+# FSDP2 calls the single-tensor collectives by these names through `torch.distributed`: torch 2.13
+# renamed all_gather_into_tensor and reduce_scatter_tensor to the *_single names (the old ones stay as
+# deprecated aliases); torch 2.11 and 2.12 have the old names only, and their FSDP2 calls those
+FSDP_COLLECTIVES = {"all_gather": ("all_gather_single", "all_gather_into_tensor"),
+                    "reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor")}
+
+
 @contextlib.contextmanager
 def count_fsdp_collectives() -> Iterator[dict[str, dict[str, int]]]:
     """Count FSDP2's all-gathers and reduce-scatters (calls, and bytes of the full buffer).
 
     FSDP2 calls `torch.distributed.all_gather_single(output, input)` and
-    `reduce_scatter_single(output=, input=)` through the module, so wrapping them sees every call.
+    `reduce_scatter_single(output=, input=)` through the module (`all_gather_into_tensor` and
+    `reduce_scatter_tensor` before torch 2.13), so wrapping whichever of these names the installed
+    torch has sees every call. A call through one name counts once: the deprecated alias reaches
+    the new function inside torch, not through the wrapped module attribute.
     """
     import torch.distributed as dist
 
     counts = {"all_gather": {"calls": 0, "bytes": 0}, "reduce_scatter": {"calls": 0, "bytes": 0}}
-    ag, rs = dist.all_gather_single, dist.reduce_scatter_single
+    originals = {name: getattr(dist, name) for names in FSDP_COLLECTIVES.values() for name in names
+                 if hasattr(dist, name)}
 
-    def all_gather_single(output_tensor, input_tensor, *args, **kwargs):
-        counts["all_gather"]["calls"] += 1
-        counts["all_gather"]["bytes"] += output_tensor.numel() * output_tensor.element_size()
-        return ag(output_tensor, input_tensor, *args, **kwargs)
+    def wrap(kind: str, fn):
+        # all-gather: the bytes of the output (the full buffer); reduce-scatter: of the input
+        key, pos = ("output_tensor", 0) if kind == "all_gather" else ("input", 1)
 
-    def reduce_scatter_single(*args, **kwargs):
-        inp = kwargs["input"] if "input" in kwargs else args[1]
-        counts["reduce_scatter"]["calls"] += 1
-        counts["reduce_scatter"]["bytes"] += inp.numel() * inp.element_size()
-        return rs(*args, **kwargs)
+        def counted(*args, **kwargs):
+            t = kwargs[key] if key in kwargs else args[pos]
+            counts[kind]["calls"] += 1
+            counts[kind]["bytes"] += t.numel() * t.element_size()
+            return fn(*args, **kwargs)
+        return counted
 
-    dist.all_gather_single = all_gather_single  # type: ignore[assignment]  # restored below
-    dist.reduce_scatter_single = reduce_scatter_single  # type: ignore[assignment]  # restored below
+    for kind, names in FSDP_COLLECTIVES.items():
+        for name in names:
+            if name in originals:
+                setattr(dist, name, wrap(kind, originals[name]))
     try:
         yield counts
     finally:
-        dist.all_gather_single, dist.reduce_scatter_single = ag, rs
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
 
 
 def functional_collective_counter():

@@ -22,6 +22,28 @@ def one_rank_group(tmp_path, monkeypatch):
         dist.destroy_process_group()
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch 2.13 deprecates the old names this calls
+@pytest.mark.parametrize("torch_names", ["installed", "before 2.13"])
+def test_the_fsdp_counter_counts_the_names_this_torch_has(one_rank_group, monkeypatch, torch_names):
+    from perflab.shard.worker import count_fsdp_collectives
+
+    if torch_names == "before 2.13":  # torch 2.11 and 2.12: no *_single names, FSDP2 calls the old ones
+        monkeypatch.delattr(dist, "all_gather_single", raising=False)
+        monkeypatch.delattr(dist, "reduce_scatter_single", raising=False)
+    names = [n for n in ("all_gather_single", "all_gather_into_tensor") if hasattr(dist, n)]
+    rs_names = [n for n in ("reduce_scatter_single", "reduce_scatter_tensor") if hasattr(dist, n)]
+    before = {n: getattr(dist, n) for n in names + rs_names}
+    x, out = torch.ones(4), torch.empty(4)
+    with count_fsdp_collectives() as counts:
+        for n in names:
+            getattr(dist, n)(out, x)
+        for n in rs_names:
+            getattr(dist, n)(output=out, input=x)
+    assert counts == {"all_gather": {"calls": len(names), "bytes": 16 * len(names)},
+                      "reduce_scatter": {"calls": len(rs_names), "bytes": 16 * len(rs_names)}}
+    assert names and rs_names and all(getattr(dist, n) is fn for n, fn in before.items())  # restored
+
+
 def test_the_collective_counter_adds_up_every_tensor_of_a_list(one_rank_group):
     from perflab.shard.worker import functional_collective_counter
 
