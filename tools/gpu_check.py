@@ -96,9 +96,11 @@ def verdict(items: list[dict[str, Any]]) -> tuple[str, str]:
     skipped (or none ran), passed otherwise; the reason names the failures, then the skips."""
     failed = [i for i in items if i.get("status") == "failed"]
     skipped = [i for i in items if i.get("status") in ("skipped", "not run")]
+    left = sum(i.get("status") == "not run" for i in items)
+    head = f"{left} of {len(items)} not run for want of time; " if left else ""
     if failed:
-        return "failed", "; ".join(f"{i['name']}: {i.get('reason', 'failed')}" for i in failed)[:2000]
-    reason = "; ".join(f"{i['name']}: {i.get('reason', 'skipped')}" for i in skipped)[:2000]
+        return "failed", (head + "; ".join(f"{i['name']}: {i.get('reason', 'failed')}" for i in failed))[:2000]
+    reason = (head + "; ".join(f"{i['name']}: {i.get('reason', 'skipped')}" for i in skipped))[:2000]
     if not items:
         return "skipped", "nothing to run"
     if len(skipped) == len(items):
@@ -240,6 +242,8 @@ class Check:
                 self.kill_all()
         res["seconds"] = round(time.monotonic() - t, 1)
         self.summary["phases"][name] = res
+        # what the budget left out, named in one place (a phase whose others passed still says it passed)
+        self.summary["not_run"] += [f"{name}: {i['name']}" for i in res.get("items", []) if i.get("status") == "not run"]
         print(f"[gpu-check] {name}: {res['status']} in {res['seconds']:.0f} s"
               + (f" ({res['reason'][:300]})" if res.get("reason") else ""), flush=True)
         self.write_summary()
@@ -504,7 +508,6 @@ class Check:
             if left < self.min_start:
                 items.append({"name": rel, "status": "not run",
                               "reason": f"not started: {max(left, 0):.0f} s of the budget left"})
-                self.summary["not_run"].append(rel)
                 continue
             dest = self.work / "notebooks" / f"{nb.parent.name}__{nb.name}"
             limit = min(self.args.notebook_limit, left)

@@ -142,6 +142,8 @@ def test_a_phase_fails_if_one_item_failed_and_is_skipped_only_if_all_were():
     assert gpu_check.verdict([skipped]) == ("skipped", "b: no GPU")
     assert gpu_check.verdict([passed, failed, skipped]) == ("failed", "c: boom")
     assert gpu_check.verdict([])[0] == "skipped"
+    late = {"name": "d", "status": "not run", "reason": "the phase's time was spent"}
+    assert gpu_check.verdict([passed, late]) == ("passed", "1 of 2 not run for want of time; d: the phase's time was spent")
 
 
 def test_a_large_archive_is_split_into_parts_that_join_again(tmp_path):
