@@ -133,7 +133,7 @@ class Check:
         self.site = self.work / "site"
         self.children: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
-        self.cuda = False
+        self.cuda: bool | None = None  # set by the machine phase, else asked when first needed
         self.version = python_version(self.python)
         self.summary: dict[str, Any] = {
             "check": "perflab GPU check (tools/gpu_check.py)", "started": _now_iso(), "budget_s": args.budget,
@@ -185,6 +185,9 @@ class Check:
                 self.kill(p)
                 rc = p.wait()
                 timed_out = True
+            except BaseException:  # the check itself is being stopped: its child goes with it
+                self.kill(p)
+                raise
             finally:
                 with self.lock:
                     self.children.discard(p)
@@ -208,6 +211,18 @@ class Check:
             live = list(self.children)
         for p in live:
             self.kill(p)
+
+    def has_cuda(self) -> bool:
+        """Whether the Python the check runs sees a CUDA GPU (the machine phase says; asked here otherwise)."""
+        if self.cuda is None:
+            f = self.work / "machine" / "cuda.json"
+            self.run("cuda", self.py("-c", "import json, torch; print(json.dumps(torch.cuda.is_available()))"), 120,
+                     stdout=f)
+            try:
+                self.cuda = bool(read_json(f))
+            except (OSError, ValueError):
+                self.cuda = False
+        return self.cuda
 
     def py(self, *args: str) -> list[str]:
         return [self.python, *args]
@@ -255,7 +270,7 @@ class Check:
         res = self.work / "machine" / f"{name}.json"
         r = self.run(name, self.py("-c", code, *NOTEBOOK_MODULES), 90, stdout=res)
         try:
-            return json.loads(res.read_text())
+            return read_json(res)
         except (OSError, ValueError):
             return {"(import check)": self.failure(r, "the import check")}
 
@@ -330,7 +345,7 @@ class Check:
         vfile = self.work / "machine" / "versions.json"
         r = self.run("versions", self.py("-c", code), 120, stdout=vfile)
         try:
-            versions = json.loads(vfile.read_text())
+            versions = read_json(vfile)
             figures.update(versions)
             self.cuda = bool(versions.get("cuda_available"))
             items.append({"name": "versions", "status": "passed"})
@@ -339,7 +354,7 @@ class Check:
         efile = self.work / "machine" / "perflab-env.json"
         r = self.run("perflab-env", self.py("-m", "perflab", "env", "--json"), 120, stdout=efile)
         try:
-            env = json.loads(efile.read_text())
+            env = read_json(efile)
             figures["perflab_device"] = env.get("device", {}).get("name")
             figures["peak_tflops"] = env.get("peak_tflops")
             figures["peak_source"] = env.get("peak_source")
@@ -438,13 +453,13 @@ class Check:
 
     def audit(self, figures: dict[str, Any]) -> dict[str, Any]:
         cmd = self.py("-m", "perflab", "audit", "--hf-config", "gpt2", "--no-breaks", "--json")
-        small = self.args.rehearsal or not self.cuda
+        small = self.args.rehearsal or not self.has_cuda()
         if small:  # a one-layer GPT-2: the plumbing, not a figure
             cmd += ["--hf-set", "n_layer=1", "n_embd=64", "n_head=2", "--steps", "2"]
         out = self.work / "instruments" / "audit.json"
         r = self.run("audit", cmd, self.args.probe_limit, stdout=out)
         try:
-            rep = json.loads(out.read_text())
+            rep = read_json(out)
         except (OSError, ValueError):
             return {"name": "audit", "status": "failed", "reason": self.failure(r, "perflab audit")}
         f = {k: rep.get(k) for k in ("mfu", "hfu", "mfu_basis", "peak_tflops", "step_s", "tokens_per_s", "flops_per_step")}
@@ -465,11 +480,11 @@ class Check:
         r = self.run("reference-kinds", self.py("-c", "import json; from perflab.course.reference import KINDS; "
                                                  "print(json.dumps(list(KINDS)))"), 90, stdout=kfile)
         try:
-            kinds = json.loads(kfile.read_text())
+            kinds = read_json(kfile)
         except (OSError, ValueError):
             return {"status": "failed", "reason": self.failure(r, "reading the reference kinds"), "items": []}
         items: list[dict[str, Any]] = []
-        if not self.cuda and self.args.rehearsal:
+        if not self.has_cuda() and self.args.rehearsal:
             items += [{"name": k, "status": "skipped", "reason": "rehearsal: one kind recorded at smoke size"} for k in kinds[1:]]
             kinds = kinds[:1]
         out = self.work / "reference"
@@ -478,13 +493,13 @@ class Check:
                 items.append({"name": k, "status": "not run", "reason": "the phase's time was spent"})
                 continue
             cmd = self.py("-m", "perflab", "reference", "record", "--what", k, "--out", str(out), "--json")
-            if not self.cuda:
+            if not self.has_cuda():
                 cmd += ["--smoke", "--allow-cpu"]
             r = self.run(f"reference-{k}", cmd, self.args.reference_limit)
             if r["rc"] != 0:
                 items.append({"name": k, "status": "failed", "reason": self.failure(r, f"recording {k}"),
                               "seconds": r["seconds"]})
-            elif not self.cuda:
+            elif not self.has_cuda():
                 items.append({"name": k, "status": "skipped", "seconds": r["seconds"],
                               "reason": "no CUDA GPU: recorded at smoke size on the CPU, which checks the recorder; "
                                         "reference data come from a GPU"})
@@ -528,7 +543,7 @@ class Check:
     # ---------------------------------------------------------------- the end
     def write_summary(self) -> None:
         self.summary["seconds"] = round(time.monotonic() - self.t0, 1)
-        self.summary["cuda_available"] = self.cuda
+        self.summary["cuda_available"] = self.cuda  # null when no phase needed to know
         self.summary["figures"] = key_figures(self.summary["phases"])
         text = json.dumps(self.summary, indent=2, default=str)
         (self.work / "summary.json").write_text(text)
@@ -560,6 +575,21 @@ def phase_cut(name: str, remaining: float) -> float:
         return 0.0
     cap = remaining * SHARES[name] / sum(SHARES[p] for p in later)
     return max(0.0, remaining - max(cap, min(FLOOR_S, remaining)))
+
+
+def read_json(path: Path) -> Any:
+    """The JSON a child printed to `path`, even after lines some library printed before it.
+    Raises OSError or ValueError when there is none."""
+    text = path.read_text(errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        for m in re.finditer(r"^[\[{]", text, re.M):
+            try:
+                return json.JSONDecoder().raw_decode(text[m.start():])[0]
+            except ValueError:
+                continue
+        raise
 
 
 def read_reports(path: Path) -> list[dict[str, Any]]:
@@ -950,6 +980,14 @@ def pytest_runtest_logreport(report) -> None:
 
 # ============================================================== main
 
+class Stopped(BaseException):
+    """SIGTERM: not an Exception, so that no phase records it as its own failure and goes on."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="the folder for summary.json and the archive")
@@ -990,9 +1028,19 @@ def main(argv: list[str] | None = None) -> int:
     guard = threading.Timer(max(1.0, check.deadline - time.monotonic() - RESERVE_S / 2), check.kill_all)
     guard.daemon = True
     guard.start()
-    for name in PHASES:
-        check.phase(name, getattr(check, name))
-    guard.cancel()
+    signal.signal(signal.SIGTERM, _stop)  # stopped from outside: children killed, summary and archive written
+    try:
+        for name in PHASES:
+            check.phase(name, getattr(check, name))
+    except (Stopped, KeyboardInterrupt) as e:
+        check.kill_all()
+        why = f"stopped from outside ({e or 'SIGINT'})"
+        check.summary["stopped"] = why
+        for name in PHASES:
+            if name not in check.summary["phases"]:
+                check.summary["phases"][name] = {"status": "skipped", "reason": why, "seconds": 0.0}
+    finally:
+        guard.cancel()
     names = check.finish()
     s = check.summary
     print(f"[gpu-check] {s['seconds']:.0f} s of {args.budget:.0f}; summary: {check.out / 'summary.json'}; "

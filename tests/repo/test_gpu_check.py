@@ -172,3 +172,12 @@ def test_bad_arguments_get_one_line(argv, msg, capsys):
     assert gpu_check.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and len(err.splitlines()) == 1
+
+
+def test_a_childs_json_is_read_after_lines_a_library_printed_first(tmp_path):
+    f = tmp_path / "out.json"
+    f.write_text('Some weights were not initialized {from the checkpoint}\n{"mfu": 0.41,\n "basis": "bf16 peak"}\n')
+    assert gpu_check.read_json(f) == {"mfu": 0.41, "basis": "bf16 peak"}
+    f.write_text("no json at all\n")
+    with pytest.raises(ValueError):
+        gpu_check.read_json(f)
