@@ -27,7 +27,8 @@ PYTHONPATH with the checkout, for every process the check starts. Then, each pha
    summary names those that did not run.
 
 A phase that fails is recorded and the next one runs. Every process it starts has a time limit and
-runs in its own process group, killed at its limit; the whole run ends within `--budget` seconds.
+runs in its own process group, killed at its limit; the whole run ends within `--budget` seconds
+(stopped from outside with SIGTERM, it kills its children and still writes what it has).
 DIR ends up holding two kinds of file only: `summary.json`, and one archive of every log, figure file,
 reference file and executed notebook (`gpu-check.tar.gz`, split into 15 MiB parts
 `gpu-check.tar.gz.00`, `.01`, ... when larger; `cat gpu-check.tar.gz.* | tar xz` joins them), because a
@@ -36,8 +37,9 @@ GPU box often hands back only a few files of limited size. The work folder itsel
 
 On a machine without a CUDA GPU every phase runs the part it can (tiny sizes, the Triton interpreter,
 the recorder at smoke size, the tests' own skips) and says what it left out; `--rehearsal` also
-shrinks the notebooks to one lesson and one lab solution in smoke mode and gives each probe one
-process, so that the whole plumbing runs in about a minute (tests/repo/test_gpu_check.py).
+shrinks the notebooks to one lesson and one lab solution in smoke mode, records one reference kind
+and runs the probes in one process (each has its own on a GPU run), so that the whole plumbing runs
+in one to two minutes here (tests/repo/test_gpu_check.py).
 Standard library only at the top: the probes (`--probe NAME`, run as child processes) import torch.
 """
 
