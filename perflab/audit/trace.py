@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.profiling.trace import Trace, read_raw, trace_files
+from perflab.profiling.trace import Trace, read_raw, trace_files, wait_kind
 
 # HTA's kernel classes (hta/utils/utils.py: get_kernel_type), in its order of precedence
 NCCL_KERNEL_RE = re.compile(r"^nccl.*Kernel")
@@ -158,7 +158,8 @@ class RankTrace:
     launch_ts: dict[int, float]  # correlation → ts of the host event that launched it
     hta_gpu: list[GpuEvent]  # the GPU events HTA keeps (launched before the last ProfilerStep began)
     cpu_compute: list[Span] = field(default_factory=list)  # CPU traces: perflab's device ops
-    cpu_comm: list[tuple[str, Span]] = field(default_factory=list)  # CPU traces: collective calls
+    cpu_comm: list[tuple[str, Span]] = field(default_factory=list)  # CPU traces: the collectives, matched across ranks
+    cpu_calls: list[tuple[str, Span]] = field(default_factory=list)  # CPU traces: the main thread's collective calls
     clock_offset_us: float = 0.0  # added to the trace's ts to give µs since the epoch, when known
     last_step_start: float = math.inf  # HTA's: the latest start of a host event named ProfilerStep
 
@@ -231,13 +232,20 @@ def read_rank(path: Path, raw: Any, *, only_one: bool) -> RankTrace:
     rt = RankTrace(path, rank, world or None, device, steps, bool(gpu), gpu, launch, gpu, clock_offset_us=offset,
                    last_step_start=max(marks))
     if not gpu:  # a CPU trace: perflab's device notion
-        t0 = min(float(e["ts"]) for e in evs)
+        t0 = min(float(e["ts"]) for e in meta["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
+                 and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)))  # Trace's origin
         rt.cpu_compute = [(t0 + i.start * 1e6, t0 + i.end * 1e6) for i in t.device_ops()]
         end = -math.inf
         for i in t.waits():  # the outermost collective calls (c10d::allreduce_, not the gloo call inside it)
             if i.kind == "communication" and i.start >= end:
-                rt.cpu_comm.append((i.name, (t0 + i.start * 1e6, t0 + i.end * 1e6)))
+                rt.cpu_calls.append((i.name, (t0 + i.start * 1e6, t0 + i.end * 1e6)))
                 end = i.end
+        # the collectives themselves, where the backend runs them on threads of their own (gloo's
+        # pt_gloo_runloop threads record gloo:all_reduce from start to end while the caller waits)
+        rt.cpu_comm = sorted(((e.name, (t0 + e.start * 1e6, t0 + e.end * 1e6)) for e in t.events
+                              if e.tid != t.main_tid and wait_kind(e.name) == "communication"), key=lambda x: x[1])
+        if not rt.cpu_comm:
+            rt.cpu_comm = rt.cpu_calls
     return rt
 
 
@@ -318,6 +326,7 @@ def per_step(rt: RankTrace) -> dict[int, dict[str, Any]]:
     order = sorted(rt.steps.items(), key=lambda kv: kv[1][0])
     comp: dict[int, list[Span]] = defaultdict(list)
     comm: dict[int, list[tuple[str, Span]]] = defaultdict(list)
+    calls: dict[int, list[Span]] = defaultdict(list)  # CPU traces: the main thread's collective calls
     if rt.on_gpu:
         for g in rt.gpu:
             n = _step_of(rt.launch_ts.get(g.correlation, g.start), order)
@@ -336,10 +345,14 @@ def per_step(rt: RankTrace) -> dict[int, dict[str, Any]]:
             n = _step_of(sp[0], order)
             if n is not None:
                 comm[n].append((name, sp))
+        for _name, sp in rt.cpu_calls:
+            n = _step_of(sp[0], order)
+            if n is not None:
+                calls[n].append(sp)
     out = {}
     for n, (s, e) in order:
         c = merge(comp[n])
-        k = merge([sp for _, sp in comm[n]])
+        k = merge([sp for _, sp in comm[n]] + calls[n])
         out[n] = {"step_s": (e - s) * 1e-6, "compute_s": length(c) * 1e-6, "comm_s": length(k) * 1e-6,
                   "exposed_comm_s": (length(k) - overlap(k, c)) * 1e-6,
                   "collectives": sorted(((nm, sp[0], sp[1]) for nm, sp in comm[n]), key=lambda x: x[1])}
@@ -362,18 +375,22 @@ def stragglers(step_s: dict[int, float], compute_s: dict[int, float]) -> dict[st
     slowest = max(step_s, key=lambda r: step_s[r])
     spread = (max(step_s.values()) - min(step_s.values())) / statistics.median(step_s.values()) if step_s else 0.0
     out: dict[str, Any] = {"rule": f"robust z-score 0.6745 (x - median) / MAD > {Z_LIMIT}, MAD at least "
-                                   f"{MAD_FLOOR:.0%} of the median, over ranks' median step and compute time",
+                                   f"{MAD_FLOOR * 100:g} % of the median, over ranks' median step and compute time",
                            "slowest_rank": slowest, "step_spread": spread, "ranks": [], "by_step": {}, "by_compute": {}}
     if len(step_s) < 3:
-        out["verdict"] = (f"no verdict: {len(step_s)} rank(s); a straggler stands out from at least 2 others "
-                          "(give the folder at least 3 ranks' traces)")
+        out["verdict"] = (f"no verdict with {len(step_s)} rank(s): a straggler stands out from at least 2 others, "
+                          "so give at least 3 ranks' traces")
         return out
     zs, zc = robust_z(step_s), robust_z(compute_s)
     out["by_step"] = {r: z for r, z in zs.items() if z > Z_LIMIT}
     out["by_compute"] = {r: z for r, z in zc.items() if z > Z_LIMIT}
     out["ranks"] = sorted(set(out["by_step"]) | set(out["by_compute"]))
-    out["verdict"] = (f"straggler(s): rank {', '.join(map(str, out['ranks']))}" if out["ranks"]
-                      else "no straggler: no rank's step or compute time stands out")
+    why = []
+    for r in out["ranks"]:
+        parts = [f"{what} z = {d[r]:.3g}" for what, d in (("step time", out["by_step"]), ("compute", out["by_compute"]))
+                 if r in d]
+        why.append(f"rank {r} ({', '.join(parts)})")
+    out["verdict"] = ", ".join(why) if why else "none: no rank's step or compute time stands out"
     return out
 
 
@@ -481,7 +498,7 @@ def rank_figures(rt: RankTrace, step_names: int) -> dict[str, Any]:
         lo = min(s for s, _ in rt.steps.values())
         hi = max(e for _, e in rt.steps.values())
         comp = merge([(max(s, lo), min(e, hi)) for s, e in rt.cpu_compute])
-        comm = merge([(max(sp[0], lo), min(sp[1], hi)) for _, sp in rt.cpu_comm])
+        comm = merge([(max(sp[0], lo), min(sp[1], hi)) for _, sp in rt.cpu_comm + rt.cpu_calls])
         c, k = length(comp), length(comm) - overlap(comm, comp)
         tb = {"window": (hi - lo) * 1e-6, "compute": c * 1e-6, "communication": k * 1e-6, "memory": 0.0, "other": 0.0,
               "idle": (hi - lo - c - k) * 1e-6, "non_compute": k * 1e-6}
@@ -625,7 +642,7 @@ def render(job: dict[str, Any]) -> str:
                  if job["on_gpu"] else "Shares of each rank's profiled steps; no idle split on a CPU trace "
                  "(HTA defines it on GPU kernels).")
     st = job["stragglers"]
-    lines.append(f"Stragglers: {st['verdict']}. Slowest rank: {st['slowest_rank']} (step times spread "
+    lines.append(f"Stragglers: {st['verdict']}. Slowest step: rank {st['slowest_rank']} (ranks' step times spread "
                  f"{100 * st['step_spread']:.1f} % of the median). Rule: {st['rule']}.")
     c = job["collectives"]
     if c["matched"]:
