@@ -137,10 +137,20 @@ class GpuEvent:
     kind: str  # kernel_type(name)
 
 
+def _time(v: Any) -> bool:
+    """A timestamp or duration a trace can hold: a finite number (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _args(e: dict[str, Any]) -> dict[str, Any]:
+    a = e.get("args")
+    return a if isinstance(a, dict) else {}
+
+
 def _int_or(v: Any, default: int) -> int:
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
 
 
@@ -186,13 +196,14 @@ def read_rank(path: Path, raw: Any, *, only_one: bool) -> RankTrace:
         rank = 0
     world = _int_or(dist.get("world_size"), 0) if dist else 0
     props = meta.get("deviceProperties")
-    names = {str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")} if isinstance(props, list) else set()
+    names = ({str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")} if isinstance(props, list)
+             else set())
     device = names.pop() if len(names) == 1 else None
     base_ns = meta.get("baseTimeNanoseconds")
-    offset = float(base_ns) / 1e3 if isinstance(base_ns, (int, float)) else 0.0
+    offset = float(base_ns) / 1e3 if _time(base_ns) else 0.0
 
     evs = [e for e in meta["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") not in (None, "Trace")
-           and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+           and _time(e.get("ts")) and _time(e.get("dur")) and e["dur"] >= 0]
     # HTA rounds a trace with fractional (ns-resolution) timestamps to whole µs: start up, end down
     frac = any(isinstance(e["ts"], float) for e in evs)
 
@@ -212,7 +223,7 @@ def read_rank(path: Path, raw: Any, *, only_one: bool) -> RankTrace:
     gpu: list[GpuEvent] = []
     host: list[dict[str, Any]] = []  # HTA's "CPU" side: everything that is not a GPU event
     for e in evs:
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args = _args(e)
         stream = _int_or(args.get("stream"), -1)
         corr = _int_or(args.get("correlation"), -1)
         name = str(e.get("name", ""))
@@ -224,13 +235,13 @@ def read_rank(path: Path, raw: Any, *, only_one: bool) -> RankTrace:
     launch: dict[int, float] = {}
     marks = [float(math.ceil(e["ts"]) if frac else e["ts"]) for e in host if "ProfilerStep" in str(e.get("name", ""))]
     for e in host:
-        corr = _int_or((e.get("args") or {}).get("correlation"), -1)
+        corr = _int_or(_args(e).get("correlation"), -1)
         if corr >= 0 and (corr not in launch or str(e.get("cat")) in ("cuda_runtime", "cuda_driver")):
             launch[corr] = float(math.ceil(e["ts"]) if frac else e["ts"])
     gpu.sort(key=lambda g: g.start)
 
     rt = RankTrace(path, rank, world or None, device, steps, bool(gpu), gpu, launch, gpu, clock_offset_us=offset,
-                   last_step_start=max(marks))
+                   last_step_start=max(marks) if marks else math.inf)
     if not gpu:  # a CPU trace: perflab's device notion
         t0 = min(float(e["ts"]) for e in meta["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
                  and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)))  # Trace's origin
@@ -264,9 +275,11 @@ def temporal(events: list[GpuEvent]) -> dict[str, float]:
 
     Returns seconds: 'window' (first start to last end), and per share of SHARES; the shares add up
     to the window. 'non_compute' is HTA's (communication + memory + other)."""
-    if not events:
+    if not events:  # no GPU event in the window
         return {"window": 0.0, **dict.fromkeys(SHARES, 0.0), "non_compute": 0.0}
     every = merge([(g.start, g.end) for g in events])
+    if not every:  # events of no length
+        return {"window": 0.0, **dict.fromkeys(SHARES, 0.0), "non_compute": 0.0}
     window = every[-1][1] - every[0][0]
     busy = length(every)
     comp = merge([(g.start, g.end) for g in events if g.kind == "compute"])
@@ -373,7 +386,8 @@ def robust_z(values: dict[int, float]) -> dict[int, float]:
 def stragglers(step_s: dict[int, float], compute_s: dict[int, float]) -> dict[str, Any]:
     """Ranks whose median step time or compute per step stands out (see the module docstring)."""
     slowest = max(step_s, key=lambda r: step_s[r])
-    spread = (max(step_s.values()) - min(step_s.values())) / statistics.median(step_s.values()) if step_s else 0.0
+    med = statistics.median(step_s.values())
+    spread = (max(step_s.values()) - min(step_s.values())) / med if med > 0 else None
     out: dict[str, Any] = {"rule": f"robust z-score 0.6745 (x - median) / MAD > {Z_LIMIT}, MAD at least "
                                    f"{MAD_FLOOR * 100:g} % of the median, over ranks' median step and compute time",
                            "slowest_rank": slowest, "step_spread": spread, "ranks": [], "by_step": {}, "by_compute": {}}
@@ -471,6 +485,10 @@ def load_job(folder: str | Path) -> list[RankTrace]:
                              "give one profiling cycle of one job")
         first = ranks[0]
         for r in ranks[1:]:
+            if r.on_gpu != first.on_gpu:
+                g, c = (first, r) if first.on_gpu else (r, first)
+                raise InputError(f"rank {g.rank}'s trace has GPU events and rank {c.rank}'s has none: profile every rank "
+                                 "with the same activities (ProfilerActivity.CUDA on a GPU job)")
             if set(r.steps) != set(first.steps):
                 raise InputError(f"ranks profiled different steps: rank {first.rank} has {_steps_text(first.steps)}, "
                                  f"rank {r.rank} has {_steps_text(r.steps)}; profile the same steps on every rank")
@@ -546,6 +564,8 @@ def mfu_of(job: dict[str, Any], flops_per_step: float, *, dtype: str = "bf16",
     else:
         pk = select_peak(str(next(iter(names))), "cuda", dtype)
         out["peak_tflops"], out["peak_source"] = pk.tflops, pk.source
+    if out["peak_tflops"] and step_s <= 0:
+        out["peak_tflops"], out["peak_source"] = None, "no MFU: the traces' steps have no length"
     if out["peak_tflops"]:
         denom = step_s * gpus * out["peak_tflops"] * 1e12
         out["mfu"] = flops_per_step / denom
@@ -642,8 +662,8 @@ def render(job: dict[str, Any]) -> str:
                  if job["on_gpu"] else "Shares of each rank's profiled steps; no idle split on a CPU trace "
                  "(HTA defines it on GPU kernels).")
     st = job["stragglers"]
-    lines.append(f"Stragglers: {st['verdict']}. Slowest step: rank {st['slowest_rank']} (ranks' step times spread "
-                 f"{100 * st['step_spread']:.1f} % of the median). Rule: {st['rule']}.")
+    spread = "" if st["step_spread"] is None else f" (ranks' step times spread {100 * st['step_spread']:.1f} % of the median)"
+    lines.append(f"Stragglers: {st['verdict']}. Slowest step: rank {st['slowest_rank']}{spread}. Rule: {st['rule']}.")
     c = job["collectives"]
     if c["matched"]:
         lines.append(f"Collectives matched across ranks: {c['matched']} ({c['unmatched']} unmatched); 'held others up' "

@@ -279,3 +279,69 @@ def test_the_planted_straggler_of_a_real_gloo_job_is_named_with_the_wait_it_cost
     for r in rep["ranks"]:
         assert r["idle_split"] is None and sum(r["shares"].values()) == pytest.approx(1.0)
         assert r["shares"]["communication"] > 0
+
+
+# ------------------------------------------------------------------------------- forged traces
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ODD = [None, "x", -1, -1e9, 0, 1e30, float("nan"), float("inf"), [], {}, True, "ProfilerStep#2", "ncclKernel_x"]
+FIELDS = ["ts", "dur", "name", "cat", "ph", "tid", "args", "stream", "correlation"]
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 40), st.sampled_from(FIELDS), st.sampled_from(ODD)),
+                min_size=1, max_size=6),
+       st.sampled_from([None, {}, {"rank": "a"}, {"rank": 5, "world_size": 2}, {"rank": 1, "world_size": -3}]))
+def test_forged_traces_give_a_report_or_one_line(edits, dist):
+    import math
+    import tempfile
+
+    traces = [rank_trace(r, 2) for r in range(2)]
+    if dist is not None:
+        traces[1]["distributedInfo"] = dist
+    for r, i, key, value in edits:
+        e = traces[r]["traceEvents"][i % len(traces[r]["traceEvents"])]
+        if key in ("stream", "correlation"):
+            e.setdefault("args", {})
+            if isinstance(e["args"], dict):
+                e["args"][key] = value
+        else:
+            e[key] = value
+    with tempfile.TemporaryDirectory() as d:
+        folder = Path(d)
+        for r, t in enumerate(traces):
+            (folder / f"r{r}.json").write_text(json.dumps(t))
+        try:
+            rep = jt.audit_traces(folder, flops_per_step=1e12)
+        except InputError as e:
+            assert "\n" not in str(e)
+            return
+    assert jt.render(rep.json)
+    for row in rep.json["ranks"]:
+        assert all(v is None or (math.isfinite(v) and -1e-9 <= v <= 1 + 1e-9) for v in row["shares"].values())
+
+
+@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10_000), st.sampled_from(FIELDS), st.sampled_from(ODD)),
+                min_size=1, max_size=8))
+def test_forged_cpu_job_traces_give_a_report_or_one_line(edits):
+    import tempfile
+
+    traces = [json.loads(gzip.decompress(f.read_bytes())) for f in sorted(GLOO_JOB.iterdir())]
+    for r, i, key, value in edits:
+        e = traces[r]["traceEvents"][i % len(traces[r]["traceEvents"])]
+        if key in ("stream", "correlation"):
+            if isinstance(e.get("args"), dict):
+                e["args"][key] = value
+        else:
+            e[key] = value
+    with tempfile.TemporaryDirectory() as d:
+        for r, t in enumerate(traces):
+            (Path(d) / f"r{r}.json").write_text(json.dumps(t))
+        try:
+            rep = jt.audit_traces(d)
+        except InputError as e:
+            assert "\n" not in str(e)
+            return
+    assert jt.render(rep.json)
