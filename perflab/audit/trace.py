@@ -72,6 +72,7 @@ Z_LIMIT = 3.5  # Iglewicz & Hoaglin's robust z-score limit for an outlier
 MAD_FLOOR = 0.01  # the MAD is at least 1 % of the median
 SHARES = ("compute", "communication", "memory", "other", "idle")
 IDLE_KINDS = ("host_wait", "kernel_wait", "other")
+IDLE_COLUMNS = {"host_wait": "host-wait", "kernel_wait": "kernel-wait", "other": "other-wait"}
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 # point-to-point transfers (pipeline sends, NCCL SendRecv) pair two ranks, not the whole group: never matched
 P2P_RE = re.compile(r"send|recv|p2p", re.I)
@@ -636,6 +637,23 @@ def _ms(x: float | None) -> str:
     return "—" if x is None else f"{x * 1e3:.2f}"
 
 
+def table(job: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per rank, every figure formatted with its unit in the column's name (for a terminal or a
+    notebook's DataFrame): step time, the shares, the idle split, exposed communication and waits caused."""
+    held = {str(k): v for k, v in job["collectives"]["held_up_others_s"].items()}  # int keys, or str after JSON
+    out = []
+    for r in job["ranks"]:
+        sp = r["idle_split"] or {}
+        exp = statistics.mean(r["exposed_comm_s"].values()) if r["exposed_comm_s"] else None
+        row = {"rank": str(r["rank"]), "step ms": _ms(r["step_s_median"])}
+        row.update({f"{'comm' if k == 'communication' else k} %": _pct(r["shares"][k]) for k in SHARES})
+        row.update({f"{IDLE_COLUMNS[k]} %": _pct(sp.get(k)) for k in IDLE_KINDS})
+        row["exposed comm ms/step"] = _ms(exp)
+        row["held others up ms/step"] = _ms(held.get(str(r["rank"])) if job["collectives"]["matched"] else None)
+        out.append(row)
+    return out
+
+
 def render(job: dict[str, Any]) -> str:
     """The terminal report: one row per rank, then stragglers, waits and MFU."""
     rows = job["ranks"]
@@ -644,18 +662,12 @@ def render(job: dict[str, Any]) -> str:
             + (f" of {job['world_size']}" if job["world_size"] else "")
             + f", {len(steps)} step(s) ({_steps_text(dict.fromkeys(steps, (0.0, 0.0)))})"
             + ("" if job["on_gpu"] else ", CPU traces"))
-    cols = ["rank", "step ms", "compute %", "comm %", "memory %", "other %", "idle %",
-            "host-wait %", "kernel-wait %", "other-wait %", "exposed comm ms/step", "held others up ms/step"]
-    table = []
-    for r in rows:
-        sp = r["idle_split"] or {}
-        exp = statistics.mean(r["exposed_comm_s"].values()) if r["exposed_comm_s"] else None
-        table.append([str(r["rank"]), _ms(r["step_s_median"]), *(_pct(r["shares"][k]) for k in SHARES),
-                      *(_pct(sp.get(k)) for k in IDLE_KINDS), _ms(exp),
-                      _ms(job["collectives"]["held_up_others_s"].get(r["rank"]) if job["collectives"]["matched"] else None)])
-    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+    rows_text = table(job)
+    cols = list(rows_text[0])
+    table_ = [list(t.values()) for t in rows_text]
+    widths = [max(len(c), *(len(t[i]) for t in table_)) for i, c in enumerate(cols)]
     lines = [head, "", "  ".join(c.rjust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(t, widths)) for t in table]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(t, widths)) for t in table_]
     lines.append("")
     lines.append("Shares of each rank's time over " + rows[0]["window"] + "; idle split: shares of the idle time "
                  f"(HTA's idle-time breakdown, streams added, kernel wait under {job['kernel_wait_us']} µs)."

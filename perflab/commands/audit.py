@@ -60,6 +60,8 @@ def run_trace(args) -> int:
     from perflab.audit.trace import audit_traces, model_flops_per_token
     from perflab.core.errors import InputError
 
+    if args.html or args.try_rungs:
+        raise InputError("--html and --try go with a step run here, not with --trace")
     flops = six_n = None
     if args.target or args.hf_config:
         if not args.tokens_per_step:

@@ -112,6 +112,7 @@ def test_trace_mfu_from_a_config_at_the_peak_the_trace_names(tmp_path):
     (["--trace", str(PUBLIC_TRACES / "hta_sampled_job"), "--tokens-per-step", "8"], "--tokens-per-step goes with"),
     (["--hf-config", "gpt2", "--trace", str(PUBLIC_TRACES / "hta_sampled_job")], "needs --tokens-per-step"),
     (["--trace", "MIXED"], "different jobs"),
+    (["--trace", str(PUBLIC_TRACES / "hta_sampled_job"), "--try"], "not with --trace"),
 ])
 def test_trace_bad_input_is_one_line(tmp_path, args, words):
     import gzip

@@ -345,3 +345,13 @@ def test_forged_cpu_job_traces_give_a_report_or_one_line(edits):
             assert "\n" not in str(e)
             return
     assert jt.render(rep.json)
+
+
+def test_the_table_has_every_column_once_and_reads_the_json_form(tmp_path):
+    rep = jt.audit_traces(PUBLIC / "hta_sampled_job").json
+    rows = jt.table(rep)
+    assert len(rows) == 2 and len(rows[0]) == 2 + len(jt.SHARES) + len(jt.IDLE_KINDS) + 2
+    assert all(("%" in c or "ms" in c or c == "rank") for c in rows[0])
+    # the same table from the JSON the CLI prints (keys become strings)
+    again = json.loads(json.dumps(rep))
+    assert jt.table(again) == rows and jt.render(again) == jt.render(rep)
