@@ -72,6 +72,12 @@ Z_LIMIT = 3.5  # Iglewicz & Hoaglin's robust z-score limit for an outlier
 MAD_FLOOR = 0.01  # the MAD is at least 1 % of the median
 SHARES = ("compute", "communication", "memory", "other", "idle")
 IDLE_KINDS = ("host_wait", "kernel_wait", "other")
+# the stable fields of the job's JSON (`--json`), and of each rank's row in it
+JOB_FIELDS = ("folder", "world_size", "ranks_found", "steps", "on_gpu", "ranks", "stragglers", "collectives",
+              "kernel_wait_us", "mfu", "notes")
+RANK_FIELDS = ("rank", "file", "device", "on_gpu", "steps", "step_s", "step_s_median", "compute_s_median",
+               "exposed_comm_s", "comm_s", "window", "window_s", "seconds", "shares", "non_compute_share",
+               "idle_split", "idle_split_s", "idle_by_stream_s")
 IDLE_COLUMNS = {"host_wait": "host-wait", "kernel_wait": "kernel-wait", "other": "other-wait"}
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 # point-to-point transfers (pipeline sends, NCCL SendRecv) pair two ranks, not the whole group: never matched

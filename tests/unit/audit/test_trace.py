@@ -113,6 +113,7 @@ def test_public_traces_shares_add_up_and_name_no_guessed_peak(job):
 
 def test_the_sampled_job_is_two_ranks_of_128_with_their_steps():
     rep = jt.audit_traces(PUBLIC / "hta_sampled_job").json
+    assert tuple(rep) == jt.JOB_FIELDS and all(tuple(r) == jt.RANK_FIELDS for r in rep["ranks"])
     assert rep["world_size"] == 128 and rep["ranks_found"] == 2 and rep["steps"] == [551, 552]
     assert any("2 of the job's 128" in n for n in rep["notes"])
     assert "no verdict" in rep["stragglers"]["verdict"]  # two ranks: no straggler can be called
