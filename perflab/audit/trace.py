@@ -207,7 +207,7 @@ def read_rank(path: Path, raw: Any, *, only_one: bool) -> RankTrace:
              else set())
     device = names.pop() if len(names) == 1 else None
     base_ns = meta.get("baseTimeNanoseconds")
-    offset = float(base_ns) / 1e3 if _time(base_ns) else 0.0
+    offset = float(base_ns) / 1e3 if isinstance(base_ns, (int, float)) and _time(base_ns) else 0.0
 
     evs = [e for e in meta["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") not in (None, "Trace")
            and _time(e.get("ts")) and _time(e.get("dur")) and e["dur"] >= 0]
