@@ -19,7 +19,9 @@ in `uncounted`, never silently left at 0.
 Causal attention is counted dense here, as torch's FlopCounterMode counts it: the masked upper
 triangle as if computed. FlashAttention's benchmark (`flops()`: `// (2 if causal else 1)`), the
 FlashAttention-2 paper (§4.1) and Megatron-LM (`attn_layer_flops`) halve it; `model_causal_halved`
-gives that convention's figure (for kernels that ran with `is_causal`).
+gives that convention's figure (for every `scaled_dot_product_attention` call with `is_causal=True` or an exactly
+causal mask, whichever kernel ran it; attention written out by hand, with its own masking, is not
+recognised and stays dense in both).
 
 What it counts (`total`): matrix products and convolutions, attention's two batched products
 included — "matmul-class" FLOPs, 2 per multiply-add, the scope of
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 PHASES = ("forward", "backward", "recompute")
@@ -215,6 +218,63 @@ def _is_causal(func, args, kwargs) -> bool:
     return False
 
 
+def is_causal_mask(mask: Any, sq: int, sk: int) -> bool:
+    """Whether an attention mask is exactly the causal one (query i sees keys j ≤ i + sk − sq, the
+    bottom-right alignment SDPA uses), for every batch and head: a boolean mask (True: attend) or an
+    additive one (0 where attending, a large negative number or −inf elsewhere). A padding mask mixed
+    in, or any other pattern, is not."""
+    if not isinstance(mask, torch.Tensor) or mask.dim() < 2 or tuple(mask.shape[-2:]) != (sq, sk):
+        return False
+    allowed = mask if mask.dtype == torch.bool else (mask > torch.finfo(mask.dtype).min / 2) if \
+        mask.is_floating_point() else None
+    if allowed is None or (not mask.dtype == torch.bool and bool((mask[allowed] != 0).any())):
+        return False
+    want = torch.ones(sq, sk, dtype=torch.bool, device=mask.device).tril(sk - sq)
+    return bool((allowed == want).all())
+
+
+class _CausalCalls(TorchFunctionMode):
+    """Marks the calls of `F.scaled_dot_product_attention` that are causal (`is_causal=True`, or a mask that
+    is exactly causal), whichever kernel then runs them: the fused ones, or the math path's batched
+    products (which dispatch sees as plain `bmm`). Their forward runs while `depth` > 0; the autograd
+    nodes they create get sequence numbers in `spans`, which is how their backward is recognised."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth = 0
+        self.spans: list[tuple[int, int]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not torch.nn.functional.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
+        bound = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
+        q, k = bound.get("query"), bound.get("key")
+        causal = bool(bound.get("is_causal", False))
+        if not causal and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() >= 2:
+            causal = is_causal_mask(bound.get("attn_mask"), int(q.shape[-2]), int(k.shape[-2]))
+        if not causal:
+            return func(*args, **kwargs)
+        outside_backward = torch._C._current_graph_task_id() == -1
+        start = torch._C._autograd._get_sequence_nr() if outside_backward else -1  # pyright: ignore[reportAttributeAccessIssue]  # private binding, no stub
+        self.depth += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.depth -= 1
+            if start >= 0:
+                self.spans.append((start, torch._C._autograd._get_sequence_nr()))  # pyright: ignore[reportAttributeAccessIssue]  # private binding, no stub
+
+    def owns_backward(self) -> bool:
+        """Whether the autograd node running now was created inside a causal attention call."""
+        node = torch._C._current_autograd_node()
+        if node is None or not self.spans:
+            return False
+        seq = node._sequence_nr()
+        return any(a <= seq < b for a, b in self.spans)
+
+
 def is_product_name(op: str) -> bool:
     """Whether an aten op's name says it multiplies matrices (a word such as mm, conv, rnn, attention)."""
     return bool(set(op.strip("_").split("_")) & _PRODUCT_WORDS)
@@ -276,8 +336,8 @@ class FlopCount:
         """Model FLOPs with causal attention counted at half (the skipped upper triangle left out), the
         convention of FlashAttention's benchmark (`flops()`: `// (2 if causal else 1)`), the FlashAttention-2
         paper (§4.1) and Megatron-LM (`attn_layer_flops`). `model` counts it dense, as torch's
-        FlopCounterMode does. Only kernels that ran with `is_causal` are halved: a mask passed as a tensor
-        cannot be read as causal."""
+        FlopCounterMode does. What is halved: every `scaled_dot_product_attention` call with
+        `is_causal=True` or an exactly causal mask (see `_CausalCalls`)."""
         return self.model - (self.causal["forward"] + self.causal["backward"]) // 2
 
     def model_by_dtype(self) -> dict[str, int]:
@@ -439,8 +499,9 @@ def _with_ancestors(name: str | None) -> list[str]:
 
 
 class _CountingMode(TorchDispatchMode):
-    def __init__(self, tracker: _ModuleTracker, result: FlopCount):
+    def __init__(self, tracker: _ModuleTracker, result: FlopCount, causal: _CausalCalls | None = None):
         super().__init__()
+        self.causal = causal
         from torch.utils.flop_counter import flop_registry
 
         self.tracker = tracker
@@ -484,7 +545,7 @@ class _CountingMode(TorchDispatchMode):
             return out
         owners = _with_ancestors(self.tracker.owner(phase))
         dt = _operand_dtype(args)
-        if (packet in self.fwd or packet in self.bwd) and _is_causal(func, args, kwargs):
+        if self._causal(func, packet, phase, args, kwargs):
             before = dict(self.res.by_phase)
             self._count(func, packet, phase, op, owners, dt, args, kwargs, out)
             for ph in PHASES:
@@ -492,6 +553,17 @@ class _CountingMode(TorchDispatchMode):
             return out
         self._count(func, packet, phase, op, owners, dt, args, kwargs, out)
         return out
+
+    def _causal(self, func, packet, phase, args, kwargs) -> bool:
+        """Whether this product is part of a causal attention: a fused kernel run with its causal flag, or
+        any product inside (or, in the backward, created by) a causal `scaled_dot_product_attention`."""
+        if (packet in self.fwd or packet in self.bwd) and _is_causal(func, args, kwargs):
+            return True
+        if self.causal is None:
+            return False
+        if phase == "forward":
+            return self.causal.depth > 0
+        return self.causal.owns_backward()
 
     def _count(self, func, packet, phase, op, owners, dt, args, kwargs, out) -> None:
         if packet in self.grouped:
@@ -545,7 +617,8 @@ def count_flops(fn: Callable[..., Any], *args, **kwargs) -> FlopCount:
     """
     res = FlopCount()
     tracker = _ModuleTracker()
-    with tracker, _CountingMode(tracker, res) as mode:
+    causal = _CausalCalls()
+    with tracker, causal, _CountingMode(tracker, res, causal) as mode:
         res.result = fn(*args, **kwargs)
     res.by_module = {k: dict(v) for k, v in mode.mod_counts.items()}
     return res

@@ -21,6 +21,7 @@ def test_json_and_html_of_a_hugging_face_config(tmp_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert tuple(j) == JSON_FIELDS
+    assert "[audit] first step" in r.stderr  # progress is not hidden by --json: it goes to stderr
     assert j["peak_tflops"] is None and "peak unknown" in j["mfu_basis"]
     text = page.read_text()
     assert "data:image/png;base64," in text and "Where the time goes" in text
@@ -37,6 +38,8 @@ def test_a_factory_file_in_the_terminal():
     ([f"{FACTORIES}:wrong_type"], "expected"),
     (["--hf-config", "not-a-model-type"], "does not know the model type"),
     (["--hf-config", "/no/such/config.json"], "no config file"),
+    (["--hf-config", "gpt2", "--hf-set", "n_layer=abc"], "Field 'n_layer' expected int, got str"),
+    ([f"{FACTORIES}:never_returns", "--factory-timeout", "1"], "did not return within 1 s"),
     ([], "give TARGET"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
@@ -66,3 +69,10 @@ def test_the_readme_factory_example_meets_the_contract(tmp_path, monkeypatch):
                                                      "n_layer=1, n_embd=16, n_head=2, vocab_size=64"))
     t = from_factory(f"{tmp_path}/mystep.py:build")
     assert t.tokens_per_batch == 1024 and t.loss_fn is not None and t.optimizer is not None
+
+
+def test_the_factory_timeout_default_is_the_libraries():
+    from perflab.audit.target import FACTORY_TIMEOUT_S
+    from perflab.commands import audit
+
+    assert audit.FACTORY_TIMEOUT_S == FACTORY_TIMEOUT_S

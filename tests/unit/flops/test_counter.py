@@ -176,3 +176,24 @@ def test_causal_attention_is_counted_dense_and_named_for_the_halved_convention()
     assert c.model_causal_halved == c.model - (dense_fwd + 2 * dense_fwd) // 2
     full = count_flops(lambda: F.scaled_dot_product_attention(q, q, q).sum().backward())
     assert full.model == c.model and full.model_causal_halved == full.model and full.causal["forward"] == 0
+
+
+def test_causal_attention_is_recognised_by_its_mask_and_on_the_math_path():
+    """A causal mask passed as a tensor, and a causal call that SDPA runs as plain batched products (dropout
+    on a CPU takes the math path), are halved in that convention too; a padding mask is not causal."""
+    import torch.nn.functional as F
+
+    b, h, s, d = 2, 2, 8, 4
+    q = torch.randn(b, h, s, d, requires_grad=True)
+    tril = torch.ones(s, s, dtype=torch.bool).tril()
+    additive = torch.zeros(s, s).masked_fill(~tril, float("-inf"))
+    dense_fwd = 2 * 2 * b * h * s * s * d
+    for mask, kw in ((tril, {}), (additive, {}), (None, {"is_causal": True, "dropout_p": 0.5})):
+        c = count_flops(lambda m=mask, kw=kw: F.scaled_dot_product_attention(q, q, q, attn_mask=m, **kw).sum().backward())
+        assert c.causal["forward"] == dense_fwd and c.causal["backward"] == 2 * dense_fwd, (mask, kw)
+    padding = tril.clone()
+    padding[:, -1] = False
+    assert not counter.is_causal_mask(padding, s, s) and counter.is_causal_mask(tril[None, None], s, s)
+    assert counter.is_causal_mask(torch.ones(2, 5, dtype=torch.bool).tril(3), 2, 5)  # bottom-right aligned
+    c = count_flops(lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=padding).sum().backward())
+    assert c.causal == {"forward": 0, "backward": 0, "recompute": 0}
