@@ -76,3 +76,5 @@ def test_the_factory_timeout_default_is_the_libraries():
     from perflab.commands import audit
 
     assert audit.FACTORY_TIMEOUT_S == FACTORY_TIMEOUT_S
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"`--factory-timeout` seconds (default {FACTORY_TIMEOUT_S:g};" in readme
