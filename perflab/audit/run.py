@@ -436,7 +436,7 @@ def _finite(losses: list, where: str) -> None:
 
 
 def _uncounted(trace, self_times, fc) -> list[dict[str, Any]]:
-    """The products the FLOP counter has no formula for, each with its calls and time in the profiled step
+    """The products (and custom ops) the FLOP counter has no formula for, each with its calls and time in the profiled step
     (device time on a GPU), so their missing FLOPs are named, never filed silently under 'the rest'."""
     if not fc.uncounted:
         return []
@@ -444,9 +444,9 @@ def _uncounted(trace, self_times, fc) -> list[dict[str, Any]]:
     k = max(len(trace.steps), 1)
     out = []
     for op, calls in sorted(fc.uncounted.items()):
-        r = times.get(f"aten::{op}")
+        r = times.get(op)
         secs = ((r[3] if trace.on_gpu else r[1]) / k) if r else None
-        out.append({"name": f"aten::{op}", "calls": int(calls), "time_s": secs})
+        out.append({"name": op, "calls": int(calls), "time_s": secs})
     return out
 
 

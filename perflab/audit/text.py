@@ -40,8 +40,8 @@ def summary(rep: Any) -> str:
     for u in j.get("flops_uncounted") or []:
         t = seconds(u["time_s"]) if u["time_s"] is not None else "time not seen by the profiler"
         share = f" ({percent(u['time_s'] / j['step_s'])} of the step)" if u["time_s"] and j["step_s"] else ""
-        out.append(f"         not counted: {u['name']}, {u['calls']} call(s), {t}{share}: a product the counter has no "
-                   "formula for; its FLOPs are missing from the count, MFU and the gap below")
+        out.append(f"         not counted: {u['name']}, {u['calls']} call(s), {t}{share}: the counter has no formula for it, "
+                   "so the products it runs are missing from the count, MFU and the gap below")
     if six:
         out.append(f"         6N·tokens = {num(float(six))} (N = {j['params_active']:,} active parameters"
                    + (f" of {j['params_total']:,}" if j["params_active"] != j["params_total"] else "")

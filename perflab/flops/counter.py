@@ -86,7 +86,11 @@ _VECTOR = _attention_ops(["mv", "addmv", "dot", "vdot", "addbmm"])
 # for is *uncounted* and named as such (`FlopCount.uncounted`), never silently left at 0
 _PRODUCT_WORDS = {"mm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "vdot", "tensordot", "einsum",
                   "linear", "conv", "conv1d", "conv2d", "conv3d", "convolution", "depthwise2d", "depthwise3d", "rnn",
-                  "lstm", "gru", "attention", "cdist"}
+                  "lstm", "gru", "attention", "attn", "cdist", "gemm", "gemv"}
+# torch's own op namespaces; an op from any other (a library's or the learner's custom op, such as
+# flash_attn::_flash_attn_forward) is opaque to the counter, so it is named as uncounted whatever its name
+_TORCH_NAMESPACES = {"aten", "prims", "c10d", "_c10d_functional", "_c10d_functional_autograd", "profiler", "_dtensor",
+                     "quantized_decomposed", "higher_order", "_quantized", "quantized", "rngprims", "debugprims"}
 
 _IGNORED = {
     "detach", "view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
@@ -276,8 +280,15 @@ class _CausalCalls(TorchFunctionMode):
 
 
 def is_product_name(op: str) -> bool:
-    """Whether an aten op's name says it multiplies matrices (a word such as mm, conv, rnn, attention)."""
+    """Whether an op's name says it multiplies matrices (a word such as mm, conv, rnn, attention)."""
     return bool(set(op.strip("_").split("_")) & _PRODUCT_WORDS)
+
+
+def is_uncounted(packet) -> bool:
+    """An op with no formula here whose FLOPs would go missing: one named as a product, or any op from
+    outside torch's own namespaces (a library's custom kernel, opaque to the counter)."""
+    namespace = getattr(packet, "_qualified_op_name", "aten::").partition("::")[0]
+    return namespace not in _TORCH_NAMESPACES or is_product_name(packet.__name__)
 
 
 def _other_flops(func, args, out) -> int:
@@ -315,7 +326,7 @@ class FlopCount:
     # matmuls allowed) → phase → FLOPs: what a peak per dtype divides
     by_dtype: dict[str, dict[str, int]] = field(default_factory=dict)
     other: int = 0  # estimated softmax / norm / elementwise FLOPs, not in `total`
-    # products the counter has no formula for (op name → calls): their FLOPs are missing from `total`
+    # products (and custom ops) the counter has no formula for ('aten::name' → calls): FLOPs missing from `total`
     uncounted: dict[str, int] = field(default_factory=dict)
     # attention FLOPs of kernels that ran with their causal mask, per phase (counted dense in `total`)
     causal: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
@@ -535,8 +546,9 @@ class _CountingMode(TorchDispatchMode):
         counted = (packet in self.fwd or packet in self.bwd or packet in self.registry or packet in self.grouped
                    or packet in self.rnn or packet in self.vector)
         if not counted:
-            if is_product_name(op):
-                self.res.uncounted[op] = self.res.uncounted.get(op, 0) + 1
+            if is_uncounted(packet):
+                name = getattr(packet, "_qualified_op_name", f"aten::{op}")
+                self.res.uncounted[name] = self.res.uncounted.get(name, 0) + 1
                 return out
             try:
                 self.res.other += _other_flops(func, args, out)

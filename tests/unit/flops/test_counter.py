@@ -154,9 +154,18 @@ def test_the_cudnn_rnn_formula_counts_every_weight_matrix_of_every_layer():
 def test_a_product_with_no_formula_is_named_uncounted_not_left_at_zero():
     a, b = torch.randn(6, 4), torch.randn(5, 4)
     c = count_flops(lambda: torch.cdist(a, b) @ torch.randn(5, 3))
-    assert c.uncounted == {"_cdist_forward": 1}
+    assert c.uncounted == {"aten::_cdist_forward": 1}
     assert c.by_op == {"mm": 2 * 6 * 5 * 3}
-    assert "not counted (no formula): _cdist_forward ×1" in str(c)
+    assert "not counted (no formula): aten::_cdist_forward ×1" in str(c)
+
+
+def test_a_custom_op_from_outside_torch_is_named_uncounted_whatever_its_name():
+    lib = torch.library.Library("perflab_test_ns", "DEF")  # a custom op, as a library registers one
+    lib.define("fused_block(Tensor x, Tensor w) -> Tensor")
+    lib.impl("fused_block", lambda x, w: x @ w, "CPU")
+    x, w = torch.randn(4, 8), torch.randn(8, 2)
+    c = count_flops(lambda: torch.ops.perflab_test_ns.fused_block(x, w))
+    assert c.uncounted == {"perflab_test_ns::fused_block": 1}
 
 
 def test_vector_products_are_counted():
