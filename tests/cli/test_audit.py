@@ -25,6 +25,7 @@ def test_json_and_html_of_a_hugging_face_config(tmp_path):
     assert j["peak_tflops"] is None and "peak unknown" in j["mfu_basis"]
     text = page.read_text()
     assert "data:image/png;base64," in text and "Where the time goes" in text
+    assert "causal attention halved" in text and "causal attention dense" in text
 
 
 def test_a_factory_file_in_the_terminal():
