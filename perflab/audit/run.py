@@ -120,11 +120,11 @@ def _first_attr(cfg, names) -> int | None:
     return None
 
 
-def _embedding_only(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+def _embedding_only(model: torch.nn.Module) -> list[torch.Tensor]:
     """Weights of embedding tables that no product uses as a weight (untied token and position
     embeddings), each once: in N for 6N, but a lookup does no multiply-add."""
     lin = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    out: dict[int, torch.nn.Parameter] = {}
+    out: dict[int, torch.Tensor] = {}
     for m in model.modules():
         if isinstance(m, torch.nn.Embedding) and id(m.weight) not in lin:
             out[id(m.weight)] = m.weight
@@ -143,7 +143,8 @@ def _encoder_only_params(model: torch.nn.Module) -> set[int]:
         return set()
     if not isinstance(enc, torch.nn.Module) or not isinstance(dec, torch.nn.Module):
         return set()
-    head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     others = {id(p) for p in dec.parameters()}
     if isinstance(head, torch.nn.Module):
         others |= {id(p) for p in head.parameters()}

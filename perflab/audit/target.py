@@ -295,7 +295,7 @@ def tokens_in(batch: Any, given: int | None = None, model: Any = None) -> int | 
     if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
         return int(batch["input_ids"].numel())
     first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
-    if looks_like_token_ids(first):
+    if isinstance(first, torch.Tensor) and looks_like_token_ids(first):
         return int(first.numel())
     return None
 
