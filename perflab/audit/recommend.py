@@ -46,6 +46,13 @@ def _for_loop_adam(opt: torch.optim.Optimizer) -> bool:
     return not (d.get("foreach") is None and on_cuda)
 
 
+def supports_sdpa(model: torch.nn.Module) -> bool:
+    """Whether a Hugging Face model class can run SDPA attention (`_supports_sdpa`, which transformers
+    itself checks before it switches; Gemma2's is False: its attention soft-caps the scores, which SDPA
+    cannot do)."""
+    return bool(getattr(model, "_supports_sdpa", False))
+
+
 def applicable(target: Target, opt: torch.optim.Optimizer, device: torch.device, *, dtypes: Sequence[str],
                breakdown: dict[str, float], step_s: float) -> list[Applicable]:
     """The rungs that apply to this step, with the reason each does."""
@@ -63,7 +70,7 @@ def applicable(target: Target, opt: torch.optim.Optimizer, device: torch.device,
     if isinstance(vocab, int) and vocab % 64:
         out.append(Applicable("vocab64", f"vocabulary {vocab} is not a multiple of 64"))
     impl = getattr(getattr(target.model, "config", cfg), "_attn_implementation", None)
-    if impl == "eager":
+    if impl == "eager" and supports_sdpa(target.model):
         out.append(Applicable("sdpa", "the model's attention is written out (attn_implementation 'eager')"))
     if not hasattr(target.model, "_orig_mod"):
         out.append(Applicable("compile", "the model runs eagerly (not torch.compile'd)"))

@@ -8,9 +8,11 @@
 
 What it runs, in order: a first step (its errors are the learner's, said in one line); `steps` timed
 steps, each from `next()` on the batches to the optimizer's update (data wait included); one step under
-perflab's FLOP counter (`perflab.flops.counter`: matmul-class FLOPs per phase and per dtype, attention
-counted dense, as if the causal mask's upper triangle were computed, which is what the fused kernels
-and every published MFU convention count); one step under torch.profiler read as lesson 09 reads a trace
+perflab's FLOP counter (`perflab.flops.counter`: matmul-class FLOPs per phase and per dtype; attention
+counted dense, as if the causal mask's upper triangle were computed, which is torch's FlopCounterMode's
+convention, while FlashAttention's benchmark `flops()`, the FlashAttention-2 paper §4.1 and Megatron-LM's
+`attn_layer_flops` halve causal attention: the report gives that figure too, and names every product the
+counter has no formula for, with its time); one step under torch.profiler read as lesson 09 reads a trace
 (`perflab.tune.waterfall.breakdown_of_trace`), except the data wait, timed around `next()` in the
 timed steps as lesson 07 times it; one step for memory (lesson 03); dynamo's explain of the
 loss (lesson 10); the energy meter around the timed steps. It uses other topics' formulas and
@@ -40,12 +42,14 @@ from perflab.audit.target import (
     default_loss,
     samples_in,
     to_device,
+    token_streams,
     tokens_in,
 )
 
 JSON_FIELDS = ("step_s", "step_s_spread", "tokens_per_s", "flops_per_step", "flops_by_dtype", "flops_6n_per_step",
                "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "breakdown_s", "top_ops",
-               "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations")
+               "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations", "flops_uncounted",
+               "flops_per_step_causal_halved")
 BREAKDOWN = ("data_wait", "host_sync", "launch", "optimizer", "compute")
 
 
@@ -66,6 +70,8 @@ class AuditReport:
     hardware_flops_per_step: int = 0
     ceilings: dict[str, float] = field(default_factory=dict)  # 'flops' (FLOP/s), 'bytes' (B/s)
     breaks_read: bool = True  # False: the graph-break report was skipped (graph_breaks is then empty, not "none")
+    six_n_how: str = ""  # how 6N·T was made when it is not one N times one T (an encoder–decoder's two streams)
+    causes: list[str] = field(default_factory=list)  # what makes the step slow that no rung names (float64, …)
 
     def summary(self) -> str:
         from perflab.audit.text import summary
@@ -79,8 +85,10 @@ class AuditReport:
 def count_params(model: torch.nn.Module, cfg: Any = None) -> tuple[int, int, str]:
     """(total, active, how) parameters. Total counts every parameter once (tied weights once; a DTensor
     of an FSDP-sharded model by its global shape, so the count is the model's, not the local shard's).
-    Active: for a mixture of experts, total less the experts a token does not visit, (E − k) experts per
-    MoE layer, with E and k from the config (num_local_experts/num_experts, num_experts_per_tok/top_k)."""
+    Active: for a mixture of experts, total less the routed experts a token does not visit, (E − k) of E
+    per MoE layer, with E and k from the config (num_local_experts/num_experts/n_routed_experts,
+    num_experts_per_tok/top_k); so active = routed × k/E + everything else. Shared experts (DeepSeek's
+    `shared_experts`, Qwen2-MoE's `shared_expert`), which every token visits, are counted whole."""
     total = 0
     for p in model.parameters():
         total += int(p.numel())  # a DTensor reports its global numel
@@ -90,12 +98,15 @@ def count_params(model: torch.nn.Module, cfg: Any = None) -> tuple[int, int, str
         return total, total, "dense: every parameter is used by every token"
     idle = 0
     layers = 0
+    done: list[str] = []
     for name, mod in model.named_modules():
-        if not name.endswith("experts"):
+        last = name.rpartition(".")[2].lower()
+        if not last.endswith("experts") or "shared" in last or any(name.startswith(d + ".") for d in done):
             continue
         n = sum(int(p.numel()) for p in mod.parameters())
         if n == 0:
             continue
+        done.append(name)
         layers += 1
         idle += n * (e - k) // e
     return total, total - idle, f"mixture of experts: {layers} MoE layer(s), top-{k} of {e} experts per token"
@@ -109,12 +120,55 @@ def _first_attr(cfg, names) -> int | None:
     return None
 
 
-def _embedding_only_params(model: torch.nn.Module) -> int:
-    """Parameters of embedding tables that no product uses as a weight (untied token and position
-    embeddings): in N for 6N, but a lookup does no multiply-add."""
+def _embedding_only(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Weights of embedding tables that no product uses as a weight (untied token and position
+    embeddings), each once: in N for 6N, but a lookup does no multiply-add."""
     lin = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    return sum(m.weight.numel() for m in model.modules()
-               if isinstance(m, torch.nn.Embedding) and id(m.weight) not in lin)
+    out: dict[int, torch.Tensor] = {}
+    for m in model.modules():
+        if isinstance(m, torch.nn.Embedding) and id(m.weight) not in lin:
+            out[id(m.weight)] = m.weight
+    return list(out.values())
+
+
+def _encoder_only_params(model: torch.nn.Module) -> set[int]:
+    """ids of the parameters only an encoder–decoder's encoder uses (not its decoder, not its output
+    head: a token embedding shared by both sides and tied to the head belongs to the decoder's tokens)."""
+    get_enc, get_dec = getattr(model, "get_encoder", None), getattr(model, "get_decoder", None)
+    if not callable(get_enc) or not callable(get_dec):
+        return set()
+    try:
+        enc, dec = get_enc(), get_dec()
+    except Exception:  # noqa: BLE001 - a model that cannot say: no split
+        return set()
+    if not isinstance(enc, torch.nn.Module) or not isinstance(dec, torch.nn.Module):
+        return set()
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    others = {id(p) for p in dec.parameters()}
+    if isinstance(head, torch.nn.Module):
+        others |= {id(p) for p in head.parameters()}
+    return {id(p) for p in enc.parameters()} - others
+
+
+def six_n_t(model: torch.nn.Module, params_active: int, tokens: int,
+            streams: tuple[int, int] | None = None) -> tuple[int, int, str]:
+    """(6N·T, the embedding lookups' share of it, how it was made). One stream: 6 · N_active · T. An
+    encoder–decoder (`streams` = (T_enc, T_dec)): each parameter works on its own stream's tokens, so
+    6 · (N_enc · T_enc + N_dec · T_dec), N_enc the encoder's own parameters and N_dec the rest (decoder,
+    output head, shared embedding). The lookups' share is −6 · (table parameters) · (their stream's T)."""
+    tables = _embedding_only(model)
+    enc_only = _encoder_only_params(model) if streams else set()
+    if not streams or not enc_only:
+        return 6 * params_active * tokens, -6 * sum(int(w.numel()) for w in tables) * tokens, ""
+    t_enc, t_dec = streams
+    n_enc = sum(int(p.numel()) for p in model.parameters() if id(p) in enc_only)
+    n_dec = params_active - n_enc
+    emb = -6 * sum(int(w.numel()) * (t_enc if id(w) in enc_only else t_dec) for w in tables)
+    how = (f"encoder–decoder: 6·(N_enc·T_enc + N_dec·T_dec), N_enc = {n_enc:,} encoder parameters on "
+           f"T_enc = {t_enc:,} encoder tokens, N_dec = {n_dec:,} (decoder, output head, shared embedding) on "
+           f"T_dec = {t_dec:,} decoder tokens")
+    return 6 * (n_enc * t_enc + n_dec * t_dec), emb, how
 
 
 class _OpStats(TorchDispatchMode):
@@ -198,7 +252,7 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     init_state = copy.deepcopy(model.state_dict()) if try_rungs else {}
     opt = target.optimizer or torch.optim.AdamW(model.parameters())
     loss_fn = target.loss_fn or default_loss
-    src = BatchSource(target.batches)
+    src = BatchSource(target.batches, need=warmup + steps + 3 + (6 if try_rungs else 0))
     model.train()
 
     def step(batch) -> torch.Tensor:
@@ -230,11 +284,13 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     samples0[0] = samples_in(first)
     with _user_code(f"the model's forward/backward (or loss_fn) of {target.name} on its first batch",
                     target.user_file, point, samples0[0]):
-        step(first)
+        losses = [step(first)]
         for _ in range(warmup - 1):
-            step(fetch())
+            losses.append(step(fetch()))
         _sync(dev)
-    tokens = tokens_in(first, target.tokens_per_batch)
+    _finite(losses, "its first batch")
+    tokens = tokens_in(first, target.tokens_per_batch, model)
+    streams = None if target.tokens_per_batch else token_streams(first, model)
     samples = samples0[0]
 
     # 2. timed steps (data wait included), with the energy meter around them
@@ -247,14 +303,16 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     waits: list[float] = []
     with _user_code(f"a timed step of {target.name}", target.user_file, point, samples):
         meter.start()
+        last = None
         for _ in range(steps):
             t0 = time.perf_counter()
             b = fetch()
             waits.append(time.perf_counter() - t0)  # lesson 07: the loop's wait, timed around next()
-            step(b)
+            last = step(b)
             _sync(dev)
             times.append(time.perf_counter() - t0)
         joules = meter.stop()
+    _finite([last], "a timed step")  # read after the clock stopped: no sync inside the timed steps
     step_s = statistics.median(times)
     qs = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     spread = (qs[2] - qs[0]) / step_s if step_s > 0 else float("nan")
@@ -270,19 +328,23 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
         fc = count_flops(step, batch)
     params_total, params_active, moe_how = count_params(model, target.hf_config)
     model_flops, hw_flops = fc.model, fc.hardware
-    six_n = 6 * params_active * tokens if tokens else None
+    six_n, emb, six_n_how = six_n_t(model, params_active, tokens, streams) if tokens else (None, 0, "")
     gap: list[tuple[str, float]] = []
     if six_n is not None:
         attn = sum(v for k, v in fc.by_op.items() if "attention" in k and "recomputed" not in k)
         bmm = sum(v for k, v in fc.by_op.items() if k in ("bmm", "baddbmm"))
-        emb = -6 * _embedding_only_params(model) * (tokens or 0)
-        gap.append(("attention (scores and values products, not in 6N)", attn + bmm))
+        gap.append(("attention (scores and values products, not in 6N; counted dense)", attn + bmm))
         gap.append(("embedding tables (in N, but a lookup does no multiply-add)", emb))
         if params_active != params_total:
             gap.append((f"experts not visited ({params_total - params_active:,} parameters): left out of N "
                         f"already ({moe_how})", 0))
-        gap.append(("the rest (biases and norm weights in N; routers, convolutions, anything else)",
-                    model_flops - six_n - (attn + bmm) - emb))
+        rest = "the rest (biases and norm weights in N; routers, convolutions, anything else"
+        if streams and streams[0] != streams[1]:
+            rest += ("; the decoder's cross-attention keys and values, in N_dec at T_dec but run on the encoder's "
+                     "T_enc tokens")
+        if fc.uncounted:
+            rest += "; less the FLOPs of the uncounted ops named above"
+        gap.append((rest + ")", model_flops - six_n - (attn + bmm) - emb))
 
     # 4. one profiled step, read as lesson 09 reads a trace
     from perflab.profiling.ops import self_times
@@ -312,7 +374,10 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
                     shapes=shapes)
     ceil_flops = max((v["rate_tflops"] for v in u.per_dtype.values()), default=0.0) * 1e12
     bw = _bandwidth(dev)
-    top = _top_ops(load(raw), self_times, fc, stats, ceil_flops, bw)
+    trace = load(raw)
+    top = _top_ops(trace, self_times, fc, stats, ceil_flops, bw)
+    uncounted = _uncounted(trace, self_times, fc)
+    causes = _float64_cause(fc, u, dev, info.name, shapes)
 
     # 6. memory, per phase
     say("memory")
@@ -351,13 +416,67 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
         "flops_6n_per_step": six_n, "params_total": params_total, "params_active": params_active,
         "peak_tflops": u.peak_tflops, "mfu": u.mfu, "hfu": u.hfu, "mfu_basis": u.basis, "breakdown_s": breakdown,
         "top_ops": top, "memory_bytes": mem, "graph_breaks": breaks, "energy_j_per_step": energy,
-        "recommendations": recs,
+        "recommendations": recs, "flops_uncounted": uncounted,
+        "flops_per_step_causal_halved": int(fc.model_causal_halved),
     }
     assert tuple(out) == JSON_FIELDS
     return AuditReport(out, target.name, f"{info.kind}: {info.name}", samples / step_s if samples else None, tokens,
                        gap, mem_notes, meter.reason if joules is None else f"energy by {meter.source}", notes,
                        int(hw_flops), {"flops": ceil_flops, "bytes": bw or 0.0}, explain_breaks and not any(
-                           n.startswith("graph breaks not read") for n in notes))
+                           n.startswith("graph breaks not read") for n in notes), six_n_how, causes)
+
+
+def _finite(losses: list, where: str) -> None:
+    """One line, and no report, when a loss is NaN or infinite: every figure of such a step describes a
+    run that is not training."""
+    for loss in losses:
+        if isinstance(loss, torch.Tensor) and not bool(torch.isfinite(loss.detach()).all()):
+            raise AuditInputError(f"the loss is {float(loss.detach().float().item())} on {where}: the step does not "
+                                  "train, so its timing would describe nothing; fix the model, its inputs or the "
+                                  "loss (a learning rate, an unscaled fp16 loss, a log of 0) and run again")
+
+
+def _uncounted(trace, self_times, fc) -> list[dict[str, Any]]:
+    """The products (and custom ops) the FLOP counter has no formula for, each with its calls and time in the profiled step
+    (device time on a GPU), so their missing FLOPs are named, never filed silently under 'the rest'."""
+    if not fc.uncounted:
+        return []
+    times = self_times(trace)
+    k = max(len(trace.steps), 1)
+    out = []
+    for op, calls in sorted(fc.uncounted.items()):
+        r = times.get(op)
+        secs = ((r[3] if trace.on_gpu else r[1]) / k) if r else None
+        out.append({"name": op, "calls": int(calls), "time_s": secs})
+    return out
+
+
+def _float64_cause(fc, u, dev: torch.device, device_name: str, shapes) -> list[str]:
+    """A step whose products ran in float64: named as a cause with what it costs against float32 on this
+    device (each dtype's FLOPs at its own rate, the datasheet peak or the measured ceiling MFU uses)."""
+    f64 = fc.hardware_by_dtype().get("fp64", 0)
+    if not f64 or "fp64" not in u.per_dtype:
+        return []
+    from perflab.audit.peaks import quick_ceiling, select_peak
+
+    r64 = float(u.per_dtype["fp64"]["rate_tflops"])
+    choice = select_peak(device_name, dev.type, "fp32")
+    if choice.tflops:
+        r32, how = float(choice.tflops), f"fp32's dense datasheet peak, {choice.tflops:.4g} TFLOP/s"
+    else:
+        try:
+            r32 = quick_ceiling(dev, "fp32", shapes)[0]
+        except Exception:  # noqa: BLE001 - without a float32 rate the cost is not said, the cause still is
+            r32 = 0.0
+        how = f"fp32's measured matmul ceiling, {r32:.3g} TFLOP/s"
+    share = f64 / max(fc.hardware, 1)
+    line = f"float64: {share:.0%} of the step's matmul-class FLOPs ran in float64"
+    if r64 > 0 and r32 > 0:
+        lost = f64 / (r64 * 1e12) - f64 / (r32 * 1e12)
+        if lost > 0:
+            line += (f", at {r64:.3g} TFLOP/s against {how} ({r32 / r64:.2g}× the rate): at those rates they take "
+                     f"{lost * 1e3:.3g} ms more per step than in float32")
+    return [line + "; training rarely needs float64: build the model and batches in float32 (model.float())"]
 
 
 def _bandwidth(dev: torch.device) -> float | None:

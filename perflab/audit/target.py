@@ -8,8 +8,10 @@ A factory is a function with no arguments that returns a dict (or an object with
   `.loss` (its `labels` set to its `input_ids` when the batch has none); for a batch `(inputs, targets)`
   the cross entropy of `model(inputs)` (mean squared error when the targets are floating point);
 * `optimizer` (optional): default `torch.optim.AdamW(model.parameters())`;
-* `tokens_per_batch` (optional): default the number of elements of the batch's `input_ids`
-  (or of an integer `inputs` tensor); without tokens the audit reports samples/s only.
+* `tokens_per_batch` (optional): default the number of elements of the batch's `input_ids` (an
+  encoder–decoder's `decoder_input_ids` or `labels` added), or of an `inputs` tensor of token ids (int64
+  or int32, [batch, sequence]); without tokens (images, uint8 pixels included) the audit reports
+  samples/s only.
 
 `--hf-config TYPE_OR_PATH` builds the model from a configuration instead: a model type `transformers`
 knows (its default config) or a local `config.json`, with overrides, random weights, and no network
@@ -54,22 +56,70 @@ EXPECTED = ("a dict (or an object) with 'model' (an nn.Module) and 'batches' (a 
             "batches), and optionally 'loss_fn(model, batch)', 'optimizer', 'tokens_per_batch'")
 
 
-def from_factory(spec: str) -> Target:
-    """Load 'path/to/file.py:FACTORY' or 'module:FACTORY', call it, and check what it returned."""
+FACTORY_TIMEOUT_S = 120.0  # how long a factory (its import and its call) may take before the audit gives up
+PROGRESS_EVERY_S = 10.0
+
+
+def from_factory(spec: str, *, timeout_s: float = FACTORY_TIMEOUT_S,
+                 progress: Callable[[str], None] | None = None) -> Target:
+    """Load 'path/to/file.py:FACTORY' or 'module:FACTORY', call it, and check what it returned. A factory
+    (import included) that has not returned after `timeout_s` seconds is one line; while it runs,
+    `progress` hears every PROGRESS_EVERY_S seconds how long it has waited."""
     from perflab.compiler.breaks import load_factory, user_error
 
     if ":" not in spec or not spec.rpartition(":")[2] or not spec.rpartition(":")[0]:
         raise AuditInputError(f"TARGET wants path/to/file.py:FACTORY or module:FACTORY (got {spec!r}), "
                               "or use --hf-config TYPE_OR_PATH")
-    try:
-        fac, user_file = load_factory(spec)
-    except InputError as e:
-        raise AuditInputError(str(e).replace("--explain wants", "TARGET wants")) from None
-    try:
-        built = fac()
-    except Exception as exc:  # noqa: BLE001 - the learner's factory: its file, line and message
-        raise user_error(exc, f"the factory {spec}", user_file) from None
-    return target_from(built, spec, user_file)
+    user_file: list[str | None] = [None]
+
+    def build():
+        try:
+            fac, user_file[0] = load_factory(spec)
+        except InputError as e:
+            raise AuditInputError(str(e).replace("--explain wants", "TARGET wants")) from None
+        try:
+            return fac()
+        except Exception as exc:  # noqa: BLE001 - the learner's factory: its file, line and message
+            raise user_error(exc, f"the factory {spec}", user_file[0]) from None
+
+    built = call_within(build, f"the factory {spec}", timeout_s, progress)
+    return target_from(built, spec, user_file[0])
+
+
+def call_within(fn: Callable[[], Any], what: str, timeout_s: float, progress: Callable[[str], None] | None = None,
+                every_s: float = PROGRESS_EVERY_S) -> Any:
+    """`fn()`, run on a worker thread so that the caller can give up on it: its value, or its exception
+    raised here; an `AuditInputError` of one line when it has not returned after `timeout_s` seconds (the
+    thread is a daemon: it cannot be stopped, and it does not keep the process alive)."""
+    import threading
+    import time
+
+    say = progress or (lambda _m: None)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="perflab-audit-factory", daemon=True)
+    t0 = time.monotonic()
+    worker.start()
+    while True:
+        waited = time.monotonic() - t0
+        worker.join(max(min(every_s, timeout_s - waited), 0.0))
+        if not worker.is_alive():
+            break
+        waited = time.monotonic() - t0
+        if waited >= timeout_s:
+            raise AuditInputError(f"{what} did not return within {timeout_s:g} s (it may wait on a file, a network "
+                                  "or a lock, or build something large): make it return sooner, or allow longer "
+                                  "with --factory-timeout SECONDS")
+        say(f"{what}: still running after {waited:.0f} s (gives up at {timeout_s:g} s)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def target_from(built: Any, name: str = "factory", user_file: str | None = None) -> Target:
@@ -162,7 +212,8 @@ def hf_config(type_or_path: str, overrides: Mapping[str, Any] | None = None):
     try:
         return mapping[kind](**raw)
     except Exception as exc:  # noqa: BLE001 - a bad override: one line
-        raise AuditInputError(f"cannot build a {kind} config with {raw}: {type(exc).__name__}: {exc}") from None
+        raise AuditInputError(f"cannot build a {kind} config with {raw}: {type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())}") from None
 
 
 def from_hf_config(type_or_path: str, overrides: Mapping[str, Any] | None = None, *, batch: int = 2, seq: int = 64,
@@ -204,14 +255,47 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-def tokens_in(batch: Any, given: int | None = None) -> int | None:
-    """Tokens in one batch: `given`, else the elements of `input_ids` (or of an integer first tensor)."""
+# the dtypes an embedding lookup takes (nn.Embedding wants int64 or int32): what token ids come in. A uint8,
+# int8, int16 or bool tensor is pixels, a mask or labels, never token ids
+INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def looks_like_token_ids(t: Any) -> bool:
+    """A [batch, sequence] tensor of an index dtype. Images (uint8, or 4-D), audio and features are not."""
+    return isinstance(t, torch.Tensor) and t.dtype in INDEX_DTYPES and t.dim() == 2
+
+
+def is_encoder_decoder(model: Any) -> bool:
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def token_streams(batch: Any, model: Any = None) -> tuple[int, int] | None:
+    """(encoder tokens, decoder tokens) of one batch of an encoder–decoder (a model whose config says
+    `is_encoder_decoder`, as BART's and T5's do): the encoder reads `input_ids`; the decoder reads
+    `decoder_input_ids`, else the shifted `labels` (as many), else, as `default_loss` sets labels to
+    the input ids, as many as the encoder. None for any other model or batch."""
+    if not is_encoder_decoder(model) or not isinstance(batch, Mapping):
+        return None
+    enc = batch.get("input_ids")
+    if not isinstance(enc, torch.Tensor):
+        return None
+    dec = next((batch[k] for k in ("decoder_input_ids", "labels") if isinstance(batch.get(k), torch.Tensor)), enc)
+    return int(enc.numel()), int(dec.numel())
+
+
+def tokens_in(batch: Any, given: int | None = None, model: Any = None) -> int | None:
+    """Tokens in one batch: `given`, else the elements of `input_ids` (both streams of an encoder–decoder,
+    see `token_streams`), else of a first tensor that holds token ids (`looks_like_token_ids`). None for
+    anything else: an image batch has samples, not tokens."""
     if given:
         return int(given)
+    streams = token_streams(batch, model)
+    if streams:
+        return sum(streams)
     if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
         return int(batch["input_ids"].numel())
     first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
-    if isinstance(first, torch.Tensor) and not first.is_floating_point() and first.dim() >= 2:
+    if isinstance(first, torch.Tensor) and looks_like_token_ids(first):
         return int(first.numel())
     return None
 
@@ -267,37 +351,36 @@ def default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
 
 class BatchSource:
     """Batches on demand from the learner's iterable: a re-iterable (a DataLoader, a list) is started again
-    when it runs out; a one-shot iterator (a generator) is replayed from the batches it gave."""
+    when it runs out. A one-shot iterator (a generator, an `iter(...)`) cannot be: when it runs out before
+    the audit has the `need` batches it draws, that is one line, never a silent replay of batches already
+    seen (whose data wait would not be the pipeline's)."""
 
-    def __init__(self, batches: Iterable[Any], keep: int = 32):
+    def __init__(self, batches: Iterable[Any], need: int | None = None):
         self.batches = batches
         self._it: Iterator[Any] = iter(batches)
         self.one_shot = self._it is batches
-        self.seen: list[Any] = []
-        self.keep = keep
-        self._replay = 0
-        self.exhausted = False
+        self.need = need
+        self.given = 0
 
     def next(self) -> Any:
-        if self.exhausted:
-            b = self.seen[self._replay % len(self.seen)]
-            self._replay += 1
-            return b
         try:
             b = next(self._it)
         except StopIteration:
-            if not self.seen:
+            if not self.given:
                 raise AuditInputError("the factory's batches gave no batch: the iterable is empty or already "
                                       "exhausted (return a fresh DataLoader or list, not a used iterator)") from None
             if self.one_shot:
-                self.exhausted = True
-                return self.next()
+                need = f" of the about {self.need} the audit draws" if self.need else ""
+                raise AuditInputError(f"the factory's batches are a one-shot {type(self.batches).__name__} that ran "
+                                      f"out after {self.given} batch(es){need}: a used batch is not replayed (its "
+                                      "data wait would not be the pipeline's); return something that can be "
+                                      "iterated again (a DataLoader, a list, or an object whose __iter__ starts a "
+                                      "fresh generator)") from None
             self._it = iter(self.batches)
             try:
                 b = next(self._it)
             except StopIteration:
                 raise AuditInputError("the factory's batches gave no batch on a second pass: return an iterable "
                                       "that can be iterated again (a DataLoader or a list)") from None
-        if len(self.seen) < self.keep:
-            self.seen.append(b)
+        self.given += 1
         return b

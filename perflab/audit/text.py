@@ -7,8 +7,10 @@ from typing import Any
 from perflab.core.readout import nbytes, num, percent, seconds
 
 CONVENTION = ("matmul-class FLOPs (2 per multiply-add), forward + backward, attention included and counted dense: the "
-              "causal mask's skipped upper triangle is counted as computed (the convention of 6N + 12·L·H·Q·T and of "
-              "fused attention kernels' FLOP counts); hardware FLOPs add recomputation")
+              "causal mask's skipped upper triangle is counted as computed, as torch's FlopCounterMode and "
+              "6N + 12·L·H·Q·T count it; hardware FLOPs add recomputation")
+HALVED = ("causal attention halved, as FlashAttention's benchmark flops() (// (2 if causal else 1)), the "
+          "FlashAttention-2 paper §4.1 and Megatron-LM's attn_layer_flops count it")
 
 LABELS = {"data_wait": "data wait", "host_sync": "host sync", "launch": "launch overhead", "optimizer": "optimizer",
           "compute": "compute"}
@@ -31,10 +33,21 @@ def summary(rep: Any) -> str:
     out.append(f"work     {num(float(j['flops_per_step']))} FLOPs per step counted by perflab's counter ({CONVENTION})")
     out.append("         by dtype: " + ", ".join(f"{d} {num(float(v))}" for d, v in j["flops_by_dtype"].items())
                + f"; hardware FLOPs {num(float(rep.hardware_flops_per_step))}")
+    halved = j.get("flops_per_step_causal_halved")
+    if halved is not None and halved != j["flops_per_step"]:
+        out.append(f"         {num(float(halved))} FLOPs per step with {HALVED}; every other figure here, MFU "
+                   "included, uses the dense count")
+    for u in j.get("flops_uncounted") or []:
+        t = seconds(u["time_s"]) if u["time_s"] is not None else "time not seen by the profiler"
+        share = f" ({percent(u['time_s'] / j['step_s'])} of the step)" if u["time_s"] and j["step_s"] else ""
+        out.append(f"         not counted: {u['name']}, {u['calls']} call(s), {t}{share}: the counter has no formula for it, "
+                   "so the products it runs are missing from the count, MFU and the gap below")
     if six:
         out.append(f"         6N·tokens = {num(float(six))} (N = {j['params_active']:,} active parameters"
                    + (f" of {j['params_total']:,}" if j["params_active"] != j["params_total"] else "")
                    + f"); counted − 6N·T = {num(float(j['flops_per_step'] - six))}:")
+        if getattr(rep, "six_n_how", ""):
+            out.append(f"         ({rep.six_n_how})")
         for what, v in rep.flops_gap:
             out.append(f"           {num(float(v)):>10}  {what}")
     else:
@@ -78,6 +91,8 @@ def summary(rep: Any) -> str:
             out.append(f"         {i}. {r['rung']}: {r['why']}")
     else:
         out.append("to try   no rung of the capstone applies to this step")
+    for c in getattr(rep, "causes", []):
+        out.append(f"cause    {c}")
     for n in rep.notes:
         out.append(f"note     {n}")
     return "\n".join(out)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from perflab.commands._args import emit, positive_int
+from perflab.commands._args import emit, positive_float, positive_int
+
+FACTORY_TIMEOUT_S = 120.0  # perflab.audit.target.FACTORY_TIMEOUT_S (not imported here: the parser stays light)
 
 
 def register(sub) -> None:
@@ -21,14 +23,17 @@ def register(sub) -> None:
     p.add_argument("--batch", type=positive_int, default=2, help="sequences per batch with --hf-config (default 2)")
     p.add_argument("--seq", type=positive_int, default=64, help="tokens per sequence with --hf-config (default 64)")
     p.add_argument("--steps", type=positive_int, default=5, help="timed steps (default 5)")
+    p.add_argument("--factory-timeout", type=positive_float, default=FACTORY_TIMEOUT_S, metavar="SECONDS",
+                   help=f"give up on a factory that has not returned after SECONDS (default {FACTORY_TIMEOUT_S:g})")
     p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: the best available)")
     p.add_argument("--try", dest="try_rungs", action="store_true",
                    help="measure each recommended rung on your step, with loss parity")
     p.add_argument("--no-breaks", action="store_true", help="skip the graph-break report (dynamo's trace)")
     p.add_argument("--json", action="store_true",
-                   help="print JSON: {step_s, step_s_spread, tokens_per_s, flops_per_step, flops_by_dtype, "
+                   help="print JSON on stdout (progress still goes to stderr): {step_s, step_s_spread, tokens_per_s, flops_per_step, flops_by_dtype, "
                         "flops_6n_per_step, params_total, params_active, peak_tflops, mfu, hfu, mfu_basis, breakdown_s, "
-                        "top_ops, memory_bytes, graph_breaks, energy_j_per_step, recommendations}")
+                        "top_ops, memory_bytes, graph_breaks, energy_j_per_step, recommendations, flops_uncounted, "
+                        "flops_per_step_causal_halved}")
     p.add_argument("--html", metavar="FILE", help="also write a one-page HTML report")
     p.add_argument("--trace", metavar="DIR",
                    help="audit a job that ran from its ranks' profiler traces instead (the folder "
@@ -41,7 +46,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def build_target(args):
+def build_target(args, progress=None):
     from perflab.audit.target import from_factory, from_hf_config, parse_overrides
     from perflab.core.errors import InputError
 
@@ -51,7 +56,7 @@ def build_target(args):
         raise InputError("--hf-set goes with --hf-config")
     if args.hf_config:
         return from_hf_config(args.hf_config, parse_overrides(args.hf_set), batch=args.batch, seq=args.seq)
-    return from_factory(args.target)
+    return from_factory(args.target, timeout_s=args.factory_timeout, progress=progress)
 
 
 def run_trace(args) -> int:
@@ -84,13 +89,13 @@ def run(args) -> int:
     if args.trace:
         return run_trace(args)
 
-    def progress(msg: str) -> None:
-        if not args.json:
-            sys.stderr.write(f"[audit] {msg}\n")
+    def progress(msg: str) -> None:  # on stderr, with --json too: stdout holds only the report
+        sys.stderr.write(f"[audit] {msg}\n")
+        sys.stderr.flush()
 
     # the learner's code may print: keep stdout for the report (and its JSON)
     with contextlib.redirect_stdout(sys.stderr):
-        target = build_target(args)
+        target = build_target(args, progress)
         rep = run_audit(target, device=args.device, steps=args.steps, try_rungs=args.try_rungs,
                         explain_breaks=not args.no_breaks, progress=progress)
     if args.html:

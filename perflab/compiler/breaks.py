@@ -31,15 +31,22 @@ from perflab.core.errors import InputError
 class BreakReport:
     graphs: int  # graphs dynamo made in one call (`explain_factory`: counted by a backend, grad on)
     graph_breaks: int  # unique break sites (a site met on several calls counts once)
-    ops: int  # their captured ops
+    ops: int  # their captured ops: call_function nodes, what torch._dynamo.explain's op_count counts
     # {"reason", "where", "file", "line", "hits" (times the line runs in one call; None: not counted), "hints"}
     breaks: list[dict] = field(default_factory=list)
+    method_calls: int | None = None  # call_method / call_module nodes of the same graphs (None: not counted)
 
     def as_dict(self) -> dict:
-        return {"graphs": self.graphs, "graph_breaks": self.graph_breaks, "ops": self.ops, "breaks": self.breaks}
+        return {"graphs": self.graphs, "graph_breaks": self.graph_breaks, "ops": self.ops, "breaks": self.breaks,
+                "method_calls": self.method_calls}
 
     def describe(self) -> str:
-        lines = [f"{self.graph_breaks} graph break site(s), {self.graphs} graph(s), {self.ops} captured op(s)"]
+        what = (f"{self.graph_breaks} graph break site(s), {self.graphs} graph(s), {self.ops} captured op(s): "
+                "the call_function nodes of the forward graphs dynamo captured in one call, which is what "
+                "torch._dynamo.explain's op_count counts")
+        if self.method_calls:
+            what += f" ({self.method_calls} tensor-method or submodule call(s), such as x.view(...), are not counted)"
+        lines = [what]
         for i, b in enumerate(self.breaks, 1):
             hits = f" (runs {b['hits']}× per call)" if (b.get("hits") or 0) > 1 else ""
             lines.append(f"  {i}. {b['where']}{hits}: {b['reason']}")
@@ -354,11 +361,11 @@ def explain_factory(spec: str) -> BreakReport:
             # is compiled twice there, and once under no_grad
             with torch.enable_grad():
                 rep = explain(model, *args, **kwargs)
-                graphs, ops = compiled_graphs(model, args, kwargs)
+                graphs, ops, methods = compiled_graph_nodes(model, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - eager ran, so this is the tracer's limit, said in one line
             raise InputError(f"torch._dynamo could not trace the model from {spec} (eager runs): "
                              f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
-        rep.graphs, rep.ops = graphs, ops  # what the compiler made on one call, counted by its backend
+        rep.graphs, rep.ops, rep.method_calls = graphs, ops, methods  # the compiler's graphs, counted by its backend
         if rep.breaks:  # how often each site runs in one forward: a child called 3 times breaks 3 times
             with torch.no_grad():
                 runs = count_executions(model, args, kwargs, [(b["file"], b["line"]) for b in rep.breaks])
@@ -370,20 +377,28 @@ def explain_factory(spec: str) -> BreakReport:
 def compiled_graphs(fn, args: tuple, kwargs: dict) -> tuple[int, int]:
     """(graphs, ops) that `torch.compile` hands its backend in one call `fn(*args, **kwargs)`, in the
     caller's grad mode: every graph dynamo makes, recompiles of a frame included (a guard that fails
-    on the second pass of a loop gives a second graph), and their call_function/call_method/
-    call_module nodes. Runs them eagerly: no inductor time."""
+    on the second pass of a loop gives a second graph), and their call_function nodes (the ops, as
+    `torch._dynamo.explain` counts them). Runs them eagerly: no inductor time."""
+    graphs, ops, _ = compiled_graph_nodes(fn, args, kwargs)
+    return graphs, ops
+
+
+def compiled_graph_nodes(fn, args: tuple, kwargs: dict) -> tuple[int, int, int]:
+    """(graphs, call_function nodes, call_method + call_module nodes) of the graphs `torch.compile` hands
+    its backend in one call (see `compiled_graphs`)."""
     torch._dynamo.reset()
-    sizes: list[int] = []
+    counts: list[tuple[int, int]] = []
 
     def backend(gm, example_inputs):
-        sizes.append(sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")))
+        ops = [n.op for n in gm.graph.nodes]
+        counts.append((ops.count("call_function"), ops.count("call_method") + ops.count("call_module")))
         return gm.forward
 
     try:
         torch.compile(fn, backend=backend)(*args, **kwargs)
     finally:
         torch._dynamo.reset()
-    return len(sizes), sum(sizes)
+    return len(counts), sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
 class RecompileCounter:

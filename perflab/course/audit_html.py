@@ -61,11 +61,19 @@ def render(rep) -> str:
     parts.append("<section><h2>Time and utilization</h2>" + _table(["quantity", "value"], [
         ["step (median)", seconds(j["step_s"])], ["spread (IQR / median)", percent(j["step_s_spread"], 2)],
         ["tokens/s", num(j["tokens_per_s"])], ["samples/s", num(rep.samples_per_s)],
-        ["FLOPs per step (counted)", num(float(j["flops_per_step"]))],
+        ["FLOPs per step (counted; causal attention dense)", num(float(j["flops_per_step"]))],
+        ["FLOPs per step (causal attention halved)", num(float(j.get("flops_per_step_causal_halved")
+                                                             or j["flops_per_step"]))],
         ["6N·tokens", num(j["flops_6n_per_step"])], ["parameters (total / active)",
                                                     f"{j['params_total']:,} / {j['params_active']:,}"],
         ["MFU", percent(j["mfu"])], ["HFU", percent(j["hfu"])], ["peak", peak]])
-        + f"<p class='note'>basis: {_e(j['mfu_basis'])}</p></section>")
+        + f"<p class='note'>basis: {_e(j['mfu_basis'])}</p>"
+        + "".join(f"<p class='note'>not counted: {_e(u['name'])}, {u['calls']} call(s)"
+                  + (f", {seconds(u['time_s'])}" if u["time_s"] is not None else "")
+                  + ": the counter has no formula for it; its products are missing from the FLOPs and MFU</p>"
+                  for u in j.get("flops_uncounted") or [])
+        + "".join(f"<p class='note'>cause: {_e(c)}</p>" for c in getattr(rep, "causes", []))
+        + "</section>")
     parts.append("<section><h2>Where the time goes</h2>"
                  f"<img src='{_png(waterfall_figure(j))}' alt='waterfall'>" + _table(
                      ["op", "calls", "self time", "GFLOP/s", "GB/s", "bound"],

@@ -30,9 +30,11 @@ The conventions (per iteration of b sequences of s tokens; divide by b·s for "p
   of any real transformer, though not of its time). `perflab.flops.counting.count_flops` counts exactly
   this scope, so for perflab's models the two agree to the FLOP.
 
-Attention is counted dense (all s×s scores), as torch's FlopCounterMode, Megatron and PaLM count
-it; a causal kernel skips about half of those score blocks, so by this count attention's
-hardware FLOPs are overstated.
+Attention is counted dense (all s×s scores), as torch's FlopCounterMode and PaLM count it; a causal
+kernel skips about half of those score blocks, so by this count attention's hardware FLOPs are
+overstated. The other convention halves causal attention: FlashAttention's benchmark (`flops()`,
+`// (2 if causal else 1)`), the FlashAttention-2 paper (§4.1) and Megatron-LM (`attn_layer_flops`,
+its `seq_len / 2` term).
 """
 
 from __future__ import annotations

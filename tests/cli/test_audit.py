@@ -21,9 +21,11 @@ def test_json_and_html_of_a_hugging_face_config(tmp_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert tuple(j) == JSON_FIELDS
+    assert "[audit] first step" in r.stderr  # progress is not hidden by --json: it goes to stderr
     assert j["peak_tflops"] is None and "peak unknown" in j["mfu_basis"]
     text = page.read_text()
     assert "data:image/png;base64," in text and "Where the time goes" in text
+    assert "causal attention halved" in text and "causal attention dense" in text
 
 
 def test_a_factory_file_in_the_terminal():
@@ -37,6 +39,8 @@ def test_a_factory_file_in_the_terminal():
     ([f"{FACTORIES}:wrong_type"], "expected"),
     (["--hf-config", "not-a-model-type"], "does not know the model type"),
     (["--hf-config", "/no/such/config.json"], "no config file"),
+    (["--hf-config", "gpt2", "--hf-set", "n_layer=abc"], "Field 'n_layer' expected int, got str"),
+    ([f"{FACTORIES}:never_returns", "--factory-timeout", "1"], "did not return within 1 s"),
     ([], "give TARGET"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
@@ -129,3 +133,12 @@ def test_trace_bad_input_is_one_line(tmp_path, args, words):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_factory_timeout_default_is_the_libraries():
+    from perflab.audit.target import FACTORY_TIMEOUT_S
+    from perflab.commands import audit
+
+    assert audit.FACTORY_TIMEOUT_S == FACTORY_TIMEOUT_S
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"`--factory-timeout` seconds (default {FACTORY_TIMEOUT_S:g};" in readme

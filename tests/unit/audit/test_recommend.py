@@ -35,3 +35,23 @@ def test_no_energy_counter_is_said_in_one_line():
     m = EnergyMeter(torch.device("mps"))
     m.start()
     assert m.stop() is None and m.reason.startswith("energy not measurable") and "\n" not in m.reason
+
+
+def test_sdpa_is_recommended_only_to_a_model_that_supports_it():
+    """Gemma2's attention soft-caps its scores, which SDPA cannot do: transformers marks it
+    `_supports_sdpa = False`, so the rung is not offered though its attention is written out."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from perflab.audit.target import from_hf_config
+
+    small = {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 64, "max_position_embeddings": 32}
+    rungs = {}
+    for kind in ("gemma2", "llama"):
+        t = from_hf_config(kind, {**small, "attn_implementation": "eager"}, batch=1, seq=8)
+        assert t.model.config._attn_implementation == "eager"
+        opt = torch.optim.AdamW(t.model.parameters(), foreach=True)
+        rungs[kind] = [a.rung for a in recommend.applicable(t, opt, torch.device("cpu"), dtypes=["fp32"],
+                                                             breakdown={"compute": 1.0}, step_s=1.0)]
+    assert "sdpa" not in rungs["gemma2"] and "sdpa" in rungs["llama"]

@@ -143,3 +143,116 @@ def test_dtype_of_autocast_products_is_counted_per_dtype():
     fc = count_flops(f)
     assert set(fc.hardware_by_dtype()) == {"bf16", "fp32"}
     assert fc.hardware_by_dtype()["bf16"] == 2 * 8 * 32 * 32 * 2  # forward + weight gradient
+
+
+# ---------------------------------------------------------------- outside architectures
+
+def _hf(kind, overrides):
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(transformers.CONFIG_MAPPING[kind](**overrides))
+
+
+@pytest.mark.parametrize("kind, overrides, shared_name", [("deepseek_v3", F.DEEPSEEK_V3, "shared_experts"),
+                                                         ("qwen2_moe", F.QWEN2_MOE, "shared_expert")])
+def test_shared_experts_are_active_for_every_token(kind, overrides, shared_name):
+    """Active = routed experts × k/E + everything else, shared experts included whole."""
+    from perflab.audit.run import count_params
+
+    model = _hf(kind, overrides)
+    e = overrides.get("n_routed_experts") or overrides["num_experts"]
+    k = overrides["num_experts_per_tok"]
+    mods = dict(model.named_modules())
+    routed = sum(sum(p.numel() for p in m.parameters()) for n, m in mods.items() if n.endswith("mlp.experts"))
+    shared = sum(sum(p.numel() for p in m.parameters()) for n, m in mods.items() if n.endswith(f"mlp.{shared_name}"))
+    assert routed > 0 and shared > 0
+    total, active, how = count_params(model, model.config)
+    assert total == sum(p.numel() for p in model.parameters())
+    assert active == total - routed * (e - k) // e
+    assert f"top-{k} of {e}" in how
+
+
+def test_a_depthwise_convolution_is_counted_once_per_group():
+    from perflab.flops.counting import conv2d_flops, linear_flops
+
+    j = audit(target_from(F.depthwise(), "depthwise")).json
+    n, hw = 4, 16
+    first = conv2d_flops(n, 3, 16, hw, hw, 3, padding=1)
+    dw = conv2d_flops(n, 16, 16, hw, hw, 3, padding=1, groups=16)
+    pw = conv2d_flops(n, 16, 32, hw, hw, 1)
+    fwd = first + dw + pw + linear_flops(n, 32, 10)
+    # backward: input and weight gradients, twice the forward, except the first layer (data needs no gradient)
+    assert j["flops_per_step"] == 3 * fwd - first
+    assert j["flops_uncounted"] == []
+
+
+def test_an_lstm_is_counted_and_an_op_without_a_formula_is_named_with_its_time(monkeypatch):
+    t, b, i, h = 10, 4, 12, 24
+    rep = audit(target_from(F.lstm(), "lstm"))
+    lstm_fwd = 2 * t * b * 4 * h * (i + h) + 2 * t * b * 4 * h * (h + h)
+    head_fwd = 2 * t * b * h * 5
+    assert rep.json["flops_per_step"] == 3 * (lstm_fwd + head_fwd)
+    # without its formula the recurrent layer is named, with its calls and time, not filed under "the rest"
+    from perflab.flops import counter
+
+    monkeypatch.setattr(counter, "_RNN_FWD", [])
+    monkeypatch.setattr(counter, "_RNN_BWD", [])
+    rep = audit(target_from(F.lstm(), "lstm"))
+    names = {u["name"]: u for u in rep.json["flops_uncounted"]}
+    assert set(names) == {"aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"}
+    assert names["aten::mkldnn_rnn_layer"]["calls"] == 2 and names["aten::mkldnn_rnn_layer"]["time_s"] > 0
+    assert "not counted: aten::mkldnn_rnn_layer, 2 call(s)" in rep.summary()
+
+
+def test_uint8_images_are_samples_not_tokens():
+    rep = audit(target_from(F.uint8_images(), "uint8_images"))
+    assert rep.json["tokens_per_s"] is None and rep.json["flops_6n_per_step"] is None
+    assert rep.samples_per_s and "tokens/s n/a" in rep.summary()
+
+
+def test_token_ids_are_index_tensors_of_batch_by_sequence():
+    from perflab.audit.target import tokens_in
+
+    ids = torch.randint(0, 50, (2, 8))
+    assert tokens_in((ids, ids)) == 16 and tokens_in((ids.int(), ids)) == 16
+    assert tokens_in((ids.to(torch.uint8), ids)) is None and tokens_in((ids.bool(), ids)) is None
+    assert tokens_in((torch.randint(0, 50, (2, 3, 4, 4)), ids)) is None  # 4-D: an image, not a sequence
+
+
+def test_an_encoder_decoder_counts_both_streams():
+    """BART: its encoder's parameters work on the 2·16 encoder tokens, the decoder's (and the shared
+    embedding, tied to the output head) on the 2·8 decoder tokens."""
+    built = F.bart()
+    model = built["model"]
+    rep = audit(target_from(built, "bart"))
+    j = rep.json
+    names = dict(model.named_parameters())  # each tied tensor once, under its first name (model.shared)
+    n_enc = sum(p.numel() for n, p in names.items() if n.startswith("model.encoder."))
+    n_dec = sum(p.numel() for p in names.values()) - n_enc
+    t_enc, t_dec = F.BATCH * F.ENC_SEQ, F.BATCH * F.DEC_SEQ
+    assert j["flops_6n_per_step"] == 6 * (n_enc * t_enc + n_dec * t_dec)
+    assert j["tokens_per_s"] == pytest.approx((t_enc + t_dec) / j["step_s"])
+    rest = rep.flops_gap[-1]
+    assert rest[0].startswith("the rest") and "cross-attention" in rest[0]
+    # what is left is biases, norms and the cross-attention's keys and values: a few percent, not the
+    # decoder's whole stream (which was 72 % of the count when only the encoder's tokens were counted)
+    assert abs(rest[1]) < 0.05 * j["flops_per_step"]
+    assert "T_dec = 16 decoder tokens" in rep.summary()
+
+
+def test_a_float64_model_is_named_as_a_cause_with_its_cost():
+    rep = audit(target_from(F.float64(), "float64"))
+    assert list(rep.json["flops_by_dtype"]) == ["fp64"]
+    assert len(rep.causes) == 1 and rep.causes[0].startswith("float64: 100% of the step's matmul-class FLOPs")
+    assert "fp32's" in rep.causes[0] and "cause    float64" in rep.summary()
+
+
+def test_causal_attention_is_printed_in_both_conventions(gpt2):
+    j = gpt2.json
+    # HF GPT-2 runs SDPA with is_causal=True: the halved convention leaves out half of its score products
+    c, b, s = F.GPT2, F.BATCH, F.SEQ
+    attn = 3 * c["n_layer"] * 4 * b * s * s * c["n_embd"]  # forward + backward, dense
+    assert j["flops_per_step"] - j["flops_per_step_causal_halved"] == attn // 2
+    text = gpt2.summary()
+    assert "FlashAttention's benchmark" in text and "MFU included, uses the dense count" in text

@@ -67,3 +67,44 @@ def test_overrides_parse_json_values():
         "n_layer": 4, "tie_word_embeddings": False, "act": "gelu"}
     with pytest.raises(AuditInputError):
         parse_overrides(["n_layer"])
+
+
+@pytest.mark.parametrize("name, words", [
+    ("nan_loss", ("the loss is nan", "does not train")),
+    ("one_shot", ("one-shot generator", "ran out after 3 batch(es)", "iterated again")),
+])
+def test_a_nan_loss_and_a_short_one_shot_generator_are_one_line(name, words):
+    msg = one_line(lambda: run_audit(from_factory(fac(name)), device="cpu", steps=2, explain_breaks=False))
+    for w in words:
+        assert w in msg
+
+
+def test_an_endless_generator_is_drawn_from_never_replayed():
+    from perflab.audit.target import BatchSource
+
+    src = BatchSource(from_factory(fac("endless")).batches, need=10)
+    first = [src.next() for _ in range(10)]
+    assert len({id(b[0]) for b in first}) == 10 and src.given == 10
+
+
+def test_a_factory_that_does_not_return_is_one_line_within_its_limit():
+    import threading
+
+    from perflab.audit.target import call_within
+
+    release = threading.Event()
+    heard: list[str] = []
+    try:
+        msg = one_line(lambda: call_within(release.wait, "the factory f.py:build", 0.3, heard.append, every_s=0.1))
+    finally:
+        release.set()  # the worker thread ends
+    assert "did not return within 0.3 s" in msg and "--factory-timeout" in msg
+    assert heard and all("still running after" in h and "gives up at 0.3 s" in h for h in heard)
+    assert call_within(lambda: 7, "f", 5.0) == 7
+    with pytest.raises(ZeroDivisionError):
+        call_within(lambda: 1 / 0, "f", 5.0)
+
+
+def test_a_bad_config_override_is_one_whole_line():
+    msg = one_line(lambda: from_hf_config("gpt2", {"n_layer": "abc"}))
+    assert "n_layer" in msg and "expected int" in msg

@@ -317,3 +317,51 @@ def test_a_break_in_a_loop_reports_the_compilers_own_graphs_and_ops(tmp_path, ca
     with torch.no_grad():
         assert breaks.compiled_graphs(model, x, {}) == (1, 2)
     assert "1 graph break site(s), 2 graph(s), 4 captured op(s)" in rep.describe()
+
+
+TWO_BREAKS = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.a(x).view(2, 8).relu()
+        print("first")
+        x = self.b(x).transpose(0, 1).contiguous()
+        print("second")
+        return x.t().sum()
+
+
+def build():
+    return Model(), torch.randn(2, 8)
+'''
+
+
+@pytest.mark.parametrize("source", ["two_breaks", "hf_gpt2"])
+def test_captured_ops_agree_with_dynamo_explain_and_say_what_they_count(tmp_path, source):
+    """Ops are the graphs' call_function nodes, as torch._dynamo.explain counts them; tensor-method calls
+    (x.view, .transpose) are named apart, not added (they once made GPT-2's 61 ops read 105)."""
+    f = tmp_path / f"{source}.py"
+    if source == "two_breaks":
+        f.write_text(textwrap.dedent(TWO_BREAKS))
+    else:
+        pytest.importorskip("transformers")
+        f.write_text("import torch, transformers\n\n\ndef build():\n    cfg = transformers.CONFIG_MAPPING['gpt2'](n_layer=1, "
+                     "n_embd=32, n_head=2, vocab_size=64, n_positions=32, bos_token_id=0, eos_token_id=0)\n"
+                     "    return transformers.AutoModelForCausalLM.from_config(cfg), torch.randint(0, 64, (2, 8))\n")
+    rep = breaks.explain_factory(f"{f}:build")
+    model, x = breaks.build_from_factory(f"{f}:build")[:2]
+    torch._dynamo.reset()
+    e = torch._dynamo.explain(model)(*x)
+    assert (rep.graphs, rep.ops) == (e.graph_count, e.op_count)
+    assert rep.method_calls and rep.method_calls > 0
+    text = rep.describe()
+    assert f"{rep.ops} captured op(s): the call_function nodes" in text and "torch._dynamo.explain's op_count" in text
+    assert f"{rep.method_calls} tensor-method or submodule call(s)" in text
+    if source == "two_breaks":
+        assert rep.graph_breaks == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from perflab.flops import counter
@@ -97,3 +98,111 @@ def test_counter_read_outs_agree():
     assert d["total"] == c.total and d["by_phase"]["forward"] == 2 * 3 * 8 * 4 and "other_estimate" in d
     html = c._repr_html_()
     assert html.startswith(f"<p>{c}</p>") and "<table" in html
+
+
+@pytest.mark.parametrize("cin, cout, groups", [(8, 8, 8), (8, 16, 2), (6, 12, 3)])
+def test_grouped_and_depthwise_convolutions_equal_the_analytic_count(cin, cout, groups):
+    """Per group, C_in/g input channels meet C_out/g output channels: forward, input gradient and weight
+    gradient are each 2·N·C_out·(C_in/g)·k²·out elements (torch's formula counts the weight gradient g× too
+    much)."""
+    n, hw, k = 2, 10, 3
+    x = torch.randn(n, cin, hw, hw, requires_grad=True)
+    conv = torch.nn.Conv2d(cin, cout, k, padding=1, groups=groups, bias=False)
+    c = count_flops(lambda: conv(x).sum().backward())
+    one = 2 * n * cout * (cin // groups) * k * k * hw * hw
+    assert c.by_op == {"convolution": one, "convolution_backward": 2 * one}
+    assert c.total == 3 * one
+
+
+def test_a_grouped_transposed_convolution_equals_the_analytic_count():
+    n, cin, cout, g, k, hw = 2, 8, 4, 2, 3, 6
+    x = torch.randn(n, cin, hw, hw, requires_grad=True)
+    conv = torch.nn.ConvTranspose2d(cin, cout, k, groups=g, bias=False)
+    c = count_flops(lambda: conv(x).sum().backward())
+    one = 2 * n * cin * (cout // g) * k * k * hw * hw  # every input element meets a k×k filter per output channel of its group
+    assert c.total == 3 * one
+
+
+@pytest.mark.parametrize("layers, bidirectional, batch_first", [(1, False, False), (2, True, True)])
+def test_an_lstm_on_a_cpu_counts_its_four_gates_products(layers, bidirectional, batch_first):
+    t, b, i, h = 5, 3, 8, 16
+    lstm = torch.nn.LSTM(i, h, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first)
+    x = torch.randn((b, t, i) if batch_first else (t, b, i), requires_grad=True)
+    c = count_flops(lambda: lstm(x)[0].sum().backward())
+    dirs = 2 if bidirectional else 1
+    fwd = sum(dirs * 2 * t * b * 4 * h * ((i if layer == 0 else h * dirs) + h) for layer in range(layers))
+    assert c.by_phase["forward"] == fwd and c.by_phase["backward"] == 2 * fwd
+    assert not c.uncounted
+
+
+def test_the_cudnn_rnn_formula_counts_every_weight_matrix_of_every_layer():
+    from perflab.flops.counter import _rnn_flops
+
+    t, b, i, h = 7, 2, 4, 6
+    meta = {"device": "meta"}
+    w = [torch.empty(3 * h, i, **meta), torch.empty(3 * h, h, **meta), torch.empty(3 * h, **meta),
+         torch.empty(3 * h, **meta)]  # one GRU layer: W_ih, W_hh and two biases
+    x = torch.empty(t, b, i, **meta)
+    fwd = 2 * t * b * 3 * h * (i + h)
+    assert _rnn_flops(torch.ops.aten._cudnn_rnn.default, [x, w]) == fwd
+    bwd_args = [x, w, *[None] * 19, [True, False, False, True]]
+    assert _rnn_flops(torch.ops.aten._cudnn_rnn_backward.default, bwd_args) == 2 * fwd
+    bwd_args[21] = [True, False, False, False]
+    assert _rnn_flops(torch.ops.aten._cudnn_rnn_backward.default, bwd_args) == fwd
+
+
+def test_a_product_with_no_formula_is_named_uncounted_not_left_at_zero():
+    a, b = torch.randn(6, 4), torch.randn(5, 4)
+    c = count_flops(lambda: torch.cdist(a, b) @ torch.randn(5, 3))
+    assert c.uncounted == {"aten::_cdist_forward": 1}
+    assert c.by_op == {"mm": 2 * 6 * 5 * 3}
+    assert "not counted (no formula): aten::_cdist_forward ×1" in str(c)
+
+
+def test_a_custom_op_from_outside_torch_is_named_uncounted_whatever_its_name():
+    lib = torch.library.Library("perflab_test_ns", "DEF")  # a custom op, as a library registers one
+    lib.define("fused_block(Tensor x, Tensor w) -> Tensor")
+    lib.impl("fused_block", lambda x, w: x @ w, "CPU")
+    x, w = torch.randn(4, 8), torch.randn(8, 2)
+    c = count_flops(lambda: torch.ops.perflab_test_ns.fused_block(x, w))
+    assert c.uncounted == {"perflab_test_ns::fused_block": 1}
+
+
+def test_vector_products_are_counted():
+    v, m = torch.randn(5), torch.randn(3, 5)
+    c = count_flops(lambda: (m @ v, v @ v))
+    assert c.by_op == {"mv": 2 * 15, "dot": 2 * 5}
+
+
+def test_causal_attention_is_counted_dense_and_named_for_the_halved_convention():
+    import torch.nn.functional as F
+
+    b, h, s, d = 1, 2, 16, 8
+    q = torch.randn(b, h, s, d, requires_grad=True)
+    c = count_flops(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward())
+    dense_fwd = 2 * 2 * b * h * s * s * d
+    assert c.by_phase["forward"] == dense_fwd and c.causal["forward"] == dense_fwd
+    assert c.model_causal_halved == c.model - (dense_fwd + 2 * dense_fwd) // 2
+    full = count_flops(lambda: F.scaled_dot_product_attention(q, q, q).sum().backward())
+    assert full.model == c.model and full.model_causal_halved == full.model and full.causal["forward"] == 0
+
+
+def test_causal_attention_is_recognised_by_its_mask_and_on_the_math_path():
+    """A causal mask passed as a tensor, and a causal call that SDPA runs as plain batched products (dropout
+    on a CPU takes the math path), are halved in that convention too; a padding mask is not causal."""
+    import torch.nn.functional as F
+
+    b, h, s, d = 2, 2, 8, 4
+    q = torch.randn(b, h, s, d, requires_grad=True)
+    tril = torch.ones(s, s, dtype=torch.bool).tril()
+    additive = torch.zeros(s, s).masked_fill(~tril, float("-inf"))
+    dense_fwd = 2 * 2 * b * h * s * s * d
+    for mask, kw in ((tril, {}), (additive, {}), (None, {"is_causal": True, "dropout_p": 0.5})):
+        c = count_flops(lambda m=mask, kw=kw: F.scaled_dot_product_attention(q, q, q, attn_mask=m, **kw).sum().backward())
+        assert c.causal["forward"] == dense_fwd and c.causal["backward"] == 2 * dense_fwd, (mask, kw)
+    padding = tril.clone()
+    padding[:, -1] = False
+    assert not counter.is_causal_mask(padding, s, s) and counter.is_causal_mask(tril[None, None], s, s)
+    assert counter.is_causal_mask(torch.ones(2, 5, dtype=torch.bool).tril(3), 2, 5)  # bottom-right aligned
+    c = count_flops(lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=padding).sum().backward())
+    assert c.causal == {"forward": 0, "backward": 0, "recompute": 0}
