@@ -1,8 +1,8 @@
 """The confined process in which `perflab grade` runs a learner's answer functions (see judge.py).
 
-`judge.py` runs this file as a script with `python -I` (isolated: no PYTHONPATH, no script folder
-on the path), so the process starts with no perflab module loaded and no folder of the course on
-its path. It talks to
+`judge.py` runs this file as a script with `python -I -S` (isolated: no PYTHONPATH, no script folder
+on the path, no site-packages' `.pth` files), inside the sandbox where one is (sandbox.py), so the
+process starts with no perflab module loaded and no folder of the course on its path. It talks to
 the judge over its stdin (requests, pickled by the judge) and a private copy of its stdout
 (answers, as JSON: never pickled, so nothing the learner returns can run code in the judge).
 
@@ -168,8 +168,9 @@ def main():
     setup = _read()
     if not isinstance(setup, dict):  # the judge closed the pipe before sending the setup
         return 2
-    if setup.get("path"):  # the folder of the judge's own perflab (a release, a checkout)
-        sys.path.insert(0, setup["path"])
+    for path in reversed(setup.get("paths", ())):  # the judge's own perflab and site-packages (no .pth run)
+        if path not in sys.path:
+            sys.path.insert(0, path)
     for line in setup["preload"]:  # the submission's own import statements, and the lab's modules
         try:
             exec(compile(line, "<perflab-grade>", "exec"), {})
