@@ -67,7 +67,7 @@ GRADE_CELL = (
 )
 LAB_GLOB = "[0-9][0-9]*_*.ipynb"  # 01_flops.ipynb, 04b_tile_config.ipynb
 CHECK_CALL = re.compile(r"^\s*(?:\w+\s*=\s*)?lab\.(check\w*)\(", re.M)
-PREDICT_CALL = re.compile(r"\bpredict\.ask\(")
+PREDICT_CALL = re.compile(r"\bpredict\.ask\b")
 PREDICTION_FIELDS = ("lesson", "key", "question", "unit", "predicted", "measured", "error_pct", "device", "time")
 
 
