@@ -178,16 +178,29 @@ def extract(nb: Mapping[str, Any], names: Sequence[str]) -> tuple[str, list[str]
     chosen = sorted(keep | set(imports))
     code = "\n\n".join(ast.unparse(stmts[k][1]) for k in chosen)
     preload = [ast.unparse(stmts[k][1]) for k in imports]
+    # an import inside a function runs later, among the learner's code, where loading a library
+    # (torch's through ctypes) is refused: its module is loaded first, in the trusted phase
+    nested = {a.name for k in chosen for n in ast.walk(stmts[k][1]) if isinstance(n, ast.Import) for a in n.names}
+    nested |= {n.module for k in chosen for n in ast.walk(stmts[k][1])
+               if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    preload += [f"import {m}" for m in sorted(nested) if re.fullmatch(r"[A-Za-z_][\w.]*", m)]
     return code, preload, where
 
 
 # ----------------------------------------------------------------------------- the worker
 def _qualified(fn: Any) -> tuple[str, str] | None:
+    """(module, qualified name) of a function or class that a worker can find again by name; a
+    module: (its name, '*'), every function and class defined in it."""
+    if inspect.ismodule(fn):
+        return fn.__name__, "*"
     fn = inspect.unwrap(fn) if callable(fn) else fn
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not mod or not qual or not mod.startswith("perflab.") or "<" in qual:
+    if not mod or not qual or not mod.startswith(ANSWER_PACKAGES) or "<" in qual:
         return None
     return mod, qual
+
+
+ANSWER_PACKAGES = ("perflab.", "torch.utils.flop_counter")
 
 
 def forbidden_of(lab: Any) -> list[tuple[str, str]]:
@@ -246,7 +259,8 @@ class Worker:
 
         loads = [*preload, *(f"import {m}" for m in getattr(lab, "PRELOAD", ())), f"import {lab.__name__}",
                  *(f"import {m}" for m in blocked_modules)]
-        self._send({"paths": python_path(), "preload": loads,
+        keep = [q for q in (_qualified(getattr(lab, h, None)) for h in getattr(lab, "HELPERS", ())) if q]
+        self._send({"paths": python_path(), "preload": loads, "keep": keep,
                     "forbidden": forbidden, "blocked_dirs": list(course_dirs),
                     "blocked_files": [], "blocked_modules": blocked_modules, "code": code})
         self.forbidden = forbidden
@@ -418,19 +432,46 @@ class Answers(Mapping[str, Any]):
         return True
 
     def first_cell_calling(self, function: str, using: str | None = None) -> int | None:
-        """The first cell (0-based, among all cells) that calls `function` (by name or attribute),
-        with the name `using` among its arguments when given."""
-        for i, src in enumerate(_cells(self.nb)):
+        """The first cell (0-based, among all cells) that calls `function`, with the name `using`
+        among its arguments when given. Found by what is called, not by its name: an alias
+        (`m = runner.run_ladder`, `from … import run_ladder as m`, `getattr(runner, "run_ladder")`,
+        a `partial`, a function or lambda that calls it) calls it too."""
+        trees = []
+        for src in _cells(self.nb):
             try:
-                tree = ast.parse(src)
+                trees.append(ast.parse(src))
             except SyntaxError:
-                continue
-            for node in ast.walk(tree):
-                if not isinstance(node, ast.Call):
-                    continue
-                f = node.func
-                called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-                if called != function:
+                trees.append(None)
+        aliases = {function}
+
+        def mentions(node: ast.AST) -> bool:
+            for n in ast.walk(node):
+                if (isinstance(n, ast.Name) and n.id in aliases) or (isinstance(n, ast.Attribute) and n.attr in aliases) \
+                        or (isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in aliases):
+                    return True
+            return False
+
+        grew = True
+        while grew:  # every name bound to something that reaches the function, until none is new
+            grew = False
+            for tree in trees:
+                for node in ast.walk(tree) if tree is not None else ():
+                    new: list[str] = []
+                    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None \
+                            and mentions(node.value):
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        new = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(mentions(b) for b in node.body):
+                        new = [node.name]
+                    elif isinstance(node, ast.ImportFrom):
+                        new = [a.asname for a in node.names if a.name in aliases and a.asname]
+                    fresh = [n for n in new if n not in aliases]
+                    if fresh:
+                        aliases.update(fresh)
+                        grew = True
+        for i, tree in enumerate(trees):
+            for node in ast.walk(tree) if tree is not None else ():
+                if not isinstance(node, ast.Call) or not mentions(node):
                     continue
                 args = [*node.args, *(k.value for k in node.keywords)]
                 if using is None or any(isinstance(n, ast.Name) and n.id == using for a in args for n in ast.walk(a)):
@@ -536,6 +577,8 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
         return "error", str(e)
     answers = Answers(worker, names, where, code, submission, learner)
     grading.reset()
+    if sandbox is not None:
+        _confine_ranks(sandbox, hidden)
     rng = learner_rng(secret, learner, module)
     out = io.StringIO()
     try:
@@ -560,6 +603,18 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
     if todo:
         return "not done", f"{len(todo)} of {len(states)} checks not done: {', '.join(todo)}"
     return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed, graded apart from the notebook"
+
+
+def _confine_ranks(sandbox: Sandbox, hidden: Sequence[str]) -> None:
+    """Ranks that a lab's judge starts on the learner's code (lab 06's ring) run in the sandbox too:
+    the run's folder writable, the files the command names (the learner's source) readable."""
+    from perflab.distributed import torchrun
+
+    def confine(cmd: list[str], run_dir: Path) -> list[str]:
+        files = [a for a in cmd if a.startswith(os.sep) and os.path.isfile(a)]
+        return sandbox.command(cmd, writable=[run_dir], readable=[os.path.dirname(f) for f in files], hidden=hidden)
+
+    torchrun.CONFINE = confine
 
 
 def _first(text: str) -> str:

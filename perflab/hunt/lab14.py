@@ -220,7 +220,14 @@ def reveal(hunt: Hunt):
 # --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("read_evidence",)
 REFERENCES: dict = {}  # no formula: the planted causes of each hidden draw are the answer
-FORBIDDEN: tuple = ()  # no perflab function maps evidence to causes
+def _forbidden() -> tuple:
+    """What composes evidence from causes (a brute force over the causes would read it backwards)."""
+    from perflab.hunt import report
+
+    return (report.synthetic_evidence, report.load_signatures, report.record_signatures)
+
+
+FORBIDDEN = _forbidden()
 
 
 def judge(answers, rng) -> None:
