@@ -176,6 +176,7 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
     caches = tuple(os.path.join(os.path.dirname(f), "__pycache__",
                                 os.path.splitext(os.path.basename(f))[0] + ".") for f in files)
     modules = frozenset(blocked_modules)
+    names = frozenset(os.path.basename(f) for f in files)  # a relative open may be relative to any folder
     write, exit_ = os.write, os._exit
 
     def stop(code, event, args):
@@ -201,6 +202,9 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
             except (TypeError, ValueError, OSError):
                 return
             if p in files or p.startswith(dirs) or p.startswith(caches):
+                stop(_EXIT_BLOCKED, event, args)
+            name = os.fsdecode(path)
+            if not os.path.isabs(name) and os.path.basename(name) in names:  # os.open(name, dir_fd=…)
                 stop(_EXIT_BLOCKED, event, args)
             other = proc.match(p)
             if other and other.group(1) != own:  # another process's memory, files or environment

@@ -8,30 +8,34 @@ folders allowed). A notebook is matched to a course lab by its number (`01_…`,
 `alice_01_flops_v2.ipynb`) or, without a number, by the lab's name (`flops.ipynb`); what cannot be
 matched is said in one line each.
 
-Each submission runs:
+Every submission's bytes are read first, before any learner's code runs (a symbolic link, anything
+but a regular file, a notebook over 16 MiB or 2000 cells is refused); the kernel and the judge get
+copies of them. Each submission runs:
+* confined by the operating system (sandbox.py, bubblewrap): a read-only system and course, no
+  labs, tests, solutions or other learner's files in view, a private /tmp and writable folder of its
+  own, its own PID and network namespaces; without bubblewrap grading stops in one line unless
+  `isolate=False` (`--no-sandbox`), and then every report says that the grades are not isolated;
 * in a copy, in a private temporary folder (its working directory), never in the learner's folder;
 * in a fresh kernel under papermill (smoke sizes, as the test suite runs the labs);
 * with a wall-clock timeout for the whole notebook (the kernel and its children are killed);
-* under resource limits that its kernel inherits from the grading process (`resource`): address
-  space (data segment on an NVIDIA box, where CUDA reserves a huge address space), CPU time, size
-  of a written file;
-* with its own `PERFLAB_RESULTS` folder, from which the learner's predictions are read
-  (`predictions.jsonl`: one JSON object per line, fields lesson, key, question, unit, predicted,
-  measured, error_pct, device, time);
+* under resource limits that its kernel inherits from the runner (`resource`): address space (data
+  segment on an NVIDIA box, where CUDA reserves a huge address space), CPU time, size of a written
+  file, processes;
+* with its own `PERFLAB_RESULTS` folder, from which the learner's predictions are read, for a lab
+  that asks for them (`predictions.jsonl`: one JSON object per line, fields lesson, key, question,
+  unit, predicted, measured, error_pct, device, time);
 * N at a time, at most one per core, each kernel's threads sharing the cores.
 
 That run can only lower a grade: its first error output (`wrong` for a check's LabCheckError,
 `error` otherwise), a kernel that died before the grader's last cell, a deleted check cell (`not
 done`), a timeout. Nothing it prints or writes can raise one. The grade itself is the judge's
-(perflab/course/judge.py): a separate process that reads the submission's source, runs the
-learner's answer functions in a confined worker on inputs drawn from a per-run secret and the
+(perflab/course/judge.py): a separate, trusted process that reads the submission's snapshot, runs
+the learner's answer functions in a confined worker on inputs drawn from a per-run secret and the
 learner's name, and compares them with perflab's references in its own process. Outcomes: `done`
 (every check passed, on the grading inputs too), `not done`, `wrong` (the check's message),
 `error` (an exception's first line; a malformed notebook; a kernel that died), `timeout`.
-
-What the copy cannot stop: a notebook runs as the grading user, so code that deletes files by
-absolute path reaches whatever that user can. Grade as an unprivileged user (or in a container)
-that can read the submissions and nothing else of value.
+Everything printed is cleaned of control characters; a CSV cell a spreadsheet would run as a
+formula is quoted.
 """
 
 from __future__ import annotations

@@ -235,12 +235,14 @@ class Worker:
                "LANG": "C.UTF-8", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PERFLAB_LEARNER": learner}
 
+        nproc = nproc_limit()
+
         def limit() -> None:  # in the worker, before it runs anything
             import resource
 
             for which, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu_s),
                                  (resource.RLIMIT_FSIZE, 64 * 2**20), (resource.RLIMIT_CORE, 0),
-                                 (resource.RLIMIT_NPROC, nproc_limit())):
+                                 (resource.RLIMIT_NPROC, nproc)):
                 if value is None:
                     continue
                 with contextlib.suppress(ValueError, OSError):
@@ -596,6 +598,10 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
         return "error", f"{type(e).__name__}: {_first(str(e))}"
     finally:
         worker.close()
+        if sandbox is not None:
+            from perflab.distributed import torchrun
+
+            torchrun.CONFINE = None
     states = dict(grading.summary())
     if not states:
         return "not done", "no check ran"

@@ -99,7 +99,7 @@ def _system(h: Path) -> bool:
     return h == Path("/") or _under(_real(sys.base_prefix), h) or _under(_real(sys.executable), h)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find() -> Sandbox | None:
     """bubblewrap, where it is installed and can make its namespaces here (a container may forbid
     them); else None."""
@@ -107,7 +107,7 @@ def find() -> Sandbox | None:
     return None if why else Sandbox(shutil.which(TOOL) or TOOL)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def unavailable() -> str:
     """Why this machine cannot confine a learner ('' when it can)."""
     if not sys.platform.startswith("linux"):

@@ -19,10 +19,9 @@ import nbformat
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.course import gradebook
+from perflab.course import gradebook, sandbox
 from perflab.course import gradebook as G
 from perflab.course import gradebook as gb
-from perflab.course import sandbox
 
 from .helpers import _nb, _notebook
 
