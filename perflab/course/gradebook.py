@@ -193,7 +193,7 @@ def snapshot(subs: Sequence[Submission], root: Path | str) -> None:
             if not stat.S_ISREG(info.st_mode):
                 sub.refused = "not a regular file: hand in the notebook itself"
             elif info.st_size > MAX_NOTEBOOK_BYTES:
-                sub.refused = (f"malformed notebook (it is {info.st_size / 2**20:.0f} MiB, over the "
+                sub.refused = (f"malformed notebook (it is {info.st_size / 2**20:.1f} MiB, over the "
                                f"{MAX_NOTEBOOK_BYTES // 2**20} MiB a lab may be: clear its outputs)")
             else:
                 with os.fdopen(fd, "rb", closefd=False) as f:
@@ -532,7 +532,8 @@ def _running_cell(nb: Any) -> str:
 
 def _last_line(path: Path) -> str:
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln for ln in path.read_text(errors="replace").splitlines()
+                 if ln.strip() and "WARNING | Kernel is running over TCP" not in ln]
     except OSError:
         return "no output"
     errors = [ln for ln in lines if re.search(r"(Error|Exception|died)\b", ln)]

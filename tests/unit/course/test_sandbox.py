@@ -193,6 +193,15 @@ def kernel_forgeries(subs: Path, victim: Path) -> dict[str, list[str]]:
                                "'error_pct': 0.0}) + '\\n')"],
         "=1+1": ["raise ValueError('\\x1b[2J\\x1b[31mcleared your screen\\x07')"],
         "exits_the_worker": ["def lcg_index(i, n, a, c, x0):\n    import os\n    os._exit(0)"],
+        "deletes_the_class": [f"import shutil\nshutil.rmtree({str(subs)!r}, ignore_errors=True)\n"
+                              f"shutil.rmtree({str(ROOT / 'labs')!r}, ignore_errors=True)"],
+        "writes_the_teachers_home": ["import os\nfor p in ('/root/.bashrc', os.path.expanduser('~/.bashrc'), "
+                                     "'/etc/perflab-poison'):\n    try:\n        open(p, 'a').write('x')\n"
+                                     "    except OSError:\n        pass\nassert not os.path.exists('/etc/perflab-poison')"],
+        "forks_in_the_worker": ["def lcg_index(i, n, a, c, x0):\n    import os\n    if os.fork() == 0:\n"
+                                "        os._exit(0)\n    return 0"],
+        "many_sleepers": [daemon("import time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(300)\n"
+                                 "        os._exit(0)\ntime.sleep(300)")],
     }
 
 
@@ -288,7 +297,7 @@ def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path):
     for who in forgeries:
         assert who in got, (who, book.notes)
         assert got[who].outcome in NOT_DONE and got[who].message, (who, got[who].outcome, got[who].message)
-    assert len(forgeries) >= 25
+    assert len(forgeries) >= 28
     # the honest learners, as when each is graded alone
     for who in ("ada", "stan", "tom"):
         alone = gb.grade_one(gb.Submission(who, gb.course_labs(course)["07"], subs / who / "07_shuffle.ipynb"),
