@@ -232,6 +232,8 @@ FORBIDDEN = _forbidden()
 
 def judge(answers, rng) -> None:
     """`read_evidence` on hidden draws drawn for this learner by the grader (evidence composed from the
-    recorded signatures): exactly the planted causes on each. The live report on the learner's own step
-    stays the notebook's check (`check_report`): it re-measures a step, which the grader does not."""
-    check_read_evidence(answers["read_evidence"], _hidden_draws(seed=rng.randint(0, 2**31)))
+    recorded signatures): exactly the planted causes on each; then the report, on a step the grader
+    draws and measures itself (smoke sizes), its fixes re-run here (`check_report`)."""
+    if check_read_evidence(answers["read_evidence"], _hidden_draws(seed=rng.randint(0, 2**31))):
+        hunt = start(smoke=True, user=f"graded-{rng.randint(0, 2**31)}", progress=None)
+        check_report(answers["read_evidence"], hunt)
