@@ -501,7 +501,7 @@ def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, t
     proc = subprocess.Popen(judge.trusted_python(judge.__file__, pycache=iso.pycache), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
-        out, _ = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+        out, _ = proc.communicate(json.dumps(job, ensure_ascii=False).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_tree(proc)
         return "timeout", f"the grader's run of your answers took more than {timeout:.0f} s"

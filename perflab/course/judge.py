@@ -670,7 +670,7 @@ def main() -> int:
     from perflab.course.sandbox import Sandbox, protect
 
     protect()
-    job = json.loads(sys.stdin.read(MAX_NOTEBOOK_BYTES * 2 + 2**20))
+    job = json.loads(sys.stdin.buffer.read(MAX_NOTEBOOK_BYTES * 8 + 2**20))  # the notebook, JSON-escaped
     try:
         sub, shipped = read_notebook(job["notebook"]), read_notebook(Path(job["shipped"]).read_bytes())
         tool = job.get("sandbox")
