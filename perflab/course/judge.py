@@ -252,6 +252,7 @@ class Worker:
 
         self.log = open(Path(self.box) / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
         cmd = trusted_python(WORKER_SOURCE, pycache=pycache)
+        cmd.insert(1, "-B")  # it reads the grader's bytecode cache, never writes to it
         if sandbox is not None:  # the worker confined: only its own folder writable, the course hidden
             cmd = sandbox.command(cmd, writable=[self.box], readable=[pycache] if pycache else [], hidden=hidden,
                                   cwd=cwd)
