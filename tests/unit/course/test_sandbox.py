@@ -22,6 +22,8 @@ import pytest
 from perflab.course import gradebook as gb
 from perflab.course import judge, sandbox
 
+from .test_judge import RIGHT_LCG
+
 ROOT = Path(__file__).resolve().parents[3]
 LABS = ROOT / "labs"
 NOT_DONE = ("wrong", "not done", "error", "timeout")
@@ -86,21 +88,7 @@ def test_a_confined_process_sees_no_course_no_other_process_and_writes_nothing_o
 SETUP = "from perflab.core import grading\nfrom perflab.dataloading import lab07 as lab\n\ngrading.reset()"
 STUB = ('def lcg_index(i, n, a, c, x0):\n    """Entry i of the LCG permutation of n items."""\n'
         '    raise NotImplementedError\n\n\nlab.check_index(lcg_index)')
-RIGHT = STUB.replace("    raise NotImplementedError", '''    m = lab.modulus(n)
-
-    def state(j):
-        acc_a, acc_c, pa, pc = 1, 0, a, c
-        while j:
-            if j & 1:
-                acc_a, acc_c = acc_a * pa % m, (acc_c * pa + pc) % m
-            pa, pc = pa * pa % m, (pc * pa + pc) % m
-            j >>= 1
-        return (acc_a * x0 + acc_c) % m
-
-    y = state(i)
-    while y >= n:
-        y = state(y)
-    return y''')
+RIGHT = RIGHT_LCG.strip() + "\n\n\nlab.check_index(lcg_index)"
 SOLUTION = LABS / "solutions" / "07_shuffle.ipynb"
 TESTS_WITH_ANSWER = ROOT / "tests" / "unit" / "course" / "test_judge.py"  # holds a right lcg_index
 # the answer taken from a file: the right function's source between two markers of the file
