@@ -128,7 +128,7 @@ def _disarm(forbidden, keep=()):
         obj = sys.modules.get(module)
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
-        if obj is not None:
+        if callable(obj):
             kept.add(id(inspect.unwrap(obj)))
     for i, (module, qualname) in enumerate(forbidden):
         try:
