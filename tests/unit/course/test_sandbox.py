@@ -232,18 +232,30 @@ def write(path: Path, nb: dict) -> Path:
 
 
 def environment_state() -> dict[str, tuple[int, int]]:
-    """What a learner could poison: site-packages' entries, the checkout's files (perflab, labs, tests,
-    and every __pycache__ in them)."""
+    """What a learner could poison: site-packages' entries, and the checkout's files (perflab, labs,
+    tests). Bytecode is compared apart (`bytecode_state`): other test workers may write it meanwhile."""
     out = {}
     purelib = Path(sysconfig.get_paths()["purelib"])
     for p in purelib.iterdir():
         out[str(p)] = (0, 0)
     for top in ("perflab", "labs", "tests"):
         for p in (ROOT / top).rglob("*"):
-            if p.is_file():
+            if p.is_file() and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts:
                 st = p.stat()
                 out[str(p)] = (st.st_size, st.st_mtime_ns)
     return out
+
+
+def bytecode_state() -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in (ROOT / "perflab").rglob("__pycache__/*.pyc")}
+
+
+def bytecode_untouched(before: dict[str, bytes]) -> list[str]:
+    """The bytecode files changed since `before`, or new ones that Python did not write (no magic number)."""
+    from importlib.util import MAGIC_NUMBER
+
+    return [p for p, data in bytecode_state().items()
+            if (p in before and before[p] != data) or (p not in before and not data.startswith(MAGIC_NUMBER))]
 
 
 def tree_state(root: Path) -> dict[str, bytes]:
@@ -273,7 +285,7 @@ TIMEOUT = 60
 @pytest.mark.slow
 def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path):
     course, subs, forgeries = class_of(tmp_path)
-    env_before, subs_before = environment_state(), tree_state(subs)
+    env_before, pyc_before, subs_before = environment_state(), bytecode_state(), tree_state(subs)
     t0 = time.time()
     book = gb.grade_folder(subs, course=course, labs=["07"], timeout=TIMEOUT, jobs=2,
                            limits=gb.Limits(memory_bytes=3 * 2**30), secret="corpus")
@@ -300,6 +312,7 @@ def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path):
     # nothing outside the run's folders changed, nothing new in the environment, the submissions as handed in
     env_after = environment_state()
     assert sorted(set(env_after) ^ set(env_before)) == [] and env_after == env_before
+    assert bytecode_untouched(pyc_before) == []
     assert tree_state(subs) == subs_before
     # safe output: the formula is text, the escape sequences are gone from what is printed
     assert "\n'=1+1," in book.csv_text()
