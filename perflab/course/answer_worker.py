@@ -30,6 +30,7 @@ _OUT = 1  # set by main(): a private copy of stdout, for the answers
 _IN = None  # set by main(): stdin, for the requests
 _EXIT_FORBIDDEN = 100  # + the index of the forbidden function (at most 99 named)
 _EXIT_BLOCKED = 90
+_TABLES = 99  # the index that names a function held in one of perflab's tables (a lambda)
 
 
 def _read():
@@ -158,7 +159,7 @@ def _disarm(forbidden, keep=()):
             if not inspect.isfunction(value):  # the tables: named functions are listed by name
                 for fn in _functions_in(value, module):
                     if id(fn) not in kept:
-                        _arm(fn, i)
+                        _arm(fn, _TABLES)
     return {f for f in files if f}
 
 

@@ -304,7 +304,8 @@ class Worker:
         self.close()
         if code is not None and EXIT_FORBIDDEN <= code < EXIT_FORBIDDEN + 100:
             i = code - EXIT_FORBIDDEN
-            what = ".".join(self.forbidden[i]) if i < len(self.forbidden) else "an answer function"
+            what = (".".join(self.forbidden[i]) if i < min(len(self.forbidden), 99) else
+                    "formulas (a function from one of its tables: the lab's own answers or mistakes)")
             raise Forbidden(f"your answer calls perflab's {what}, which computes the answer; write the computation "
                             "out yourself")
         if code in BLOCKED_WHY:

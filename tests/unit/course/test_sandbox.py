@@ -341,6 +341,10 @@ def confined_verdict(lab: str, nb: dict) -> tuple[str, str]:
 
 
 BACK_DOORS = [
+    ("06_ring_allreduce", "perflab's own ring, renamed",
+     ["from perflab.distributed import collectives\n\n"
+      "def ring_all_reduce(x, rank, world_size, group=None):\n"
+      "    return collectives.ring_all_reduce(x, rank, world_size, group)"]),
     ("12_sharding", "the step formula from lab.RATIO_MISTAKES' lambdas",
      ["bubble = lab.RATIO_MISTAKES['(p−1)/(m+p−1)'][0]\ndenominator = 'step'"]),
     ("12_sharding", "fsdp_bytes from the memory lesson's model_state_bytes",
