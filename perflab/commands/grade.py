@@ -1,7 +1,11 @@
 """`perflab grade`: run a class's lab notebooks in fresh kernels, grade each learner's answers in a
 judge process apart from them (perflab/course/judge.py), and write one gradebook.
 
-    perflab grade SUBMISSIONS [--labs 01,07] [--timeout S] [--jobs N] [--csv FILE] [--json]
+    perflab grade SUBMISSIONS [--labs 01,07] [--timeout S] [--jobs N] [--csv FILE] [--json] [--no-sandbox]
+
+Each learner's processes run confined by bubblewrap (perflab/course/sandbox.py); where it is not
+installed (or cannot run), grading stops in one line unless `--no-sandbox` is given, and then every
+report says that the grades are not isolated.
 """
 
 from __future__ import annotations
@@ -23,12 +27,15 @@ def register(sub) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the gradebook as CSV (one row per learner and lab)")
     p.add_argument("--course", metavar="LABS", help="the course's labs folder (default: labs/ here or beside perflab)")
     p.add_argument("--json", action="store_true", help="print the gradebook as JSON (predictions included)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run the learners' code unconfined where bubblewrap is not available (the reports then say "
+                        "that the grades are not isolated: a learner's code could change another's grade)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from perflab.course import gradebook as G
-    from perflab.course.judge import protect
+    from perflab.course.sandbox import protect
 
     protect()  # the learners' processes run as this user: keep them out of this one's memory and pipes
 
@@ -41,10 +48,10 @@ def run(args) -> int:
 
     def progress(rec: G.Record) -> None:
         if not args.json:
-            sys.stderr.write(f"  {rec.learner} · {rec.lab}: {rec.outcome} ({rec.seconds:.0f} s)\n")
+            sys.stderr.write(G.clean(f"  {rec.learner} · {rec.lab}: {rec.outcome} ({rec.seconds:.0f} s)") + "\n")
 
     book = G.grade_folder(args.folder, labs=labs, course=args.course, timeout=args.timeout, jobs=jobs_asked,
-                          limits=limits, on_record=progress)
+                          limits=limits, on_record=progress, isolate=not args.no_sandbox)
     if args.csv:
         book.write_csv(args.csv)
     text = book.summary() + (f"\n\nGradebook written to {args.csv}" if args.csv else "")

@@ -1,8 +1,8 @@
 """The confined process in which `perflab grade` runs a learner's answer functions (see judge.py).
 
-`judge.py` runs this file as a script with `python -I` (isolated: no PYTHONPATH, no script folder
-on the path), so the process starts with no perflab module loaded and no folder of the course on
-its path. It talks to
+`judge.py` runs this file as a script with `python -I -S` (isolated: no PYTHONPATH, no script folder
+on the path, no site-packages' `.pth` files), inside the sandbox where one is (sandbox.py), so the
+process starts with no perflab module loaded and no folder of the course on its path. It talks to
 the judge over its stdin (requests, pickled by the judge) and a private copy of its stdout
 (answers, as JSON: never pickled, so nothing the learner returns can run code in the judge).
 
@@ -30,6 +30,7 @@ _OUT = 1  # set by main(): a private copy of stdout, for the answers
 _IN = None  # set by main(): stdin, for the requests
 _EXIT_FORBIDDEN = 100  # + the index of the forbidden function (at most 99 named)
 _EXIT_BLOCKED = 90
+_TABLES = 99  # the index that names a function held in one of perflab's tables (a lambda)
 
 
 def _read():
@@ -74,35 +75,91 @@ def _encode(x, depth=0):
     raise TypeError(f"an answer of type {type(x).__name__}, which the grader cannot read back")
 
 
-def _tripwire(index):
-    src = f"def _f(*args, **kwargs):\n    __import__('os')._exit({_EXIT_FORBIDDEN + index})\n"
+def _tripwire(index, freevars=()):
+    """Code that ends this process with the status that names forbidden function `index`; with the
+    free variables of the closure it replaces (a code object's must match its function's)."""
+    inner = "".join(f"        {v}\n" for v in freevars)
+    src = ("def _outer():\n" + "".join(f"    {v} = None\n" for v in freevars)
+           + f"    def _f(*args, **kwargs):\n{inner}        __import__('os')._exit({_EXIT_FORBIDDEN + index})\n"
+           + "    return _f\n")
     ns = {}
     exec(compile(src, "<perflab-grade>", "exec"), ns)
-    return ns["_f"].__code__
+    return ns["_outer"]().__code__
 
 
-def _disarm(forbidden):
+def _arm(fn, index):
+    """`fn`'s code replaced by the tripwire (closures and lambdas included)."""
+    import inspect
+
+    if not inspect.isfunction(fn) or fn.__code__.co_filename == "<perflab-grade>":
+        return
+    code = _tripwire(min(index, 99), fn.__code__.co_freevars)
+    if code.co_freevars != fn.__code__.co_freevars:
+        return
+    fn.__code__ = code.replace(co_name=fn.__code__.co_name, co_argcount=0, co_kwonlyargcount=0,
+                               co_posonlyargcount=0)
+
+
+def _functions_in(value, module, depth=0):
+    """The functions of `module` held in a module-level value: the value itself, or what a dict,
+    list, tuple or set holds (a table of lambdas: lab 12's mistakes), a few levels deep."""
+    import inspect
+
+    if inspect.isfunction(value):
+        return [value] if value.__module__ == module else []
+    if depth >= 4:
+        return []
+    items = list(value.values()) if isinstance(value, dict) else list(value) if isinstance(
+        value, (list, tuple, set, frozenset)) else []
+    return [f for v in items for f in _functions_in(v, module, depth + 1)]
+
+
+def _disarm(forbidden, keep=()):
     """Replace the code of each forbidden perflab function: calling it, however it was reached
-    (an import, sys.modules, importlib, a closure), ends this process."""
+    (an import, sys.modules, importlib, a closure, a table that holds it), ends this process. A
+    (module, '*') entry: every function and class defined in that module. In the module of every
+    entry, the lambdas and closures its tables hold are disarmed too (the functions in `keep` are
+    the lab's helpers, left as they are)."""
     import importlib
     import inspect
 
     files = set()
-    for i, (module, qualname) in enumerate(forbidden):
-        mod = importlib.import_module(module)
-        files.add(os.path.realpath(getattr(mod, "__file__", "") or ""))
-        obj = mod
+    kept = set()
+    for module, qualname in keep:
+        obj = sys.modules.get(module)
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
-        targets = []
-        if inspect.isclass(obj):  # its own methods (a lab lists no class that perflab's helpers build on)
-            targets = [v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in vars(obj).values()]
-        elif obj is not None:
-            targets = [inspect.unwrap(obj)]  # type: ignore[arg-type]
-        for fn in targets:
-            if inspect.isfunction(fn) and not fn.__code__.co_freevars:
-                code = _tripwire(min(i, 99))
-                fn.__code__ = code.replace(co_name=fn.__code__.co_name, co_argcount=0, co_kwonlyargcount=0)
+        if callable(obj):
+            kept.add(id(inspect.unwrap(obj)))
+    for i, (module, qualname) in enumerate(forbidden):
+        try:
+            mod = importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - a module this environment lacks: nothing of it to call
+            continue
+        files.add(os.path.realpath(getattr(mod, "__file__", "") or ""))
+        if qualname == "*":
+            objs = [v for v in vars(mod).values() if getattr(v, "__module__", None) == module
+                    and (inspect.isfunction(v) or inspect.isclass(v))]
+        else:
+            obj = mod
+            for part in qualname.split("."):
+                obj = getattr(obj, part, None)
+            objs = [obj] if obj is not None else []
+        for obj in objs:
+            targets = []
+            if inspect.isclass(obj):  # its own methods (a lab lists no class that perflab's helpers build on)
+                targets = [v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in vars(obj).values()]
+                targets = [v.fget if isinstance(v, property) else v for v in targets]
+            else:
+                targets = [inspect.unwrap(obj)]  # type: ignore[arg-type]
+            for fn in targets:
+                if id(fn) not in kept:
+                    _arm(fn, i)
+        for value in list(vars(mod).values()):
+            if not inspect.isfunction(value):  # the tables: named functions are listed by name
+                for fn in _functions_in(value, module):
+                    if id(fn) not in kept:
+                        _arm(fn, _TABLES)
     return {f for f in files if f}
 
 
@@ -120,6 +177,7 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
     caches = tuple(os.path.join(os.path.dirname(f), "__pycache__",
                                 os.path.splitext(os.path.basename(f))[0] + ".") for f in files)
     modules = frozenset(blocked_modules)
+    names = frozenset(os.path.basename(f) for f in files)  # a relative open may be relative to any folder
     write, exit_ = os.write, os._exit
 
     def stop(code, event, args):
@@ -146,6 +204,9 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
                 return
             if p in files or p.startswith(dirs) or p.startswith(caches):
                 stop(_EXIT_BLOCKED, event, args)
+            name = os.fsdecode(path)
+            if not os.path.isabs(name) and os.path.basename(name) in names:  # os.open(name, dir_fd=…)
+                stop(_EXIT_BLOCKED, event, args)
             other = proc.match(p)
             if other and other.group(1) != own:  # another process's memory, files or environment
                 stop(_EXIT_BLOCKED, event, args)
@@ -168,14 +229,15 @@ def main():
     setup = _read()
     if not isinstance(setup, dict):  # the judge closed the pipe before sending the setup
         return 2
-    if setup.get("path"):  # the folder of the judge's own perflab (a release, a checkout)
-        sys.path.insert(0, setup["path"])
+    for path in reversed(setup.get("paths", ())):  # the judge's own perflab and site-packages (no .pth run)
+        if path not in sys.path:
+            sys.path.insert(0, path)
     for line in setup["preload"]:  # the submission's own import statements, and the lab's modules
         try:
             exec(compile(line, "<perflab-grade>", "exec"), {})
         except Exception:  # an import that fails here fails again, as the learner's error, below
             pass
-    files = {f for f in _disarm(setup["forbidden"]) if _module_of(f) in setup["blocked_modules"]}
+    files = {f for f in _disarm(setup["forbidden"], setup.get("keep", ())) if _module_of(f) in setup["blocked_modules"]}
     files |= {os.path.realpath(f) for f in setup.get("blocked_files", ())}
     _guard(setup["blocked_dirs"], files, setup["blocked_modules"])
     ns = {"__name__": "__main__", "__builtins__": builtins}

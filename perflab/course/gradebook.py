@@ -8,34 +8,39 @@ folders allowed). A notebook is matched to a course lab by its number (`01_…`,
 `alice_01_flops_v2.ipynb`) or, without a number, by the lab's name (`flops.ipynb`); what cannot be
 matched is said in one line each.
 
-Each submission runs:
+Every submission's bytes are read first, before any learner's code runs (a symbolic link, anything
+but a regular file, a notebook over 16 MiB or 2000 cells is refused); the kernel and the judge get
+copies of them. Each submission runs:
+* confined by the operating system (sandbox.py, bubblewrap): a read-only system and course, no
+  labs, tests, solutions or other learner's files in view, a private /tmp and writable folder of its
+  own, its own PID and network namespaces; without bubblewrap grading stops in one line unless
+  `isolate=False` (`--no-sandbox`), and then every report says that the grades are not isolated;
 * in a copy, in a private temporary folder (its working directory), never in the learner's folder;
 * in a fresh kernel under papermill (smoke sizes, as the test suite runs the labs);
 * with a wall-clock timeout for the whole notebook (the kernel and its children are killed);
-* under resource limits that its kernel inherits from the grading process (`resource`): address
-  space (data segment on an NVIDIA box, where CUDA reserves a huge address space), CPU time, size
-  of a written file;
-* with its own `PERFLAB_RESULTS` folder, from which the learner's predictions are read
-  (`predictions.jsonl`: one JSON object per line, fields lesson, key, question, unit, predicted,
-  measured, error_pct, device, time);
+* under resource limits that its kernel inherits from the runner (`resource`): address space (data
+  segment on an NVIDIA box, where CUDA reserves a huge address space), CPU time, size of a written
+  file, processes;
+* with its own `PERFLAB_RESULTS` folder, from which the learner's predictions are read, for a lab
+  that asks for them (`predictions.jsonl`: one JSON object per line, fields lesson, key, question,
+  unit, predicted, measured, error_pct, device, time);
 * N at a time, at most one per core, each kernel's threads sharing the cores.
 
 That run can only lower a grade: its first error output (`wrong` for a check's LabCheckError,
 `error` otherwise), a kernel that died before the grader's last cell, a deleted check cell (`not
 done`), a timeout. Nothing it prints or writes can raise one. The grade itself is the judge's
-(perflab/course/judge.py): a separate process that reads the submission's source, runs the
-learner's answer functions in a confined worker on inputs drawn from a per-run secret and the
+(perflab/course/judge.py): a separate, trusted process that reads the submission's snapshot, runs
+the learner's answer functions in a confined worker on inputs drawn from a per-run secret and the
 learner's name, and compares them with perflab's references in its own process. Outcomes: `done`
 (every check passed, on the grading inputs too), `not done`, `wrong` (the check's message),
 `error` (an exception's first line; a malformed notebook; a kernel that died), `timeout`.
-
-What the copy cannot stop: a notebook runs as the grading user, so code that deletes files by
-absolute path reaches whatever that user can. Grade as an unprivileged user (or in a container)
-that can read the submissions and nothing else of value.
+Everything printed is cleaned of control characters; a CSV cell a spreadsheet would run as a
+formula is quoted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -43,6 +48,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -55,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.course.sandbox import Sandbox
 
 OUTCOMES = ("done", "not done", "wrong", "error", "timeout")
 MARK = "PERFLAB-GRADE "  # what the grader's own last cell prints: the notebook ran to its end (nothing more)
@@ -64,6 +71,7 @@ GRADE_CELL = (
 )
 LAB_GLOB = "[0-9][0-9]*_*.ipynb"  # 01_flops.ipynb, 04b_tile_config.ipynb
 CHECK_CALL = re.compile(r"^\s*(?:\w+\s*=\s*)?lab\.(check\w*)\(", re.M)
+PREDICT_CALL = re.compile(r"\bpredict\.ask\b")
 PREDICTION_FIELDS = ("lesson", "key", "question", "unit", "predicted", "measured", "error_pct", "device", "time")
 
 
@@ -81,6 +89,7 @@ class Lab:
     name: str  # '01_flops'
     path: Path
     checks: tuple[str, ...]  # the check calls of the shipped lab, each must still be there
+    predicts: bool = False  # whether the shipped lab asks for predictions (course.predict): only then are they recorded
 
     @property
     def topic(self) -> str:
@@ -110,7 +119,8 @@ def course_labs(labs_dir: Path | str | None = None) -> dict[str, Lab]:
         except (OSError, ValueError):
             code = ""
         number = path.stem.split("_", 1)[0]
-        labs[number] = Lab(number, path.stem, path, tuple(dict.fromkeys(CHECK_CALL.findall(code))))
+        labs[number] = Lab(number, path.stem, path, tuple(dict.fromkeys(CHECK_CALL.findall(code))),
+                           bool(PREDICT_CALL.search(code)))
     if not labs:
         raise InputError(f"no lab notebooks (NN_name.ipynb) in {folder}: pass --course PATH/TO/labs")
     return labs
@@ -152,6 +162,46 @@ class Submission:
     learner: str
     lab: Lab
     path: Path
+    data: bytes | None = None  # its bytes, read before any learner's code runs (snapshot)
+    refused: str = ""  # why it is not graded (a link, not a regular file, too large)
+
+
+def snapshot(subs: Sequence[Submission], root: Path | str) -> None:
+    """Read every submission's bytes now, before the first kernel starts: the kernels and the judge
+    get copies of these, so no learner's code can change what is graded (its own or another's).
+    A symbolic link anywhere below `root`, or anything but a regular file, is refused."""
+    from perflab.course.judge import MAX_NOTEBOOK_BYTES
+
+    top = Path(os.path.abspath(root))
+    for sub in subs:
+        path = Path(os.path.abspath(sub.path))
+        try:
+            parts = path.relative_to(top).parts
+        except ValueError:
+            parts = ()
+        links = [top.joinpath(*parts[:i + 1]) for i in range(len(parts)) if top.joinpath(*parts[:i + 1]).is_symlink()]
+        if links:
+            sub.refused = f"{links[0].relative_to(top)} is a symbolic link: hand in the notebook itself"
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError as e:
+            sub.refused = f"cannot read the notebook ({e.strerror})"
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                sub.refused = "not a regular file: hand in the notebook itself"
+            elif info.st_size > MAX_NOTEBOOK_BYTES:
+                sub.refused = (f"malformed notebook (it is {info.st_size / 2**20:.1f} MiB, over the "
+                               f"{MAX_NOTEBOOK_BYTES // 2**20} MiB a lab may be: clear its outputs)")
+            else:
+                with os.fdopen(fd, "rb", closefd=False) as f:
+                    sub.data = f.read(MAX_NOTEBOOK_BYTES + 1)
+                if len(sub.data) > MAX_NOTEBOOK_BYTES:
+                    sub.data, sub.refused = None, "malformed notebook (over the size a lab may be)"
+        finally:
+            os.close(fd)
 
 
 def find_submissions(root: Path | str, labs: dict[str, Lab], course: dict[str, Lab] | None = None
@@ -249,19 +299,32 @@ class Record:
 
 
 def first_line(text: str) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip()
+    text = clean(str(text), keep_lines=True).strip()
     return text.splitlines()[0].strip() if text else ""
 
 
-def load_notebook(path: Path) -> tuple[Any, str]:
-    """(notebook, '') or (None, why it cannot be run)."""
+def clean(text: str, keep_lines: bool = False) -> str:
+    """`text` without terminal escape sequences or control characters (a learner's message is
+    printed to the teacher's terminal); line breaks kept where asked."""
+    text = re.sub(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])", "", str(text))
+    keep = "\n" if keep_lines else ""
+    return "".join(ch for ch in text if ch in keep or (ch.isprintable() and ch not in "\u2028\u2029")
+                   or ch == " ")
+
+
+def load_notebook(source: Path | bytes) -> tuple[Any, str]:
+    """(notebook, '') or (None, why it cannot be run); bounded in bytes and cells (judge.read_notebook)."""
     import warnings
+
+    from perflab.course.judge import read_notebook
 
     _, nbformat = need_papermill()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # cells without ids (older Jupyter) are fine to run
         try:
-            nb = nbformat.read(str(path), as_version=4)
+            data = source if isinstance(source, bytes) else Path(source).read_bytes()
+            read_notebook(data)  # within its bounds before nbformat builds it
+            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         except Exception as e:  # JSON errors, a notebook of an unknown format, a file that is not text
             return None, f"malformed notebook ({first_line(str(e)) or type(e).__name__})"
         try:
@@ -321,31 +384,56 @@ def read_predictions(results: Path) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True)
+class Isolation:
+    """How the learners' processes are confined: a sandbox (None: not isolated, `--no-sandbox`), the
+    folders hidden from them, and the grader's own bytecode cache (for the judge and the worker)."""
+
+    sandbox: Sandbox | None = None
+    hidden: tuple[str, ...] = ()
+    pycache: str | None = None
+
+
 def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int = 1,
-              env: dict[str, str] | None = None, secret: str | None = None) -> Record:
+              env: dict[str, str] | None = None, secret: str | None = None,
+              isolation: Isolation | None = None) -> Record:
     """Run one submission in a copy, in a fresh kernel (what it says can only lower the grade);
     then the judge's verdict, from a process the learner's code never runs in (judge.py)."""
+    iso = isolation or Isolation()
     rec = Record(sub.learner, sub.lab.name, "error", notebook=str(sub.path))
-    nb, why = load_notebook(sub.path)
+    if sub.refused:
+        rec.message = sub.refused
+        return rec
+    if sub.data is None:
+        snapshot([sub], sub.path.parent)
+        if sub.refused or sub.data is None:
+            rec.message = sub.refused or "cannot read the notebook"
+            return rec
+    nb, why = load_notebook(sub.data)
     if nb is None:
         rec.message = why
         return rec
     _, nbformat = need_papermill()
     nb.cells.append(nbformat.v4.new_code_cell(GRADE_CELL))
-    # the submission's own folder (its copy, its working directory, its results) and, apart from it,
-    # the grader's (the executed notebook, the runner's log), out of reach of relative paths
+    # the submission's own folder (its copy, its working directory, its results, its home) and,
+    # apart from it, the grader's (the executed notebook, the runner's log), out of reach of relative paths
     box, tmp = Path(tempfile.mkdtemp(prefix="perflab-grade-")), Path(tempfile.mkdtemp(prefix="perflab-grader-"))
-    work, results = box / "work", box / "results"
-    work.mkdir()
-    results.mkdir()
-    src, dst = work / sub.path.name, tmp / "executed.ipynb"
+    work, results, home = box / "work", box / "results", box / "home"
+    for d in (work, results, home):
+        d.mkdir()
+    src, dst = work / _safe_name(sub.path.name), tmp / "executed.ipynb"
     nbformat.write(nb, str(src))
     run_env = dict(os.environ if env is None else env)
     run_env.update(PERFLAB_RESULTS=str(results), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                    PYTHONUNBUFFERED="1", PERFLAB_LEARNER=sub.learner)
+    if iso.sandbox is not None:  # the home it sees is its own: Jupyter's runtime files, IPython's, matplotlib's
+        run_env.update(HOME=str(home), JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"),
+                       MPLCONFIGDIR=str(home / "mpl"), TMPDIR="/tmp")
     cpu_s = int(limits.cpu_s or max(60, 2 * timeout * threads))
     cmd = [sys.executable, "-m", "perflab.course.gradebook", str(src), str(dst), str(work),
            json.dumps(asdict(limits)), str(cpu_s)]
+    if iso.sandbox is not None:
+        cmd = iso.sandbox.command(cmd, writable=[box, tmp], hidden=iso.hidden, cwd=tmp)
     t0 = time.monotonic()
     log = open(tmp / "runner.log", "wb")
     proc = subprocess.Popen(cmd, cwd=tmp, env=run_env, stdin=subprocess.DEVNULL, stdout=log,
@@ -359,9 +447,9 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
         _kill_tree(proc)
         log.close()
     rec.seconds = time.monotonic() - t0
-    rec.predictions = read_predictions(results)
+    rec.predictions = read_predictions(results) if sub.lab.predicts else []
     try:
-        done = nbformat.read(str(dst), as_version=4) if dst.is_file() else None
+        done = load_notebook(dst)[0] if dst.is_file() else None
     except Exception:  # the runner was killed while writing it
         done = None
     if timed_out:
@@ -375,28 +463,45 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
     shutil.rmtree(tmp, ignore_errors=True)
     if rec.outcome == "ran":
         rec.outcome, rec.message = run_judge(sub, secret=secret or secrets.token_hex(16), timeout=timeout,
-                                             limits=limits, threads=threads, env=env)
+                                             limits=limits, threads=threads, env=env, isolation=iso)
         rec.seconds = time.monotonic() - t0
     shutil.rmtree(box, ignore_errors=True)
+    rec.message = clean(rec.message)
     return rec
 
 
+def _safe_name(name: str) -> str:
+    """A file name for the submission's copy: its own, without anything a path or a shell would read."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).stem).strip("._") or "submission"
+    return stem[:80] + ".ipynb"
+
+
 def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, threads: int = 1,
-              env: dict[str, str] | None = None) -> tuple[str, str]:
-    """The judge's (outcome, message) for `sub`: a fresh process that reads the submitted notebook's
-    source, runs its answers in a confined worker and grades them with the lab's checks on inputs
-    drawn from `secret` and the learner's name. Its answer carries a nonce only it was told."""
+              env: dict[str, str] | None = None, isolation: Isolation | None = None) -> tuple[str, str]:
+    """The judge's (outcome, message) for `sub`: a fresh, trusted process (judge.trusted_python) that
+    reads the snapshot of the submitted notebook, runs its answers in a confined worker and grades
+    them with the lab's checks on inputs drawn from `secret` and the learner's name. Its answer
+    carries a nonce only it was told."""
+    from perflab.course import judge
+
+    iso = isolation or Isolation()
+    if sub.data is None:
+        snapshot([sub], sub.path.parent)
+        if sub.data is None:
+            return "error", sub.refused or "cannot read the notebook"
     nonce = secrets.token_hex(8) + " "
-    job = {"submission": str(sub.path), "shipped": str(sub.lab.path), "learner": sub.learner, "secret": secret,
-           "nonce": nonce, "course_dirs": [str(sub.lab.path.parent.resolve())],
+    job = {"notebook": sub.data.decode("utf-8", errors="replace"), "shipped": str(sub.lab.path),
+           "learner": sub.learner, "secret": secret, "nonce": nonce,
+           "course_dirs": [str(sub.lab.path.parent.resolve())],
            "memory_bytes": limits.memory_bytes, "cpu_s": int(limits.cpu_s or max(60, 2 * timeout * threads)),
-           "threads": threads}
+           "threads": threads, "sandbox": iso.sandbox.tool if iso.sandbox else None, "hidden": list(iso.hidden),
+           "pycache": iso.pycache}
     env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PERFLAB_RESULTS")}
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "perflab.course.judge"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen(judge.trusted_python(judge.__file__, pycache=iso.pycache), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
-        out, _ = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+        out, _ = proc.communicate(json.dumps(job, ensure_ascii=False).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_tree(proc)
         return "timeout", f"the grader's run of your answers took more than {timeout:.0f} s"
@@ -409,7 +514,7 @@ def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, t
             except ValueError:
                 break
             if got.get("outcome") in ("done", "not done", "wrong", "error"):
-                return str(got["outcome"]), str(got.get("message", ""))
+                return str(got["outcome"]), clean(str(got.get("message", "")))
     return "error", "the grader's run of your answers gave no verdict"
 
 
@@ -427,7 +532,8 @@ def _running_cell(nb: Any) -> str:
 
 def _last_line(path: Path) -> str:
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln for ln in path.read_text(errors="replace").splitlines()
+                 if ln.strip() and "WARNING | Kernel is running over TCP" not in ln]
     except OSError:
         return "no output"
     errors = [ln for ln in lines if re.search(r"(Error|Exception|died)\b", ln)]
@@ -462,9 +568,11 @@ class Gradebook:
     seconds: float
     jobs: int
     timeout: float
+    isolated: bool = True  # each learner's processes confined by the sandbox (False: --no-sandbox)
 
     def as_dict(self) -> dict[str, Any]:
         return {"labs": self.labs, "jobs": self.jobs, "timeout_s": self.timeout, "seconds": round(self.seconds, 1),
+                "isolated": self.isolated, **({} if self.isolated else {"warning": NOT_ISOLATED}),
                 "unmatched": self.notes, "records": [dict(asdict(r), seconds=round(r.seconds, 1)) for r in self.records],
                 "passed": self.passed()}
 
@@ -473,10 +581,11 @@ class Gradebook:
 
     def csv_text(self) -> str:
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(Record("", "", "").row()))
+        w = csv.DictWriter(buf, fieldnames=[*Record("", "", "").row(), "isolated"])
         w.writeheader()
         for r in self.records:
-            w.writerow(r.row())
+            w.writerow({k: spreadsheet_safe(v) for k, v in {**r.row(), "isolated": "yes" if self.isolated else
+                                                             "NO (--no-sandbox)"}.items()})
         return buf.getvalue()
 
     def write_csv(self, path: Path | str) -> None:
@@ -486,6 +595,8 @@ class Gradebook:
         learners = sorted({r.learner for r in self.records})
         lines = [f"Graded {_count(len(self.records), 'notebook')} of {_count(len(learners), 'learner')} in {self.seconds:.0f} s "
                  f"({self.jobs} at a time, timeout {self.timeout:g} s each)"]
+        if not self.isolated:
+            lines.append(NOT_ISOLATED)
         head = f"{'lab':<22}" + "".join(f"{o:>10}" for o in OUTCOMES)
         lines += ["", head]
         for lab in self.labs:
@@ -507,7 +618,23 @@ class Gradebook:
             lines += ["", "Not graded:"] + [_cut(f"  {n}", width) for n in self.notes[:8]]
             if len(self.notes) > 8:
                 lines.append(f"  … and {len(self.notes) - 8} more (see --json)")
-        return "\n".join(lines)
+        return "\n".join(clean(ln) for ln in lines)
+
+
+NOT_ISOLATED = ("NOT ISOLATED: graded with --no-sandbox, each learner's code ran unconfined as this user and could "
+                "have changed other learners' grades or this machine")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: one that would start a formula (= + - @, a tab or a
+    carriage return) gets a leading apostrophe; control characters are removed. Numbers stay numbers."""
+    if not isinstance(value, str):
+        return value
+    text = value if value[:1] in FORMULA_START[-2:] else clean(value)
+    if text.startswith(FORMULA_START):
+        text = "'" + clean(text)
+    return text
 
 
 def _cut(text: str, width: int) -> str:
@@ -523,14 +650,24 @@ def usable_cores() -> int:
 
 def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course: Path | str | None = None,
                  timeout: float = 300.0, jobs: int | None = None, limits: Limits | None = None,
-                 on_record: Callable[[Record], None] | None = None, secret: str | None = None) -> Gradebook:
-    """Grade every submission under `root` (see the module's docstring)."""
+                 on_record: Callable[[Record], None] | None = None, secret: str | None = None,
+                 isolate: bool = True) -> Gradebook:
+    """Grade every submission under `root` (see the module's docstring). `isolate=False` runs the
+    learners' code unconfined (`--no-sandbox`), and the gradebook says so."""
+    from perflab.course import sandbox
+
     need_papermill()
     if not timeout > 0:
         raise InputError(f"timeout must be > 0 seconds (got {timeout})")
+    box = sandbox.find() if isolate else None
+    if isolate and box is None:
+        raise InputError(f"cannot confine the learners' code: {sandbox.unavailable()}; or grade unconfined with "
+                         "--no-sandbox (every report then says the grades are not isolated)")
+    sandbox.protect()  # this process's memory and pipes out of reach of any learner's process
     all_labs = course_labs(course)
     chosen = pick_labs(all_labs, labs)
     subs, notes = find_submissions(root, chosen, all_labs)
+    snapshot(subs, root)  # every submission's bytes, before any learner's code runs
     cores = usable_cores()
     jobs = max(1, min(jobs or max(1, cores // 2), cores))
     threads = max(1, cores // jobs)
@@ -543,23 +680,64 @@ def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course:
     t0 = time.monotonic()
     records: list[Record] = []
     secret = secret or secrets.token_hex(16)  # the grading inputs' seed: new for every class graded
+    cache = tempfile.mkdtemp(prefix="perflab-pycache-")  # the judges' and workers' bytecode: the grader's own
+    iso = Isolation(box, tuple(str(p) for p in hidden_from_learners(root, chosen)), cache)
+    try:
+        warm_cache(cache, chosen)
 
-    def one(sub: Submission) -> Record:
-        rec = grade_one(sub, timeout=timeout, limits=limits, threads=threads, secret=secret)
-        if on_record is not None:
-            on_record(rec)
-        return rec
+        def one(sub: Submission) -> Record:
+            rec = grade_one(sub, timeout=timeout, limits=limits, threads=threads, secret=secret, isolation=iso)
+            if on_record is not None:
+                on_record(rec)
+            return rec
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        records = list(pool.map(one, subs))
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            records = list(pool.map(one, subs))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     records.sort(key=lambda r: (r.learner, r.lab))
-    return Gradebook(records, [lab.name for lab in chosen.values()], notes, time.monotonic() - t0, jobs, timeout)
+    return Gradebook(records, [lab.name for lab in chosen.values()], [clean(n) for n in notes],
+                     time.monotonic() - t0, jobs, timeout, isolated=box is not None)
+
+
+def hidden_from_learners(root: Path | str, labs: dict[str, Lab]) -> list[Path]:
+    """What no learner's process may see: the submissions, the course's labs (and their solutions),
+    the checkout's tests and the checkout itself, the grader's working folder (the sandbox puts the
+    Python environment and the perflab package back, read-only)."""
+    import perflab
+
+    checkout = Path(perflab.__file__).resolve().parents[1]
+    out = [Path(root).resolve(), Path.cwd().resolve(), checkout / "labs", checkout / "tests", checkout]
+    out += [lab.path.parent.resolve() for lab in labs.values()]
+    return list(dict.fromkeys(out))
+
+
+def warm_cache(cache: str, labs: dict[str, Lab]) -> None:
+    """Fill the grader's bytecode cache once, in a trusted process (torch, numpy, the labs' modules),
+    so that no judge or confined worker compiles them again for every learner."""
+    from perflab.course import judge
+
+    modules = ["torch", "numpy", "perflab.core.grading", "perflab.course.sandbox"]
+    for lab in labs.values():
+        try:
+            name = judge.lab_module_name(judge.read_notebook(lab.path.read_bytes()))
+        except (OSError, ValueError):
+            name = None
+        if name:
+            modules.append(name)
+    code = "import importlib\nfor m in %r:\n    try:\n        importlib.import_module(m)\n    except Exception:\n        pass\n"
+    script = Path(cache) / "warm.py"
+    script.write_text(code % modules)
+    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+        subprocess.run([*judge.trusted_python(script, pycache=cache)], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
 
 
 # ----------------------------------------------------------------------------- the runner process
 def _run(src: str, dst: str, cwd: str, limits_json: str, cpu_s: str) -> int:
     """In the runner process: set the limits (the kernel inherits them), then papermill."""
     Limits(**json.loads(limits_json)).apply(int(cpu_s))
+    _cap_processes()
     import papermill
 
     try:
@@ -570,6 +748,18 @@ def _run(src: str, dst: str, cwd: str, limits_json: str, cpu_s: str) -> int:
     except papermill.PapermillExecutionError:
         return 1  # the error is in the executed notebook, where the grader reads it
     return 0
+
+
+def _cap_processes() -> None:
+    """RLIMIT_NPROC for the kernel and what it starts (see judge.nproc_limit)."""
+    import resource
+
+    from perflab.course.judge import nproc_limit
+
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        cap = nproc_limit()
+        resource.setrlimit(resource.RLIMIT_NPROC, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
 
 
 if __name__ == "__main__":  # the runner: python -m perflab.course.gradebook SRC DST CWD LIMITS CPU_S

@@ -22,7 +22,7 @@ A learner's function only ever sees its inputs: not the expected value, not the 
 checks. Monkeypatching perflab, `grading`, builtins or the checks in the notebook changes the
 learner's kernel, which the verdict never reads.
 
-    python -m perflab.course.judge < job.json      # prints one line: the nonce, then the verdict as JSON
+    python -I -S -c BOOT PATHS judge.py < job.json  # prints one line: the nonce, then the verdict as JSON
 """
 
 from __future__ import annotations
@@ -45,9 +45,18 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perflab.course.sandbox import Sandbox
 
 WORKER_SOURCE = Path(__file__).with_name("answer_worker.py")
+MAX_ANSWER_BYTES = 16 * 2**20  # one answer, as JSON
+MAX_ANSWER_ITEMS = 2**21  # numbers in one answer (a tensor's, a list's)
+MAX_NOTEBOOK_BYTES = 16 * 2**20  # a submitted notebook (a lab's, outputs included, is well under 1 MiB)
+MAX_NOTEBOOK_CELLS = 2000
+BOOT = ("import os, sys, runpy; sys.argv.pop(0); sys.path[:0] = sys.argv.pop(0).split(os.pathsep); "
+        "runpy.run_path(sys.argv[0], run_name='__main__')")
 LAB_IMPORT = re.compile(r"^\s*from\s+(perflab(?:\.\w+)+)\s+import\s+(lab\w+)\s+as\s+lab\s*$", re.M)
 EXIT_FORBIDDEN, EXIT_BLOCKED = 100, 90
 BLOCKED_WHY = {
@@ -169,16 +178,29 @@ def extract(nb: Mapping[str, Any], names: Sequence[str]) -> tuple[str, list[str]
     chosen = sorted(keep | set(imports))
     code = "\n\n".join(ast.unparse(stmts[k][1]) for k in chosen)
     preload = [ast.unparse(stmts[k][1]) for k in imports]
+    # an import inside a function runs later, among the learner's code, where loading a library
+    # (torch's through ctypes) is refused: its module is loaded first, in the trusted phase
+    nested = {a.name for k in chosen for n in ast.walk(stmts[k][1]) if isinstance(n, ast.Import) for a in n.names}
+    nested |= {n.module for k in chosen for n in ast.walk(stmts[k][1])
+               if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    preload += [f"import {m}" for m in sorted(nested) if re.fullmatch(r"[A-Za-z_][\w.]*", m)]
     return code, preload, where
 
 
 # ----------------------------------------------------------------------------- the worker
 def _qualified(fn: Any) -> tuple[str, str] | None:
+    """(module, qualified name) of a function or class that a worker can find again by name; a
+    module: (its name, '*'), every function and class defined in it."""
+    if inspect.ismodule(fn):
+        return fn.__name__, "*"
     fn = inspect.unwrap(fn) if callable(fn) else fn
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not mod or not qual or not mod.startswith("perflab.") or "<" in qual:
+    if not mod or not qual or not mod.startswith(ANSWER_PACKAGES) or "<" in qual:
         return None
     return mod, qual
+
+
+ANSWER_PACKAGES = ("perflab.", "torch.utils.flop_counter")
 
 
 def forbidden_of(lab: Any) -> list[tuple[str, str]]:
@@ -201,7 +223,8 @@ class Worker:
     """The learner's definitions, alive in a confined process; `call` and `value` ask it."""
 
     def __init__(self, code: str, preload: Sequence[str], lab: Any, *, course_dirs: Sequence[str] = (),
-                 memory_bytes: int | None = 4 * 2**30, cpu_s: int = 600, threads: int = 1, learner: str = "learner"):
+                 memory_bytes: int | None = 4 * 2**30, cpu_s: int = 600, threads: int = 1, learner: str = "learner",
+                 sandbox: Sandbox | None = None, hidden: Sequence[str] = (), pycache: str | None = None):
         self.box = tempfile.mkdtemp(prefix="perflab-answers-")
         cwd = Path(self.box) / "w" / "w"  # its own folder, and the one above it, hold nothing of anyone's
         cwd.mkdir(parents=True)
@@ -212,11 +235,14 @@ class Worker:
                "LANG": "C.UTF-8", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PERFLAB_LEARNER": learner}
 
+        nproc = nproc_limit()
+
         def limit() -> None:  # in the worker, before it runs anything
             import resource
 
             for which, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu_s),
-                                 (resource.RLIMIT_FSIZE, 64 * 2**20), (resource.RLIMIT_CORE, 0)):
+                                 (resource.RLIMIT_FSIZE, 64 * 2**20), (resource.RLIMIT_CORE, 0),
+                                 (resource.RLIMIT_NPROC, nproc)):
                 if value is None:
                     continue
                 with contextlib.suppress(ValueError, OSError):
@@ -225,14 +251,19 @@ class Worker:
                     resource.setrlimit(which, (top, hard))
 
         self.log = open(Path(self.box) / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SOURCE)], cwd=cwd, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     preexec_fn=limit, start_new_session=True)
-        import perflab
+        cmd = trusted_python(WORKER_SOURCE, pycache=pycache)
+        cmd.insert(1, "-B")  # it reads the grader's bytecode cache, never writes to it
+        if sandbox is not None:  # the worker confined: only its own folder writable, the course hidden
+            cmd = sandbox.command(cmd, writable=[self.box], readable=[pycache] if pycache else [], hidden=hidden,
+                                  cwd=cwd)
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, preexec_fn=limit, start_new_session=True)
+        from perflab.course.sandbox import python_path
 
         loads = [*preload, *(f"import {m}" for m in getattr(lab, "PRELOAD", ())), f"import {lab.__name__}",
                  *(f"import {m}" for m in blocked_modules)]
-        self._send({"path": str(Path(perflab.__file__).resolve().parents[1]), "preload": loads,
+        keep = [q for q in (_qualified(getattr(lab, h, None)) for h in getattr(lab, "HELPERS", ())) if q]
+        self._send({"paths": python_path(), "preload": loads, "keep": keep,
                     "forbidden": forbidden, "blocked_dirs": list(course_dirs),
                     "blocked_files": [], "blocked_modules": blocked_modules, "code": code})
         self.forbidden = forbidden
@@ -257,8 +288,8 @@ class Worker:
         if len(head) < 4:
             self._ended()
         (n,) = struct.unpack(">I", head)
-        if n > 256 * 2**20:
-            raise AnswerError("your function returned more than 256 MiB")
+        if n > MAX_ANSWER_BYTES:
+            raise AnswerError(f"your function returned more than {MAX_ANSWER_BYTES // 2**20} MiB")
         data = self.proc.stdout.read(n)
         try:
             return json.loads(data)
@@ -273,7 +304,8 @@ class Worker:
         self.close()
         if code is not None and EXIT_FORBIDDEN <= code < EXIT_FORBIDDEN + 100:
             i = code - EXIT_FORBIDDEN
-            what = ".".join(self.forbidden[i]) if i < len(self.forbidden) else "an answer function"
+            what = (".".join(self.forbidden[i]) if i < min(len(self.forbidden), 99) else
+                    "formulas (a function from one of its tables: the lab's own answers or mistakes)")
             raise Forbidden(f"your answer calls perflab's {what}, which computes the answer; write the computation "
                             "out yourself")
         if code in BLOCKED_WHY:
@@ -314,31 +346,53 @@ class Worker:
         shutil.rmtree(self.box, ignore_errors=True)
 
 
-def decode(x: Any) -> Any:
-    """An answer back from its JSON form (see answer_worker._encode)."""
+def decode(x: Any, _count: list[int] | None = None) -> Any:
+    """An answer back from its JSON form (see answer_worker._encode), at most MAX_ANSWER_ITEMS values."""
+    count = _count if _count is not None else [0]
+    count[0] += 1
+    if count[0] > MAX_ANSWER_ITEMS:
+        raise AnswerError(f"an answer of more than {MAX_ANSWER_ITEMS} values, which the grader does not read")
     if isinstance(x, list):
-        return [decode(v) for v in x]
+        return [decode(v, count) for v in x]
     if not isinstance(x, dict):
         return x
     if "__float__" in x:
         return float(x["__float__"])
     if "__seq__" in x:
-        items = [decode(v) for v in x["items"]]
+        items = [decode(v, count) for v in _list(x.get("items"))]
         return tuple(items) if x["__seq__"] == "tuple" else items
     if "__dict__" in x:
-        return {_hashable(decode(k)): decode(v) for k, v in x["__dict__"]}
-    if "__tensor__" in x:
-        import torch
+        return {_hashable(decode(k, count)): decode(v, count) for k, v in _list(x["__dict__"])}
+    if "__tensor__" in x or "__array__" in x:
+        data, shape = decode(x.get("data"), count), [int(s) for s in _list(x.get("shape"))]
+        size = 1
+        for s in shape:
+            size *= s if s >= 0 else -1
+        if not isinstance(data, list) or len(shape) > 32 or size != len(data):
+            raise AnswerError("an answer the grader cannot read (its shape and its values disagree)")
+        if "__tensor__" in x:
+            import torch
 
-        dtype = getattr(torch, str(x["__tensor__"]), None)
-        if not isinstance(dtype, torch.dtype):
-            raise AnswerError(f"a tensor of an unknown dtype {x['__tensor__']!r}")
-        return torch.tensor(decode(x["data"]), dtype=dtype).reshape([int(s) for s in x["shape"]])
-    if "__array__" in x:
+            dtype = getattr(torch, str(x["__tensor__"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise AnswerError(f"a tensor of an unknown dtype {str(x['__tensor__'])[:40]!r}")
+            return torch.tensor(data, dtype=dtype).reshape(shape)
         import numpy as np
 
-        return np.array(decode(x["data"]), dtype=np.dtype(str(x["__array__"]))).reshape([int(s) for s in x["shape"]])
+        try:
+            dt = np.dtype(str(x["__array__"]))
+        except TypeError:
+            dt = None
+        if dt is None or dt.kind not in "biufc":
+            raise AnswerError(f"an array of a dtype the grader does not read back ({str(x['__array__'])[:40]!r})")
+        return np.array(data, dtype=dt).reshape(shape)
     raise AnswerError("an answer the grader cannot read")
+
+
+def _list(x: Any) -> list:
+    if not isinstance(x, list):
+        raise AnswerError("an answer the grader cannot read")
+    return x
 
 
 def _hashable(x: Any) -> Any:
@@ -382,19 +436,46 @@ class Answers(Mapping[str, Any]):
         return True
 
     def first_cell_calling(self, function: str, using: str | None = None) -> int | None:
-        """The first cell (0-based, among all cells) that calls `function` (by name or attribute),
-        with the name `using` among its arguments when given."""
-        for i, src in enumerate(_cells(self.nb)):
+        """The first cell (0-based, among all cells) that calls `function`, with the name `using`
+        among its arguments when given. Found by what is called, not by its name: an alias
+        (`m = runner.run_ladder`, `from … import run_ladder as m`, `getattr(runner, "run_ladder")`,
+        a `partial`, a function or lambda that calls it) calls it too."""
+        trees = []
+        for src in _cells(self.nb):
             try:
-                tree = ast.parse(src)
+                trees.append(ast.parse(src))
             except SyntaxError:
-                continue
-            for node in ast.walk(tree):
-                if not isinstance(node, ast.Call):
-                    continue
-                f = node.func
-                called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-                if called != function:
+                trees.append(None)
+        aliases = {function}
+
+        def mentions(node: ast.AST) -> bool:
+            for n in ast.walk(node):
+                if (isinstance(n, ast.Name) and n.id in aliases) or (isinstance(n, ast.Attribute) and n.attr in aliases) \
+                        or (isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in aliases):
+                    return True
+            return False
+
+        grew = True
+        while grew:  # every name bound to something that reaches the function, until none is new
+            grew = False
+            for tree in trees:
+                for node in ast.walk(tree) if tree is not None else ():
+                    new: list[str] = []
+                    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None \
+                            and mentions(node.value):
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        new = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(mentions(b) for b in node.body):
+                        new = [node.name]
+                    elif isinstance(node, ast.ImportFrom):
+                        new = [a.asname for a in node.names if a.name in aliases and a.asname]
+                    fresh = [n for n in new if n not in aliases]
+                    if fresh:
+                        aliases.update(fresh)
+                        grew = True
+        for i, tree in enumerate(trees):
+            for node in ast.walk(tree) if tree is not None else ():
+                if not isinstance(node, ast.Call) or not mentions(node):
                     continue
                 args = [*node.args, *(k.value for k in node.keywords)]
                 if using is None or any(isinstance(n, ast.Name) and n.id == using for a in args for n in ast.walk(a)):
@@ -474,7 +555,8 @@ def lab_module_name(shipped: Mapping[str, Any]) -> str | None:
 
 def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learner: str, secret: str,
             course_dirs: Sequence[str] = (), memory_bytes: int | None = 4 * 2**30, cpu_s: int = 600,
-            threads: int = 1) -> tuple[str, str]:
+            threads: int = 1, sandbox: Sandbox | None = None, hidden: Sequence[str] = (),
+            pycache: str | None = None) -> tuple[str, str]:
     """(outcome, message) for one submission: 'done', 'not done', 'wrong' or 'error'."""
     from perflab.core import grading
     from perflab.core.grading import LabCheckError
@@ -492,13 +574,15 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
         return "not done", "none of the answers is defined: " + ", ".join(names)
     try:
         worker = Worker(code, preload, lab, course_dirs=course_dirs, memory_bytes=memory_bytes, cpu_s=cpu_s,
-                        threads=threads, learner=learner)
+                        threads=threads, learner=learner, sandbox=sandbox, hidden=hidden, pycache=pycache)
     except Forbidden as e:
         return "wrong", str(e)
     except AnswerError as e:
         return "error", str(e)
     answers = Answers(worker, names, where, code, submission, learner)
     grading.reset()
+    if sandbox is not None:
+        _confine_ranks(sandbox, hidden)
     rng = learner_rng(secret, learner, module)
     out = io.StringIO()
     try:
@@ -516,6 +600,10 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
         return "error", f"{type(e).__name__}: {_first(str(e))}"
     finally:
         worker.close()
+        if sandbox is not None:
+            from perflab.distributed import torchrun
+
+            torchrun.CONFINE = None
     states = dict(grading.summary())
     if not states:
         return "not done", "no check ran"
@@ -525,29 +613,76 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
     return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed, graded apart from the notebook"
 
 
+def _confine_ranks(sandbox: Sandbox, hidden: Sequence[str]) -> None:
+    """Ranks that a lab's judge starts on the learner's code (lab 06's ring) run in the sandbox too:
+    the run's folder writable, the files the command names (the learner's source) readable."""
+    from perflab.distributed import torchrun
+
+    def confine(cmd: list[str], run_dir: Path) -> list[str]:
+        files = [a for a in cmd if a.startswith(os.sep) and os.path.isfile(a)]
+        return sandbox.command(cmd, writable=[run_dir], readable=[os.path.dirname(f) for f in files], hidden=hidden)
+
+    torchrun.CONFINE = confine
+
+
 def _first(text: str) -> str:
     text = str(text).strip()
     return text.splitlines()[0].strip()[:300] if text else ""
 
 
 # ----------------------------------------------------------------------------- the judge process
-def protect() -> None:
-    """Make this process non-dumpable: another process of the same user (a learner's kernel that
-    outlived its run) cannot then read its memory or write into its pipes through /proc."""
-    with contextlib.suppress(Exception):
-        import ctypes
+def nproc_limit() -> int:
+    """A cap on the processes of this user (RLIMIT_NPROC) that leaves room for what runs now; a
+    root grader's processes are exempt from it (the sandbox's PID namespace still ends them all)."""
+    try:
+        import psutil
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        uid = os.getuid()
+        mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid)
+    except Exception:  # noqa: BLE001 - no process table to count: a generous cap
+        mine = 4096
+    return mine + 512
+
+
+def read_notebook(data: bytes | str) -> dict[str, Any]:
+    """A notebook's JSON, bounded: at most MAX_NOTEBOOK_BYTES and MAX_NOTEBOOK_CELLS (ValueError beyond)."""
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"the notebook is {len(data) / 2**20:.0f} MiB, over the {MAX_NOTEBOOK_BYTES // 2**20} MiB "
+                         "a lab may be (clear its outputs)")
+    nb = json.loads(data)
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells", []), list):
+        raise ValueError("not a notebook (no list of cells)")
+    if len(nb.get("cells", [])) > MAX_NOTEBOOK_CELLS:
+        raise ValueError(f"{len(nb['cells'])} cells, over the {MAX_NOTEBOOK_CELLS} a lab may have")
+    return nb
+
+
+def trusted_python(script: Path | str, *, pycache: str | None = None) -> list[str]:
+    """The command that runs `script` in a Python that reads nothing a learner could have planted:
+    isolated (`-I`: no environment variables, no user site), without site-packages' `.pth` files
+    (`-S`: the trusted folders are put on its path by hand), with a bytecode cache of the grader's
+    own (`-X pycache_prefix`) or none."""
+    from perflab.course.sandbox import python_path
+
+    cache = ["-X", f"pycache_prefix={pycache}"] if pycache else ["-B"]
+    return [sys.executable, "-I", "-S", *cache, "-c", BOOT, os.pathsep.join(python_path()), str(script)]
 
 
 def main() -> int:
+    from perflab.course.sandbox import Sandbox, protect
+
     protect()
-    job = json.loads(sys.stdin.read())
-    sub, shipped = json.loads(Path(job["submission"]).read_text()), json.loads(Path(job["shipped"]).read_text())
+    job = json.loads(sys.stdin.buffer.read(MAX_NOTEBOOK_BYTES * 8 + 2**20))  # the notebook, JSON-escaped
     try:
+        sub, shipped = read_notebook(job["notebook"]), read_notebook(Path(job["shipped"]).read_bytes())
+        tool = job.get("sandbox")
         outcome, message = verdict(sub, shipped, learner=job["learner"], secret=job["secret"],
                                    course_dirs=job.get("course_dirs", ()), memory_bytes=job.get("memory_bytes"),
-                                   cpu_s=int(job.get("cpu_s", 600)), threads=int(job.get("threads", 1)))
+                                   cpu_s=int(job.get("cpu_s", 600)), threads=int(job.get("threads", 1)),
+                                   sandbox=Sandbox(tool) if tool else None, hidden=job.get("hidden", ()),
+                                   pycache=job.get("pycache"))
+    except ValueError as e:
+        outcome, message = "error", f"malformed notebook ({_first(str(e))[:160]})"
     except Exception as e:  # noqa: BLE001 - the judge's own failure: an error grade that says so
         outcome, message = "error", f"the grader failed: {type(e).__name__}: {_first(str(e))}"
     out = sys.__stdout__ or sys.stdout

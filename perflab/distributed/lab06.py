@@ -193,10 +193,12 @@ REFERENCES = {"ring_bytes_per_rank": reference_ring_bytes, "busbw_gbps": referen
 
 
 def _forbidden() -> tuple:
-    from perflab.distributed import busbw
-    from perflab.distributed.collectives import naive_root_bytes, ring_bytes_formula
+    from perflab.distributed import busbw, collectives
+    from perflab.distributed.workers import lab06_ring
 
-    return (ring_bytes_formula, naive_root_bytes, busbw.busbw_gbps, busbw.bus_factor, busbw.convert, busbw.algbw_gbps)
+    ring = tuple(getattr(collectives, n) for n in lab06_ring.RING_ANSWERS)  # perflab's own ring and its traffic
+    return (collectives.ring_bytes_formula, collectives.naive_root_bytes, collectives.ring_bytes_sent, *ring,
+            busbw.busbw_gbps, busbw.bus_factor, busbw.convert, busbw.algbw_gbps)
 
 
 FORBIDDEN = _forbidden()

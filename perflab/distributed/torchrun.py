@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -424,6 +425,11 @@ def launch(target: str, nproc: int = 2, args: list[Any] | tuple[Any, ...] = (), 
         return _launch(target, nproc, nnodes, args, timeout, choice, env, keep_dir)
 
 
+# Set by a caller that runs code it does not trust on the ranks (perflab grade's judge, lab 06): each
+# agent's command, and the run's folder, in; the command that runs it confined out.
+CONFINE: Callable[[list[str], Path], list[str]] | None = None
+
+
 def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, ...], timeout: float,
             choice: BackendChoice, env: dict[str, str] | None, keep_dir: bool) -> LaunchResult:
     from perflab.distributed import agent as agent_mod
@@ -445,7 +451,10 @@ def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, .
         for i, cmd in enumerate(commands):
             log = open(run_dir / f"agent{i}.log", "wb")
             logs.append(log)
-            if cmd[1:3] == ["-m", "perflab.distributed.agent"] and agent_mod.can_fork_agents():
+            if CONFINE is not None:  # untrusted ranks: a fresh, confined agent, never one forked from this process
+                procs.append(subprocess.Popen(CONFINE(cmd, run_dir), stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=envs, start_new_session=True))
+            elif cmd[1:3] == ["-m", "perflab.distributed.agent"] and agent_mod.can_fork_agents():
                 # forked from a server that has torch imported already (see perflab.distributed.agent)
                 procs.append(agent_mod.ForkedAgent(cmd[3:], envs, run_dir / f"agent{i}.log"))
             else:

@@ -113,7 +113,15 @@ def check_tflops(achieved_tflops) -> Verdict:
 LEARNER_ANSWERS = ("mlp_forward_flops", "mlp_train_flops", "achieved_tflops")  # the learner's functions, by name
 REFERENCES = {"mlp_forward_flops": reference_forward, "mlp_train_flops": reference_train_step,
               "achieved_tflops": reference_tflops}
-FORBIDDEN = _FORBIDDEN
+def _forbidden() -> tuple:
+    """What the grader's worker disarms: the references above, and torch's own FLOP counter (its
+    FlopCounterMode and per-op formulas count the answer for you)."""
+    import torch.utils.flop_counter as flop_counter
+
+    return (*_FORBIDDEN, flop_counter)
+
+
+FORBIDDEN = _forbidden()
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:

@@ -220,11 +220,20 @@ def reveal(hunt: Hunt):
 # --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("read_evidence",)
 REFERENCES: dict = {}  # no formula: the planted causes of each hidden draw are the answer
-FORBIDDEN: tuple = ()  # no perflab function maps evidence to causes
+def _forbidden() -> tuple:
+    """What composes evidence from causes (a brute force over the causes would read it backwards)."""
+    from perflab.hunt import report
+
+    return (report.synthetic_evidence, report.load_signatures, report.record_signatures)
+
+
+FORBIDDEN = _forbidden()
 
 
 def judge(answers, rng) -> None:
     """`read_evidence` on hidden draws drawn for this learner by the grader (evidence composed from the
-    recorded signatures): exactly the planted causes on each. The live report on the learner's own step
-    stays the notebook's check (`check_report`): it re-measures a step, which the grader does not."""
-    check_read_evidence(answers["read_evidence"], _hidden_draws(seed=rng.randint(0, 2**31)))
+    recorded signatures): exactly the planted causes on each; then the report, on a step the grader
+    draws and measures itself (smoke sizes), its fixes re-run here (`check_report`)."""
+    if check_read_evidence(answers["read_evidence"], _hidden_draws(seed=rng.randint(0, 2**31))):
+        hunt = start(smoke=True, user=f"graded-{rng.randint(0, 2**31)}", progress=None)
+        check_report(answers["read_evidence"], hunt)

@@ -139,3 +139,31 @@ def test_extras_are_installed_with_dev_and_unknown_ones_stop_the_setup(setup_env
     assert mod.parse_extras("course, test") == ["course", "test"]
     with pytest.raises(SystemExit, match="no extra gpu in pyproject.toml: choose from .*course"):
         mod.parse_extras("course,gpu")
+
+
+def test_bubblewrap_is_installed_quietly_where_root_with_apt_and_never_fails(setup_env, monkeypatch, capsys):
+    mod, _calls, _state = setup_env
+    ran = []
+    have = {"bwrap": None}
+
+    def fake(cmd, **kw):
+        ran.append(cmd)
+        assert kw["timeout"] <= 300 and kw["capture_output"]
+        if cmd[0] == "sh":
+            have["bwrap"] = "/usr/bin/bwrap"  # found once the package lists are fresh
+        return subprocess.CompletedProcess(cmd, 0 if cmd[0] == "sh" else 100)
+
+    monkeypatch.setattr(mod.sys, "platform", "linux")
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(mod.shutil, "which", lambda name: "/usr/bin/apt-get" if name == "apt-get" else have[name])
+    monkeypatch.setattr(mod.subprocess, "run", fake)
+    mod.install_bubblewrap()
+    assert ran[0][:2] == ["apt-get", "install"] and "bubblewrap" in ran[0] and "update" in ran[1][2]
+    assert "bubblewrap installed" in capsys.readouterr().out
+    ran.clear()
+    mod.install_bubblewrap()  # there already: nothing to do
+    assert ran == []
+    have["bwrap"] = None
+    monkeypatch.setattr(mod.os, "geteuid", lambda: 1000)
+    mod.install_bubblewrap()  # not root: one line, no failure
+    assert ran == [] and "needs root" in capsys.readouterr().out

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.course import gradebook
+from perflab.course import gradebook, sandbox
 from perflab.course import gradebook as G
 from perflab.course import gradebook as gb
 
@@ -45,7 +45,7 @@ def _fake_runner(monkeypatch, executed: str | None, log: str, predictions: str =
 
 def _submission(tmp_path) -> G.Submission:
     path = _notebook(tmp_path / "alice" / "01_flops.ipynb", "lab.check_flops(1)")
-    return G.Submission("alice", G.Lab("01", "01_flops", path, ("check_flops",)), path)
+    return G.Submission("alice", G.Lab("01", "01_flops", path, ("check_flops",), predicts=True), path)
 
 
 # ----------------------------------------------------------------------------- gradebook: limits
@@ -92,6 +92,9 @@ STUB = '''def lcg_index(i, n, a, c, x0):
 
 
 lab.check_index(lcg_index)'''
+
+
+ASKS = "\nfrom perflab.course import predict\nask = predict.ask  # this lab asks for predictions"
 
 
 PREDICT = '''import json, os
@@ -163,7 +166,7 @@ TIMEOUT = 20
 
 def grade_a_class(tmp: Path):
     course = tmp / "labs"
-    write(course / "07_shuffle.ipynb", notebook([SETUP, STUB, "grading.summary()"]))
+    write(course / "07_shuffle.ipynb", notebook([SETUP + ASKS, STUB, "grading.summary()"]))
     subs = tmp / "submissions"
     write(subs / "stan" / "07_shuffle.ipynb", notebook([SETUP, STUB, "grading.summary()"]))  # the shipped lab
     for who, cell in FORGED.items():
@@ -176,7 +179,8 @@ def grade_a_class(tmp: Path):
     write(subs / "mal" / "07_shuffle.ipynb", "{ this is not a notebook")
     write(subs / "bob" / "notes.ipynb", notebook(["1 + 1"]))
     (subs / "deleter" / "keep.txt").write_text("the learner's own file")
-    book = gb.grade_folder(subs, course=course, timeout=TIMEOUT, jobs=2, limits=gb.Limits(memory_bytes=2**30))
+    book = gb.grade_folder(subs, course=course, timeout=TIMEOUT, jobs=2, limits=gb.Limits(memory_bytes=2**30),
+                           isolate=sandbox.find() is not None)
     return book, subs
 
 
@@ -226,6 +230,14 @@ def test_a_runner_that_leaves_a_half_written_notebook_is_an_error_with_its_log(t
     assert rec.outcome == "error"
     assert rec.message == "the kernel could not run the notebook: OSError: no kernel named python3"
     assert [p["key"] for p in rec.predictions] == ["k"]
+
+
+def test_predictions_are_recorded_only_for_a_lab_that_asks_for_them(tmp_path, monkeypatch):
+    _fake_runner(monkeypatch, executed="{half a notebo", log="OSError: no kernel\n",
+                 predictions='{"lesson": "07", "key": "k", "predicted": 1.0}\n')
+    sub = _submission(tmp_path)
+    sub.lab = G.Lab("07", "07_shuffle", sub.path, ("check_index",), predicts=False)
+    assert G.grade_one(sub, timeout=5, limits=G.Limits()).predictions == []
 
 
 def test_a_notebook_cut_short_names_the_runners_last_error_and_the_likely_limit(tmp_path, monkeypatch):
