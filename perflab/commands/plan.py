@@ -29,6 +29,8 @@ def register(sub) -> None:
                    help="training precision: bf16 (FSDP2's mixed precision, fp32 master weights) or fp32")
     p.add_argument("--headroom", type=float, default=0.10,
                    help="fraction of the GPU's memory kept free for what no tracker sees (default 0.10)")
+    p.add_argument("--budget", type=float, metavar="GB",
+                   help="memory a GPU may use, in GB (1e9 bytes), below the GPU's less the headroom; --ac auto fits it")
     p.add_argument("--json", action="store_true",
                    help="print JSON: {memory_bytes, peak_bytes, usable_bytes, fits, step_s, compute_s, comm_s, "
                         "comm_hidden_s, comm_exposed_s, tokens_per_s, mfu, recompute, suggestions, ...}")
@@ -49,6 +51,6 @@ def run(args) -> int:
         raise InputError("--micro-batch and --seq size the batch of --hf-config; a factory's batches are its own")
     with contextlib.redirect_stdout(sys.stderr):  # the learner's code may print: stdout is the report's
         p = plan(lambda: build_target(spec), gpu=args.gpu, gpus=args.gpus, tp=args.tp, fsdp=args.fsdp, ac=args.ac,
-                 dtype=args.dtype, headroom=args.headroom)
+                 dtype=args.dtype, headroom=args.headroom, budget_gb=args.budget)
     emit(p.to_json(), args.json, p.text())
     return 0

@@ -83,7 +83,8 @@ class Plan:
         gb = _gb
         rows = [(f"memory: {k}", gb(v)) for k, v in self.parts.items()]
         rows += [("memory: peak", gb(self.peak_bytes)),
-                 (f"memory: usable ({self.cluster.memory_bytes / 1e9:.0f} GB less {self.headroom:.0%})",
+                 (f"memory: usable ({self.cluster.memory_bytes / 1e9:.0f} GB less {self.headroom:.0%})"
+                  if self.usable_bytes == self.cluster.memory_bytes * (1 - self.headroom) else "memory: budget",
                   gb(self.usable_bytes)),
                  ("fits", "yes" if self.fits else f"no: {gb(self.peak_bytes - self.usable_bytes)} over"),
                  ("step: compute", seconds(self.step.compute_s)), ("step: communication", seconds(self.step.comm_s)),
@@ -111,7 +112,8 @@ def _gb(b: float) -> str:
     return f"{b / 1e9:.3g} GB" if abs(b) >= 1e9 else f"{b / 1e6:.3g} MB"
 
 
-def _one(make_target, layout: Layout, c: Cluster, headroom: float, recompute=None) -> tuple[StepTrace, Plan]:
+def _one(make_target, layout: Layout, c: Cluster, headroom: float, recompute=None,
+         budget: float | None = None) -> tuple[StepTrace, Plan]:
     tr = run_step(make_target, layout, c, recompute)
     events = list(tr.events)
     if layout.dp > 1 and not layout.fsdp:
@@ -123,35 +125,48 @@ def _one(make_target, layout: Layout, c: Cluster, headroom: float, recompute=Non
                             overlap=False, nbytes=grad_bytes, group=layout.dp))
         tr.notes.append("DDP's gradient all-reduce is counted as exposed (its buckets overlap the backward in a real "
                         "run): an upper bound on the step")
-    p = Plan(layout, c, tr.name, tr.parts, tr.peak_bytes, c.memory_bytes * (1 - headroom), headroom, replay(events),
+    usable = c.memory_bytes * (1 - headroom) if budget is None else budget
+    p = Plan(layout, c, tr.name, tr.parts, tr.peak_bytes, usable, headroom, replay(events),
              tr.flops, tr.tokens_per_gpu, tr.params_total, notes=tr.notes)
     return tr, p
 
 
 def plan(make_target: Callable[[], Any], *, gpu: str = "h100", gpus: int = 8, tp: int = 1, fsdp: bool = False,
-         ac: str = "none", dtype: str = "bf16", headroom: float = HEADROOM, suggest: bool = True) -> Plan:
-    """Plan one training step of `make_target()` (an audit Target, built here on `meta`) on `gpus` GPUs."""
+         ac: str = "none", dtype: str = "bf16", headroom: float = HEADROOM, budget_gb: float | None = None,
+         suggest: bool = True) -> Plan:
+    """Plan one training step of `make_target()` (an audit Target, built here on `meta`) on `gpus` GPUs.
+
+    `budget_gb`: the memory a GPU may use (GB, 1e9 bytes), when it is less than the GPU's memory less
+    `headroom` (a budget above that is refused: it would not fit the GPU)."""
     if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
         raise InputError(f"--headroom must be a fraction in [0, 1) (got {headroom!r})")
+    budget = None
+    if budget_gb is not None:
+        if isinstance(budget_gb, bool) or not isinstance(budget_gb, (int, float)) or not budget_gb > 0:
+            raise InputError(f"--budget must be a positive number of GB (got {budget_gb!r})")
+        budget = float(budget_gb) * 1e9
     c = cluster(gpu)
+    if budget is not None and budget > c.memory_bytes * (1 - headroom):
+        raise InputError(f"--budget {budget_gb:g} GB is more than the {c.gpu_name}'s {c.memory_bytes / 1e9:g} GB less "
+                         f"{headroom:.0%} headroom ({c.memory_bytes * (1 - headroom) / 1e9:.3g} GB)")
     layout = Layout(gpus, tp, fsdp, dtype, ac)
     layout.check(c)
     if ac != "auto":
-        _, p = _one(make_target, layout, c, headroom)
+        _, p = _one(make_target, layout, c, headroom, budget=budget)
     else:
-        p = _auto(make_target, layout, c, headroom)
+        p = _auto(make_target, layout, c, headroom, budget)
     if suggest and not p.fits:
-        p.suggestions = _suggestions(make_target, p, c, headroom)
+        p.suggestions = _suggestions(make_target, p, c, headroom, budget)
     return p
 
 
-def _auto(make_target, layout: Layout, c: Cluster, headroom: float) -> Plan:
+def _auto(make_target, layout: Layout, c: Cluster, headroom: float, budget: float | None) -> Plan:
     from dataclasses import replace
 
     from perflab.plan.recompute import choose, greedy_order
 
     base_layout = replace(layout, ac="none")
-    _, base = _one(make_target, base_layout, c, headroom)
+    _, base = _one(make_target, base_layout, c, headroom, budget=budget)
     if base.fits:
         base.layout = layout
         base.notes.append("--ac auto: the step fits without recomputing anything")
@@ -161,7 +176,7 @@ def _auto(make_target, layout: Layout, c: Cluster, headroom: float) -> Plan:
     chosen = choose(order, need, n_blocks)
     p = base
     while chosen:
-        _, p = _one(make_target, layout, c, headroom, frozenset(o.name for o in chosen))
+        _, p = _one(make_target, layout, c, headroom, frozenset(o.name for o in chosen), budget)
         if p.fits or len(chosen) == len(order):
             break
         chosen = order[: len(chosen) + 1]
@@ -174,7 +189,7 @@ def _auto(make_target, layout: Layout, c: Cluster, headroom: float) -> Plan:
     return p
 
 
-def _suggestions(make_target, p: Plan, c: Cluster, headroom: float) -> list[str]:
+def _suggestions(make_target, p: Plan, c: Cluster, headroom: float, budget: float | None) -> list[str]:
     """What to change, each planned: FSDP, then full recompute, then twice the tensor parallelism."""
     from dataclasses import replace
 
@@ -189,7 +204,7 @@ def _suggestions(make_target, p: Plan, c: Cluster, headroom: float) -> list[str]
     out = []
     for flag, alt in tries:
         try:
-            _, q = _one(make_target, alt, c, headroom)
+            _, q = _one(make_target, alt, c, headroom, budget=budget)
         except InputError as e:
             out.append(f"{flag}: not possible ({e})")
             continue

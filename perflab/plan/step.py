@@ -394,8 +394,12 @@ def _checkpoint_blocks(blocks: torch.nn.ModuleList, recompute: frozenset[str] | 
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
     def policy(ctx, func, *args, **kwargs):
+        # a saved view keeps its base's storage alive: views are recomputed (they cost nothing), as
+        # torch's SAC estimator assumes
         name = func._overloadpacket.__name__
-        return CheckpointPolicy.PREFER_RECOMPUTE if name in (recompute or ()) else CheckpointPolicy.MUST_SAVE
+        if name in (recompute or ()) or getattr(func, "is_view", False):
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE
 
     for i, blk in enumerate(list(blocks)):
         if recompute is None:
