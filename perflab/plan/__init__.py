@@ -8,7 +8,8 @@
   free the most memory per second of recompute, chosen to fit a budget
 - `run`: `plan(...)`: the per-GPU peak by part, whether it fits and what to change, step time,
   tokens/s and MFU; its JSON and table
-- `published`: published runs (torchtitan, MosaicML llm-foundry) as data with their source, beside the plan
+- `published`: torchtitan's published Llama 3.1 8B run (lesson 12's data) beside the plan
+- `lab15`: the lab's checks
 
 Uses other topics' formulas, never their figures, widgets or lab checks: perflab.audit (the target:
 a factory or a Hugging Face config), perflab.distributed (lesson 06's bus factors and link table),
@@ -18,5 +19,5 @@ perflab's Transformer and its checks).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("step", "cost", "recompute", "run", "published")
+MODULES = ("step", "cost", "recompute", "run", "published", "lab15")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

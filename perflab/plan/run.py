@@ -209,7 +209,8 @@ def _suggestions(make_target, p: Plan, c: Cluster, headroom: float, budget: floa
             out.append(f"{flag}: not possible ({e})")
             continue
         verdict = "fits" if q.fits else "still over"
-        out.append(f"{flag}: peak {_gb(q.peak_bytes)} ({verdict}), step {q.step.step_s * 1e3:.3g} ms")
+        from perflab.core.readout import seconds
+        out.append(f"{flag}: peak {_gb(q.peak_bytes)} ({verdict}), step {seconds(q.step.step_s)}")
     out.append("a smaller --micro-batch shrinks the activations in proportion (with gradient accumulation "
                "to keep the global batch)")
     return out
