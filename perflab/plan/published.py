@@ -29,6 +29,14 @@ LLAMA3_8B = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 
 RUN = {"gpus": 8, "fsdp": True, "micro_batch": 2, "seq": 8192, "dtype": "bf16"}
 
 
+def make_target():
+    """torchtitan's Llama 3.1 8B as a Hugging Face llama config, with its batch (2 × 8192 tokens)."""
+    from perflab.audit.target import from_hf_config
+
+    over = dict(LLAMA3_8B, bos_token_id=128000, eos_token_id=128001)
+    return from_hf_config("llama", over, batch=RUN["micro_batch"], seq=RUN["seq"], n_batches=1)
+
+
 def torchtitan_8b() -> dict[str, Any]:
     """The published row (FSDP, eager) with its source."""
     from perflab.shard.published import load
