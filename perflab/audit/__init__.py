@@ -15,6 +15,9 @@
 - `recommend`: which rungs of the capstone apply, ordered by the time they act on, and `--try`
 - `energy`: joules of the timed steps from NVML or RAPL, or a line saying why not
 - `text`: the terminal summary
+- `trace`: `perflab audit --trace DIR`, a whole job read from its ranks' profiler traces: step time,
+  HolisticTraceAnalysis's temporal and idle-time breakdowns, exposed communication, stragglers and the
+  waits they cost, MFU at the peak of the GPU the traces name
 - `examples`: a small step to audit (perflab's tiny GPT fed by a slow DataLoader), for lab 11
 
 Uses other topics' formulas and measurements, never their figures, widgets or lab checks:
@@ -27,5 +30,5 @@ fused-AdamW availability, parity tolerances).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("target", "run", "peaks", "recommend", "energy", "text", "examples")
+MODULES = ("target", "run", "peaks", "recommend", "energy", "text", "examples", "trace")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

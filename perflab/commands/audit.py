@@ -30,6 +30,14 @@ def register(sub) -> None:
                         "flops_6n_per_step, params_total, params_active, peak_tflops, mfu, hfu, mfu_basis, breakdown_s, "
                         "top_ops, memory_bytes, graph_breaks, energy_j_per_step, recommendations}")
     p.add_argument("--html", metavar="FILE", help="also write a one-page HTML report")
+    p.add_argument("--trace", metavar="DIR",
+                   help="audit a job that ran from its ranks' profiler traces instead (the folder "
+                        "tensorboard_trace_handler wrote on each rank): step time, compute/communication/copy/idle "
+                        "shares, exposed communication, stragglers; MFU with TARGET or --hf-config and --tokens-per-step")
+    p.add_argument("--tokens-per-step", type=positive_int, metavar="N",
+                   help="with --trace and a model: the tokens all ranks together train on in one step")
+    p.add_argument("--peak-dtype", default="bf16", choices=("fp32", "tf32", "bf16", "fp16", "fp8"),
+                   help="with --trace: the dtype whose dense peak MFU divides by (default bf16)")
     p.set_defaults(func=run)
 
 
@@ -46,10 +54,35 @@ def build_target(args):
     return from_factory(args.target)
 
 
+def run_trace(args) -> int:
+    import contextlib
+
+    from perflab.audit.trace import audit_traces, model_flops_per_token
+    from perflab.core.errors import InputError
+
+    if args.html or args.try_rungs:
+        raise InputError("--html and --try go with a step run here, not with --trace")
+    flops = six_n = None
+    if args.target or args.hf_config:
+        if not args.tokens_per_step:
+            raise InputError("MFU from traces needs --tokens-per-step N: the tokens all ranks train on in one step")
+        with contextlib.redirect_stdout(sys.stderr):
+            per_token, six_n_per_token = model_flops_per_token(build_target(args))
+        flops, six_n = per_token * args.tokens_per_step, six_n_per_token * args.tokens_per_step
+    elif args.tokens_per_step:
+        raise InputError("--tokens-per-step goes with TARGET or --hf-config (the model whose FLOPs MFU counts)")
+    rep = audit_traces(args.trace, flops_per_step=flops, six_n_flops_per_step=six_n, dtype=args.peak_dtype)
+    emit(rep.json, args.json, rep.summary())
+    return 0
+
+
 def run(args) -> int:
     import contextlib
 
     from perflab.audit.run import run_audit
+
+    if args.trace:
+        return run_trace(args)
 
     def progress(msg: str) -> None:
         if not args.json:

@@ -66,3 +66,66 @@ def test_the_readme_factory_example_meets_the_contract(tmp_path, monkeypatch):
                                                      "n_layer=1, n_embd=16, n_head=2, vocab_size=64"))
     t = from_factory(f"{tmp_path}/mystep.py:build")
     assert t.tokens_per_batch == 1024 and t.loss_fn is not None and t.optimizer is not None
+
+
+# ------------------------------------------------------------------------------- audit --trace DIR
+PUBLIC_TRACES = Path(__file__).resolve().parents[1] / "corpus" / "traces" / "public"
+
+
+def test_trace_folder_of_a_real_job_as_json_and_table():
+    r = perflab("audit", "--trace", PUBLIC_TRACES / "hta_sampled_job", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["world_size"] == 128 and [x["rank"] for x in j["ranks"]] == [0, 1] and j["steps"] == [551, 552]
+    assert all(abs(sum(x["shares"].values()) - 1) < 1e-9 for x in j["ranks"])
+    r = perflab("audit", "--trace", PUBLIC_TRACES / "hta_sampled_job")
+    assert r.returncode == 0, r.stderr
+    assert "idle %" in r.stdout and "exposed comm" in r.stdout and "Stragglers" in r.stdout
+
+
+def test_trace_mfu_from_a_config_at_the_peak_the_trace_names(tmp_path):
+    import gzip
+
+    from perflab.audit.target import from_hf_config
+    from perflab.audit.trace import model_flops_per_token
+    from perflab.core.hardware import lookup
+
+    src = PUBLIC_TRACES / "mi250_minitoy" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    raw = json.loads(gzip.decompress(src.read_bytes()))
+    raw["deviceProperties"] = [{**p, "name": "NVIDIA H100 80GB HBM3"} for p in raw["deviceProperties"]]
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "rank0.json").write_text(json.dumps(raw))
+    model = ["--hf-config", "gpt2", *SMALL, "--seq", "8"]
+    r = perflab("audit", *model, "--trace", tmp_path / "job", "--tokens-per-step", "4096", "--json")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)["mfu"]
+    per_token, _ = model_flops_per_token(from_hf_config("gpt2", {"n_layer": 1, "n_embd": 16, "n_head": 2,
+                                                                 "vocab_size": 64, "n_positions": 16}, batch=2, seq=8))
+    assert m["flops_per_step"] == pytest.approx(per_token * 4096)
+    assert m["peak_tflops"] == lookup("h100-sxm").peak("bf16") and m["gpus"] == 1
+    assert m["mfu"] == pytest.approx(m["flops_per_step"] / (m["step_s"] * m["peak_tflops"] * 1e12))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trace", "EMPTY"], "no trace in folder"),
+    (["--trace", "/no/such/folder"], "not found"),
+    (["--trace", str(PUBLIC_TRACES / "hta_sampled_job"), "--tokens-per-step", "8"], "--tokens-per-step goes with"),
+    (["--hf-config", "gpt2", "--trace", str(PUBLIC_TRACES / "hta_sampled_job")], "needs --tokens-per-step"),
+    (["--trace", "MIXED"], "different jobs"),
+    (["--trace", str(PUBLIC_TRACES / "hta_sampled_job"), "--try"], "not with --trace"),
+])
+def test_trace_bad_input_is_one_line(tmp_path, args, words):
+    import gzip
+    import shutil
+
+    (tmp_path / "empty").mkdir()
+    mixed = tmp_path / "mixed"  # two ranks of one job, and a third from another run (the MI250 toy as rank 2)
+    shutil.copytree(PUBLIC_TRACES / "hta_sampled_job", mixed)
+    other = json.loads(gzip.decompress((PUBLIC_TRACES / "mi250_minitoy" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+                                       .read_bytes()))
+    (mixed / "x.json").write_text(json.dumps({**other, "distributedInfo": {"rank": 2, "world_size": 128}}))
+    args = [{"EMPTY": str(tmp_path / "empty"), "MIXED": str(mixed)}.get(a, a) for a in args]
+    r = perflab("audit", *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr, r.stderr
