@@ -9,6 +9,7 @@
 - `run`: `plan(...)`: the per-GPU peak by part, whether it fits and what to change, step time,
   tokens/s and MFU; its JSON and table
 - `published`: torchtitan's published Llama 3.1 8B run (lesson 12's data) beside the plan
+- `plots`: the lesson's figure (memory by part against the GPU's) and its panel
 - `lab15`: the lab's checks
 
 Uses other topics' formulas, never their figures, widgets or lab checks: perflab.audit (the target:
@@ -19,5 +20,5 @@ perflab's Transformer and its checks).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("step", "cost", "recompute", "run", "published", "lab15")
+MODULES = ("step", "cost", "recompute", "run", "published", "plots", "lab15")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

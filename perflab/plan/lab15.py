@@ -165,7 +165,8 @@ POLICY_CASES = [  # (ops: name, bytes per block, seconds per block; need; blocks
 
 def check_recompute_policy(student, live: dict[str, Any] | None = None) -> bool:
     """The cases above, then (with `live`: {ops, need_bytes, n_blocks, fits(names) -> (fits, peak_bytes)})
-    the policy applied to the step, torch's tracker saying whether it fits."""
+    the policy applied to the step: right when torch's tracker says it fits, or when it does no worse than
+    torch's greedy choice (which the estimate can also leave over the budget)."""
     name = "recompute policy"
     for raw, need, n in POLICY_CASES:
         if _check_policy_case(name, student, _ops(raw), need, n) is None:
@@ -178,12 +179,20 @@ def check_recompute_policy(student, live: dict[str, Any] | None = None) -> bool:
             return False
         names = list(student(ops=ops, need_bytes=live["need_bytes"], n_blocks=live["n_blocks"]))
         fits, peak = live["fits"](names)
-        if not fits:
+        ref = reference_recompute_policy(ops, live["need_bytes"], live["n_blocks"])
+        ref_fits, ref_peak = live["fits"](ref) if sorted(set(ref)) != sorted(set(names)) else (fits, peak)
+        if not fits and ref_fits:
             raise LabCheckError(f"{name} on the step: with {sorted(names)} recomputed torch's tracker saw a peak of "
-                                f"{peak / 1e6:.3g} MB, over the budget: the estimate of what an operator frees is not the "
-                                "tracker's; free a little more than needed")
+                                f"{peak / 1e6:.3g} MB, over the budget, where torch's greedy choice {sorted(ref)} fits "
+                                f"({ref_peak / 1e6:.3g} MB)")
         record(name + " on the step", True)
-        print(f"✓ {name} on the step: torch's tracker saw a peak of {peak / 1e6:.3g} MB, within the budget")
+        if fits:
+            print(f"✓ {name} on the step: torch's tracker saw a peak of {peak / 1e6:.3g} MB, within the budget")
+        else:
+            print(f"✓ {name} on the step: as good as torch's greedy choice ({peak / 1e6:.3g} MB against "
+                  f"{ref_peak / 1e6:.3g} MB), and neither fits by the tracker: the estimate books an operator's output "
+                  "as freed even when the next operator saves the same tensor as its input. `perflab plan --ac auto` "
+                  "adds operators in the greedy order until the tracker agrees")
     return True
 
 
@@ -222,3 +231,42 @@ def judge(answers, rng) -> None:
                                   case["n_blocks"]) is None:
                 return
         record(name, True)
+
+
+# --- the lab's live cases: torch's tracker on a fake cluster -----------------------------------------
+def tracked_optimizer(gpus: Sequence[int]) -> list[dict[str, Any]]:
+    """perflab's tiny GPT (2 × 32 tokens, fp32) planned with FSDP on each cluster size: the optimizer state
+    torch's FSDPMemTracker saw on one GPU."""
+    from perflab.plan.run import plan, preset_target
+    from perflab.workload.models import param_count, preset
+
+    n = param_count(preset("tiny-gpt"))
+    build = preset_target("tiny-gpt", 2, 32)
+    return [{"params": n, "gpus": g, "fsdp": True,
+             "optimizer_bytes": plan(build, gpus=g, fsdp=True, dtype="fp32", suggest=False).parts["optimizer state"]}
+            for g in gpus]
+
+
+def live_policy_case(gpus: int = 2) -> dict[str, Any]:
+    """The tiny GPT at 8 × 128 tokens with FSDP on `gpus` GPUs and a budget between its peaks with no
+    recompute and with every block recomputed: the SAC estimator's operators, the bytes to free, and
+    `fits(names)`, which plans the step with `names` recomputed and returns (fits, peak bytes) from
+    torch's tracker."""
+    from perflab.plan.cost import cluster
+    from perflab.plan.recompute import greedy_order
+    from perflab.plan.run import _one, plan, preset_target
+    from perflab.plan.step import Layout
+
+    build = preset_target("tiny-gpt", 8, 128)
+    c = cluster("h100")
+    none = plan(build, gpus=gpus, fsdp=True, dtype="fp32", suggest=False)
+    full = plan(build, gpus=gpus, fsdp=True, dtype="fp32", ac="full", suggest=False)
+    budget = 0.3 * none.peak_bytes + 0.7 * full.peak_bytes
+    layout = Layout(gpus, fsdp=True, dtype="fp32", ac="auto")
+    ops, n_blocks = greedy_order(build, layout, c)
+
+    def fits(names: Sequence[str]) -> tuple[bool, int]:
+        _, p = _one(build, layout, c, 0.1, frozenset(names), budget)
+        return p.fits, p.peak_bytes
+
+    return {"ops": ops, "need_bytes": none.peak_bytes - budget, "n_blocks": n_blocks, "fits": fits}

@@ -215,3 +215,22 @@ def _suggestions(make_target, p: Plan, c: Cluster, headroom: float, budget: floa
                "to keep the global batch)")
     return out
 
+
+
+def preset_target(name: str, micro_batch: int = 1, seq: int | None = None):
+    """A zero-argument builder of perflab's model `name` (a preset of perflab.workload) with a batch of
+    `micro_batch` × `seq` tokens, for `plan` (built on `meta` there)."""
+    from perflab.workload.models import preset
+
+    cfg = preset(name)
+    s = seq or cfg.seq_len
+
+    def build():
+        from perflab.audit.target import target_from
+        from perflab.workload.models import build_model
+        from perflab.workload.train import make_batches
+
+        return target_from({"model": build_model(cfg, seed=None), "batches": make_batches(cfg, micro_batch, s)},
+                           f"{cfg.name} (b {micro_batch}, s {s})")
+
+    return build

@@ -112,13 +112,20 @@ def test_the_optimizer_bytes_are_graded_against_torchs_tracker():
         lab15.check_optimizer_bytes(right_opt, [dict(rows[0], optimizer_bytes=rows[0]["optimizer_bytes"] * 1.5)])
 
 
-def test_a_live_policy_that_the_tracker_finds_over_budget_is_refused():
-    ops = [OpChoice("gelu", 2_000, 1.0), OpChoice("mm", 4_000, 10.0)]
-    live = {"ops": ops, "need_bytes": 3_000, "n_blocks": 2, "fits": lambda names: (False, 9e6)}
-    with pytest.raises(LabCheckError, match="over the budget"):
-        lab15.check_recompute_policy(greedy, live)
+def test_a_live_policy_is_graded_by_the_tracker_against_torchs_greedy_choice():
+    ops = [OpChoice("gelu", 2_000, 1.0), OpChoice("norm", 1_500, 1.0), OpChoice("mm", 4_000, 10.0)]
+    live = {"ops": ops, "need_bytes": 3_000, "n_blocks": 2}
+    # the tracker says the greedy choice fits and an exact (cheaper by the estimate) choice does not
+    tracker = {("gelu",): (True, 1e6), ("norm",): (False, 9e6)}
+    with pytest.raises(LabCheckError, match="over the budget, where torch's greedy choice"):
+        lab15.check_recompute_policy(lambda ops, need_bytes, n_blocks: ["norm"] if need_bytes == 3_000 else
+                                     exact(ops, need_bytes, n_blocks),
+                                     dict(live, fits=lambda names: tracker[tuple(sorted(names))]))
     grading.reset()
-    assert lab15.check_recompute_policy(greedy, dict(live, fits=lambda names: (True, 1e6)))
+    assert lab15.check_recompute_policy(greedy, dict(live, fits=lambda names: tracker[tuple(sorted(names))]))
+    # when the tracker finds neither fits, doing as well as torch's greedy choice passes
+    grading.reset()
+    assert lab15.check_recompute_policy(greedy, dict(live, fits=lambda names: (False, 9e6)))
 
 
 def test_the_judge_grades_on_drawn_inputs_with_the_references():
