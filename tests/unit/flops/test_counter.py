@@ -97,3 +97,18 @@ def test_counter_read_outs_agree():
     assert d["total"] == c.total and d["by_phase"]["forward"] == 2 * 3 * 8 * 4 and "other_estimate" in d
     html = c._repr_html_()
     assert html.startswith(f"<p>{c}</p>") and "<table" in html
+
+
+def test_op_flops_books_one_call_as_the_counter_does():
+    import torch
+
+    from perflab.flops.counter import op_flops
+
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    aten = torch.ops.aten
+    assert op_flops(aten.mm.default, (a, b), {}, a @ b) == 2 * 8 * 16 * 4
+    q = k = v = torch.randn(2, 3, 5, 4)
+    out = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v)
+    # scores Q·Kᵀ and P·V: 2·(b·h)·s·s·d each
+    assert op_flops(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, k, v), {}, out) == 2 * 2 * 6 * 5 * 5 * 4
+    assert op_flops(aten.relu.default, (a,), {}, a.relu()) == 0
