@@ -286,17 +286,21 @@ def run_step(make_target: Callable[[], Any], layout: Layout, c: Cluster,
     `recompute`: the aten operator names to recompute in every block (selective activation
     checkpointing; `layout.ac == 'full'` recomputes the whole block)."""
     layout.check(c)
-    from perflab.audit.target import AuditInputError
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
 
     with torch.device("meta"):
-        try:
-            target = make_target()
-        except AuditInputError:
-            raise
-        except InputError:
-            raise
-    with fake_group(layout.gpus):
-        return _run(target, layout, c, recompute)
+        target = make_target()
+    try:
+        with fake_group(layout.gpus):
+            return _run(target, layout, c, recompute)
+    except (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException) as e:
+        raise InputError(f"the step cannot run on shapes alone ({type(e).__name__}: {e}): an operator's result "
+                         "depends on the tensors' values (.item(), nonzero, data-dependent routing); a model with "
+                         "such operators cannot be planned without its data") from None
 
 
 def _first_batch(target) -> Any:

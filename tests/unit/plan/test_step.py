@@ -48,3 +48,26 @@ def test_a_bad_layout_is_one_line():
         Layout(16, tp=16).check(c)
     with pytest.raises(InputError, match="--ac 'some'"):
         Layout(8, ac="some").check(c)
+
+
+class _ValueDependent(__import__("torch").nn.Module):
+    def __init__(self):
+        import torch
+
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x) * float(x.sum().item())  # the value of a tensor: unknowable without data
+
+
+def test_a_model_whose_step_reads_tensor_values_is_one_line():
+    import torch
+
+    from perflab.audit.target import target_from
+
+    def build():
+        return target_from({"model": _ValueDependent(), "batches": [(torch.randn(4, 8), torch.randn(4, 8))]})
+
+    with pytest.raises(InputError, match="cannot run on shapes alone"):
+        run_step(build, Layout(2, dtype="fp32"), cluster("h100"))
