@@ -33,12 +33,26 @@ def memory_figure(plans: dict[str, Any], title: str = "per-GPU memory at the pea
     return fig
 
 
+_PLANS: dict[tuple, Any] = {}
+
+
+def cached_plan(build, *, gpu: str = "h100", gpus: int = 8, tp: int = 1, fsdp: bool = False, ac: str = "none",
+                budget_gb: float | None = None):
+    """`plan(...)` without suggestions, remembered for this `build` and layout: the panel moving back to a
+    layout already planned (or to the one a lesson cell planned) plans nothing again."""
+    from perflab.plan.run import plan
+
+    key = (build, gpu, gpus, tp, fsdp, ac, budget_gb)
+    if key not in _PLANS:
+        _PLANS[key] = plan(build, gpu=gpu, gpus=gpus, tp=tp, fsdp=fsdp, ac=ac, budget_gb=budget_gb, suggest=False)
+    return _PLANS[key]
+
+
 def explore(build, gpus: int, tp: int, fsdp: bool, ac: str, gpu: str = "h100", budget_gb: float | None = None):
     """The panel's view: the plan of `build` for the controls' layout, as a line and the memory figure."""
     from perflab.core.readout import percent, seconds
-    from perflab.plan.run import plan
 
-    p = plan(build, gpu=gpu, gpus=gpus, tp=tp, fsdp=fsdp, ac=ac, budget_gb=budget_gb, suggest=False)
+    p = cached_plan(build, gpu=gpu, gpus=gpus, tp=tp, fsdp=fsdp, ac=ac, budget_gb=budget_gb)
     line = (f"{p.name} on {gpus} × {p.cluster.gpu_name}, tp {tp}, dp {p.layout.dp}{' FSDP' if fsdp else ''}, "
             f"recompute {ac}: peak {p.peak_bytes / 1e9:.3g} GB per GPU ({'fits' if p.fits else 'does not fit'}), "
             f"step {seconds(p.step.step_s)} of which {seconds(p.step.exposed_s)} exposed communication, "
