@@ -9,13 +9,13 @@ The folder holds one profiling cycle of one job: one Chrome trace per rank (`.js
 `.pt.trace.json`), the rank read from the trace's `distributedInfo`. Per rank:
 
 * **step time**: the `ProfilerStep#N` ranges (`prof.step()`) on the host;
-* **where the device's time goes**, as HolisticTraceAnalysis (HTA) defines it in its temporal
-  breakdown: over the span from the first to the last GPU event of the steps analysed, *idle* is the
+* **where the device's time goes**, as HolisticTraceAnalysis (HTA; its source read at version 0.5.0)
+  defines it in its temporal breakdown: over the span from the first to the last GPU event of the steps analysed, *idle* is the
   time no GPU event runs, *compute* the union of compute kernels, and the rest is HTA's *non-compute*,
   which perflab splits into communication (NCCL kernels), memory copies and sets (`Memcpy`, `Memset`,
-  `dma`) and other (events HTA counts as neither, e.g. CUDA syncs on the device). Like HTA, the
-  steps analysed are those before the last `ProfilerStep` (HTA leaves the last one out: it may be
-  cut short), and only the GPU events that CPU events of those steps launched count;
+  `dma`) and other (events HTA counts as neither, e.g. CUDA syncs on the device). Like HTA, when the
+  job has two or more `ProfilerStep`s the steps analysed are those before the last one (HTA leaves
+  it out: it may be cut short), and only the GPU events that host events of those steps launched count;
 * **the idle split**, as HTA's idle-time breakdown defines it, stream by stream: a gap before a kernel
   whose launch on the host came after the previous kernel ended is *host wait* (the host was late);
   otherwise a gap shorter than 30 trace units (µs in torch's traces; HTA's `consecutive_kernel_delay`)
@@ -31,8 +31,11 @@ Across ranks:
   the others' by the robust z-score of Iglewicz and Hoaglin, z = 0.6745 (x − median) / MAD > 3.5, the
   MAD (median absolute deviation) floored at 1 % of the median so that sub-percent differences never
   count. It needs at least 3 ranks; with fewer the slowest rank and the spread are given, no verdict.
+  (The modified z-score and its 3.5 limit: B. Iglewicz and D. Hoaglin, "How to Detect and Handle
+  Outliers", ASQC 1993, as the NIST/SEMATECH e-Handbook of Statistical Methods, section 1.3.5.17, gives it.)
 * **waits in collectives**: the k-th communication kernel of one name in one step is taken to be the
-  same collective on every rank (only where every rank ran as many of them); the rank that started it
+  same collective on every rank (only where every rank ran as many of them; point-to-point sends and
+  receives, which pair two ranks, are never matched); the rank that started it
   last held the others up, each for the time between its own start and the last start. This reads
   the ranks' clocks as one clock: true on one host, and to the clock sync's accuracy across hosts.
 * **MFU** when the model's FLOPs per step are given (`mfu_of`): FLOPs per step ÷ (step time × GPUs ×
@@ -41,7 +44,8 @@ Across ranks:
 
 A CPU-only trace (gloo ranks, as the lessons run here) has no GPU events: the device is then perflab's
 CPU notion (`perflab.profiling.trace`: the main thread's outermost compute ops), communication the
-host's collective calls, and there is no idle split (HTA defines it on GPU kernels only).
+collectives (on gloo's own threads, where gloo runs them) and the host's collective calls, and there
+is no idle split (HTA defines it on GPU kernels only).
 
 Bad input (no traces, traces of different jobs, ranks that profiled different steps) raises
 `InputError` with one line saying what to change.
@@ -207,7 +211,7 @@ def read_rank(path: Path, raw: Any, *, only_one: bool) -> RankTrace:
              else set())
     device = names.pop() if len(names) == 1 else None
     base_ns = meta.get("baseTimeNanoseconds")
-    offset = float(base_ns) / 1e3 if _time(base_ns) else 0.0
+    offset = float(base_ns) / 1e3 if isinstance(base_ns, (int, float)) and _time(base_ns) else 0.0
 
     evs = [e for e in meta["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") not in (None, "Trace")
            and _time(e.get("ts")) and _time(e.get("dur")) and e["dur"] >= 0]
