@@ -145,11 +145,14 @@ def _tp_plan(model: torch.nn.Module, tp: int):
         check_tp(cfg, tp)
         local = cfg.with_(heads=cfg.heads // tp, kv_heads=cfg.n_kv // tp, head_dim=cfg.d_head)
 
+        blocks = model.blocks
+        assert isinstance(blocks, torch.nn.ModuleList)
+
         def after(m):
-            for blk in m.blocks:
+            for blk in blocks:
                 blk.attn.cfg = local  # each rank computes heads/t of the heads
 
-        return [(blk, tp_plan(cfg)) for blk in model.blocks], after
+        return [(blk, tp_plan(cfg)) for blk in blocks], after
     hf = getattr(model, "config", None)
     raw = getattr(hf, "base_model_tp_plan", None) or {}
     if not raw:
@@ -267,11 +270,11 @@ class _Recorder:
 
 
 def _group_size(args, default: int) -> int:
-    from torch.distributed.distributed_c10d import _resolve_process_group
+    from torch.distributed import distributed_c10d
 
     name = args[-1] if args and isinstance(args[-1], str) else None
     try:
-        return _resolve_process_group(name).size() if name else default
+        return distributed_c10d._resolve_process_group(name).size() if name else default
     except Exception:  # a group this process cannot resolve: the tensor-parallel group
         return default
 
@@ -379,7 +382,7 @@ def _run(target, layout: Layout, c: Cluster, recompute: frozenset[str] | None) -
     kinds_raw = next(iter(snap.values())) if snap else {}
     kinds = {str(getattr(k, "value", k)).lower(): int(v) for k, v in kinds_raw.items()}
     peak = kinds.pop("total", sum(kinds.values()))
-    parts = dict.fromkeys(PARTS, 0)
+    parts: dict[str, int] = {p: 0 for p in PARTS}
     for k, v in kinds.items():
         parts[_KIND_PART.get(k, "temporaries")] += v
     mods = {str(k): {"forward": float(v["fw"]) / 1e3, "backward": float(v["bw"]) / 1e3}
