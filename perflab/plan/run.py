@@ -179,13 +179,25 @@ def _auto(make_target, layout: Layout, c: Cluster, headroom: float, budget: floa
         _, p = _one(make_target, layout, c, headroom, frozenset(o.name for o in chosen), budget)
         if p.fits or len(chosen) == len(order):
             break
-        chosen = order[: len(chosen) + 1]
+        chosen = order[: min(len(order), 2 * len(chosen))]  # twice as many: few re-plans on a long list
     p.layout = layout
     p.recompute = [{"op": o.name, "bytes_per_block": o.bytes_per_block, "seconds_per_block": o.seconds_per_block}
                    for o in chosen]
+    if not p.fits:
+        # what a selective policy keeps (the block's saved inputs of operators it does not list) can
+        # exceed what checkpointing the whole block keeps: try that
+        _, full = _one(make_target, replace(layout, ac="full"), c, headroom, budget=budget)
+        if full.fits or full.peak_bytes < p.peak_bytes:
+            full.layout = layout
+            full.recompute = [{"op": "every operator of every block (full recompute)", "bytes_per_block": 0,
+                               "seconds_per_block": 0.0}]
+            full.notes.append("--ac auto: the operators torch's SAC estimator lists did not fit; recomputing "
+                              "whole blocks does" if full.fits else "")
+            p = full
+    p.notes = [n for n in p.notes if n]
     p.extra_recompute_s = max(0.0, p.step.compute_s - base.step.compute_s)
     if not p.fits:
-        p.notes.append("--ac auto: recomputing every operator torch's SAC estimator lists still does not fit")
+        p.notes.append("--ac auto: no recompute policy fits the budget")
     return p
 
 

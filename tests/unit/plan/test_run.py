@@ -90,3 +90,17 @@ def test_the_plans_memory_matches_lesson_12s_ranks_within_10_percent():
     blocks_planned = tp.parts["parameters"] - 4 * outside  # fp32; the embeddings and the last norm are replicated
     for row in measured["tp"].rows:
         assert blocks_planned == pytest.approx(row["param_bytes"], rel=0.10)
+
+
+def test_auto_recomputes_whole_blocks_when_no_selection_of_operators_fits():
+    """small-llama at 8 × 256 tokens: a selective policy that lists every operator still keeps more than
+    checkpointing whole blocks, and a budget between the two is met by whole blocks."""
+    from perflab.plan.run import preset_target
+
+    build = preset_target("small-llama", 8, 256)
+    none = plan(build, gpus=8, fsdp=True, suggest=False)
+    full = plan(build, gpus=8, fsdp=True, ac="full", suggest=False)
+    budget = (0.4 * none.peak_bytes + 0.6 * full.peak_bytes) / 1e9
+    p = plan(build, gpus=8, fsdp=True, ac="auto", budget_gb=budget, suggest=False)
+    assert p.fits and p.peak_bytes == full.peak_bytes and "full recompute" in p.recompute[0]["op"]
+    assert p.extra_recompute_s > 0 and any("recomputing whole blocks does" in n for n in p.notes)
