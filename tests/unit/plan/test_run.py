@@ -92,6 +92,7 @@ def test_the_plans_memory_matches_lesson_12s_ranks_within_10_percent():
         assert blocks_planned == pytest.approx(row["param_bytes"], rel=0.10)
 
 
+@pytest.mark.slow
 def test_auto_recomputes_whole_blocks_when_no_selection_of_operators_fits():
     """small-llama at 8 × 256 tokens: a selective policy that lists every operator still keeps more than
     checkpointing whole blocks, and a budget between the two is met by whole blocks."""
