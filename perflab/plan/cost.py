@@ -147,7 +147,6 @@ def replay(events: list[Event]) -> Replay:
     """Play the events on a compute stream and a communication stream (see the module docstring)."""
     t_compute = 0.0  # when the compute stream is free
     t_comm = 0.0  # when the communication stream is free
-    waits: list[float] = []  # end times of the overlapped collectives issued so far
     unit_done: list[float] = []  # compute time when each overlapped collective was issued
     compute = comm = 0.0
     for e in events:
@@ -168,7 +167,6 @@ def replay(events: list[Event]) -> Replay:
         start = max(t_comm, ready)
         t_comm = start + e.seconds
         unit_done.append(t_compute)
-        waits.append(t_comm)
         if e.kind == "all_gather":  # the compute issued after a gather uses what it gathered
             t_compute = max(t_compute, t_comm)
     step = max(t_compute, t_comm)

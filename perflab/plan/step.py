@@ -233,12 +233,10 @@ class _Recorder:
         except Exception:  # an op whose formula does not take these arguments: its bytes still count
             flops = 0.0
         nbytes = float(sum(_nbytes(t) for t in flat + outs))
-        if any(isinstance(t, DTensor) for t in flat + outs):
-            # a DTensor op is booked with its global shapes; each rank computes its shard of it
-            sharded = any(isinstance(t, DTensor) and not all(p.is_replicate() for p in t.placements)
-                          for t in flat + outs)
-            if sharded:
-                flops, nbytes = flops / self.layout.tp, nbytes / self.layout.tp
+        shards = max((_shards(t) for t in flat + outs if isinstance(t, DTensor)), default=1)
+        # a DTensor op is booked with its global shapes; each rank computes its share: the global work
+        # divided by the mesh dimensions its operands are split (or left partial) over
+        flops, nbytes = flops / shards, nbytes / shards
         dtype = next((str(t.dtype) for t in outs if t.is_floating_point()), "torch.float32")
         secs = op_seconds(flops, nbytes, {"torch.float32": "fp32", "torch.bfloat16": "bf16",
                                           "torch.float16": "fp16"}.get(dtype, "fp32"), self.c)
@@ -267,6 +265,15 @@ class _Recorder:
         if overlap:
             self.units += 1
         self.events.append(Event(op, secs, self.units, overlap, nbytes, n))
+
+
+def _shards(t) -> int:
+    """Into how many pieces a DTensor is split: the product of the mesh dimensions it is not replicated over."""
+    n = 1
+    for size, placement in zip(t.device_mesh.shape, t.placements, strict=False):
+        if not placement.is_replicate():
+            n *= int(size)
+    return n
 
 
 def _group_size(args, default: int) -> int:
