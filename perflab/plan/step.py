@@ -150,7 +150,7 @@ def _tp_plan(model: torch.nn.Module, tp: int):
 
         def after(m):
             for blk in blocks:
-                blk.attn.cfg = local  # each rank computes heads/t of the heads
+                blk.attn.cfg = local  # pyright: ignore[reportAttributeAccessIssue]  # each rank computes heads/t of the heads
 
         return [(blk, tp_plan(cfg)) for blk in blocks], after
     hf = getattr(model, "config", None)
@@ -281,7 +281,7 @@ def _group_size(args, default: int) -> int:
 
     name = args[-1] if args and isinstance(args[-1], str) else None
     try:
-        return distributed_c10d._resolve_process_group(name).size() if name else default
+        return distributed_c10d._resolve_process_group(name).size() if name else default  # pyright: ignore[reportPrivateImportUsage]
     except Exception:  # a group this process cannot resolve: the tensor-parallel group
         return default
 
@@ -341,8 +341,8 @@ def _run(target, layout: Layout, c: Cluster, recompute: frozenset[str] | None) -
     mesh = init_device_mesh("cpu", (layout.dp, layout.tp), mesh_dim_names=("dp", "tp"))
     dp_mesh, tp_mesh = mesh["dp"], mesh["tp"]  # sliced outside fake mode (slicing reads the mesh's ranks)
     if layout.tp > 1:
-        parts, after = _tp_plan(model, layout.tp)
-        for mod, plan in parts:
+        tp_parts, after = _tp_plan(model, layout.tp)
+        for mod, plan in tp_parts:
             parallelize_module(mod, tp_mesh, plan)
         if after:
             after(model)
