@@ -13,7 +13,8 @@ down this list:
 - `cli`, `commands`: the `perflab` command line
 - `course`: what only notebooks need (lesson start, widgets, shared plots, reference data)
 - one package per lesson topic: `flops` (01–02), `memory` (03), `gemm` (04–05), `dist` (06),
-  `pipeline` (07), `numa` (08), `profiling` (09), `compiler` (10), `tune` (11), `shard` (12), `hunt` (14)
+  `pipeline` (07), `numa` (08), `profiling` (09), `compiler` (10), `tune` (11), `shard` (12), `hunt` (14),
+  `plan` (15)
 - `workload`: the models and the timed training step several lessons share
 - `core`: measuring anything on any device (device, hardware, dtypes, timing, results, errors)
 """
@@ -23,5 +24,5 @@ from perflab._lazy import lazy_modules
 __version__ = "0.1.0"
 
 PACKAGES = ("core", "workload", "flops", "memory", "gemm", "distributed", "dataloading", "numa", "profiling",
-            "compiler", "shard", "tune", "audit", "hunt", "course", "commands", "cli")
+            "compiler", "shard", "tune", "audit", "hunt", "plan", "course", "commands", "cli")
 __getattr__, __dir__ = lazy_modules(__name__, PACKAGES)

@@ -509,6 +509,32 @@ def _with_ancestors(name: str | None) -> list[str]:
     return out
 
 
+def op_flops(func, args, kwargs, out) -> int:
+    """FLOPs of one aten call as this counter books them: torch's formulas for products and convolutions,
+    fused attention forward and backward (its recomputed scores included) and grouped products; 0 for
+    everything else (pointwise work is not in the count). Used where a cost per op is needed
+    (perflab.plan's roofline)."""
+    from torch.utils.flop_counter import flop_registry
+
+    packet = func._overloadpacket
+    kwargs = kwargs or {}
+    if packet in _GROUPED:
+        return _grouped_mm_flops(args, kwargs)
+    if packet in _RNN_FWD or packet in _RNN_BWD:
+        return _rnn_flops(func, args)
+    if packet in _VECTOR:
+        return _vector_flops(func, args)
+    if packet is aten.convolution_backward:  # torch's formula with the groups correction
+        return _conv_backward_flops(flop_registry[packet], args, kwargs, out)
+    if packet in _SDPA_FWD and args[1].dim() == 4:
+        return _sdpa_forward_flops(func, args)
+    if packet in _SDPA_BWD and args[1].dim() == 4:
+        return sum(_sdpa_backward_flops(func, args))
+    if packet in flop_registry:
+        return int(flop_registry[packet](*args, **kwargs, out_val=out))
+    return 0
+
+
 class _CountingMode(TorchDispatchMode):
     def __init__(self, tracker: _ModuleTracker, result: FlopCount, causal: _CausalCalls | None = None):
         super().__init__()

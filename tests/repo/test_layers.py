@@ -18,7 +18,7 @@ import pytest
 import perflab
 
 PKG = Path(perflab.__file__).parent
-TOPICS = ("flops", "memory", "gemm", "distributed", "dataloading", "numa", "profiling", "compiler", "shard", "tune",
+TOPICS = ("flops", "memory", "gemm", "distributed", "dataloading", "numa", "profiling", "compiler", "shard", "tune", "plan",
           "audit", "hunt")
 RANK = {"core": 1, "workload": 2, **{t: 3 for t in TOPICS}, "course": 4, "commands": 5, "cli": 5, "__main__": 5}
 PRIVATE = ("plots", "widgets")  # a topic never uses another topic's figures or widgets

@@ -187,7 +187,7 @@ def test_the_grading_inputs_differ_per_learner_and_per_secret():
     assert a != judge.learner_rng("s", "bob", "lab07").random() != judge.learner_rng("t", "ada", "lab07").random()
 
 
-FAST_SOLUTIONS = ["04_cliffs", "04b_tile_config", "05_swiglu_width", "07_shuffle", "08_numa", "12_sharding"]
+FAST_SOLUTIONS = ["04_cliffs", "04b_tile_config", "05_swiglu_width", "07_shuffle", "08_numa", "12_sharding", "15_at_scale"]
 SLOW_SOLUTIONS = ["01_flops", "02_mfu", "03_memory", "06_ring_allreduce", "09_diagnose", "10_graph_breaks",
                   "11_capstone"]
 

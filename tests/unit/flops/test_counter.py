@@ -206,3 +206,42 @@ def test_causal_attention_is_recognised_by_its_mask_and_on_the_math_path():
     assert counter.is_causal_mask(torch.ones(2, 5, dtype=torch.bool).tril(3), 2, 5)  # bottom-right aligned
     c = count_flops(lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=padding).sum().backward())
     assert c.causal == {"forward": 0, "backward": 0, "recompute": 0}
+
+
+def test_op_flops_books_one_call_as_the_counter_does():
+    import torch
+
+    from perflab.flops.counter import op_flops
+
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    aten = torch.ops.aten
+    assert op_flops(aten.mm.default, (a, b), {}, a @ b) == 2 * 8 * 16 * 4
+    q = k = v = torch.randn(2, 3, 5, 4)
+    out = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v)
+    # scores Q·Kᵀ and P·V: 2·(b·h)·s·s·d each
+    assert op_flops(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, k, v), {}, out) == 2 * 2 * 6 * 5 * 5 * 4
+    assert op_flops(aten.relu.default, (a,), {}, a.relu()) == 0
+
+
+def test_op_flops_books_grouped_convolutions_and_rnns_as_the_counter_does():
+    """One rule for a call's FLOPs: the per-call figure the planner uses equals what the counter books."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from perflab.flops.counter import op_flops
+
+    class Sum(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            Sum.total += op_flops(func, args, kwargs or {}, out)
+            return out
+
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+    lstm = torch.nn.LSTM(4, 6)
+    x, seq = torch.randn(2, 8, 6, 6, requires_grad=True), torch.randn(5, 2, 4, requires_grad=True)
+    for step in (lambda: conv(x).sum().backward(), lambda: lstm(seq)[0].sum().backward()):
+        Sum.total = 0
+        with Sum():
+            step()
+        assert Sum.total == count_flops(step).total > 0
