@@ -128,7 +128,10 @@ NOT_HERE: dict[str, str] = {
                  "fix does not hold on every thread; lesson 11 measures whether this CPU pays "
                  "(perflab.core.denormals)",
     "pageable_copies": "GPU only: pinned memory and non_blocking copies do nothing without an accelerator",
-    "unpadded_vocab": "GPU only: a vocabulary that is not a multiple of 64 leaves Tensor Core tiles partly empty",
+    "unpadded_vocab": "GPU only: padding 50,257 to 50,304 leaves the number of 64-, 128- and 256-wide tiles across the "
+                      "vocabulary unchanged; the cost is alignment: a bf16 row of 50,257 values is not a multiple of "
+                      "16 bytes, so the GEMMs with the vocabulary as a dimension lose the aligned Tensor Core paths "
+                      "(perflab.tune.rungmath.vocab_padding)",
     "cudnn_benchmark": "GPU only: cuDNN's autotuner; this step has no convolutions either",
     "misaligned_width": "GPU only: lesson 04's cliff comes from tiles and waves of SMs",
     "cross_numa": "needs two NUMA nodes; `perflab numa` shows how many this machine has",
