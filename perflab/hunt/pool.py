@@ -59,15 +59,19 @@ POOL: tuple[Regression, ...] = (
                "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution"),
     Regression("clip_loop", "grad_clip_per_tensor", "clip_foreach",
                "gradient clipping written in Python, one tensor at a time, reading each norm back with `.item()`",
-               "the phase timer's clip share and the profiler's op table (one aten::linalg_vector_norm and one "
-               "aten::item per parameter tensor)",
-               "the clip phase holds as many norm and item calls as there are parameter tensors",
+               "the phase timer's clip share and the profiler's op calls against the clean step's: no "
+               "aten::_foreach_norm, and one aten::item more per parameter tensor (on a CPU the clean step's "
+               "_foreach_norm also runs one aten::linalg_vector_norm per tensor, so the norm count alone does not "
+               "tell them apart)",
+               "no aten::_foreach_norm, and as many more aten::item calls than the clean step as there are "
+               "parameter tensors",
                "https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html"),
     Regression("adamw_loop", "optimizer_for_loop", "adamw_foreach",
                "AdamW with foreach=False: about ten small ops per parameter tensor",
-               "the phase timer's optimizer share and the profiler's op table (per-tensor aten::add_/mul_/lerp_ "
-               "instead of aten::_foreach_*)",
-               "the optimizer phase holds per-tensor ops, no _foreach_ ops",
+               "the phase timer's optimizer share and the profiler's op calls against the clean step's: no "
+               "aten::_foreach_* calls in the optimizer (on a CPU the clean step's foreach ops also run per tensor "
+               "underneath, so its per-tensor aten::lerp_/add_/mul_ counts are no evidence alone)",
+               "no aten::_foreach_lerp_/_foreach_addcdiv_ calls, where the clean step has them",
                "https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html"),
     Regression("attention", "attention_written_out", "use_sdpa",
                "attention written out as softmax(QKᵀ/√d)·V with a mask, instead of F.scaled_dot_product_attention",
