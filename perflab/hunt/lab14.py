@@ -75,10 +75,10 @@ def start(smoke: bool = False, user: str | None = None, k: int | None = None, po
             progress(f"measured one candidate of your draw ({len(costs)} so far)")
         return c
 
-    if pool is None and smoke:  # a full collection costs most of a second a step here: too slow for a smoke run
-        from perflab.hunt.draw import default_pool
+    if pool is None:  # `perflab hunt --learners` draws from the same pool
+        from perflab.hunt.draw import lesson_pool
 
-        pool = tuple(n for n in default_pool() if n != "gc")
+        pool = lesson_pool(smoke)
     d = draw_for(user, k, pool, costs=cost)
     s = d.step(sizes=sz)
     try:
