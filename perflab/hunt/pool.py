@@ -52,7 +52,9 @@ POOL: tuple[Regression, ...] = (
                "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader", conflicts=("loader",)),
     Regression("host_stats", "host_sync_logging", "log_on_device",
                "a logging hook copies every Linear layer's output to the host (`.cpu().numpy()`) and computes "
-               "percentiles there, every step",
+               "percentiles there, every step. On a CPU nothing waits for a device: what it costs here is the "
+               "copies and the percentiles; on a GPU each `.cpu()` also waits until every queued kernel has run "
+               "(a host sync), so the GPU idles while the host computes",
                "the profiler's op table (aten::isfinite, aten::item and a host copy once per Linear layer) and the "
                "phase timer's forward share",
                "aten::isfinite appears, once per Linear layer, with as many aten::item calls more",
@@ -86,8 +88,8 @@ POOL: tuple[Regression, ...] = (
                "more intra-op threads than usable cores",
                "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html"),
     Regression("gc", "gc_full_collections", "no_gc_in_step",
-               "`gc.collect()` in the step (a memory-hygiene line): a full collection walks every Python object, "
-               "every step",
+               "`gc.collect()` in the step (a memory-hygiene line): a full collection walks every container object "
+               "the collector tracks (lists, dicts, class instances: not ints or strings), every step",
                "the gc counter (gen-2 collections per step, gc.callbacks) and a gap in the profiler's timeline "
                "with no op in it",
                "one or more full collections every step",
