@@ -90,8 +90,17 @@ def _src(cell: dict) -> str:
     return "".join(cell["source"])
 
 
-def test_every_lesson_with_a_ledger_is_found():
-    assert {p.stem for p in LEDGERS} >= {"04", "10", "11", "12"}
+# Lessons whose ledger is still to be written: named here so the debt is visible, and checked both
+# ways (a lesson added without a ledger fails; a ledger written while its lesson is still listed fails).
+NO_LEDGER_YET = {"00", "02", "03", "05", "06", "07", "08"}
+
+
+def test_every_lesson_has_a_ledger():
+    lessons = {p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    have = {p.stem for p in LEDGERS}
+    assert not (lessons - have - NO_LEDGER_YET), f"lessons without a ledger: {sorted(lessons - have - NO_LEDGER_YET)}"
+    assert not (NO_LEDGER_YET & have), f"ledgers written: take {sorted(NO_LEDGER_YET & have)} off NO_LEDGER_YET"
+    assert have >= {"01", "04", "09", "10", "11", "12", "13", "14"}
 
 
 @pytest.mark.parametrize("path", LEDGERS, ids=lambda p: p.name)
