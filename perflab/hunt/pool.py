@@ -200,11 +200,12 @@ _TELL = {
 
 
 def pool_table():
-    """The pool for a person: each regression, its category, fix and the instrument that shows it."""
+    """The pool for a person: each regression, what is planted (and what it costs here and on a GPU,
+    where the two differ), its category, fix and the instrument that shows it."""
     import pandas as pd
 
-    return pd.DataFrame([{"regression": r.name, "category": r.category, "fix": r.fix, "instrument": r.instrument}
-                         for r in POOL])
+    return pd.DataFrame([{"regression": r.name, "what is planted": r.what, "category": r.category, "fix": r.fix,
+                          "instrument": r.instrument} for r in POOL])
 
 
 def not_here_table():
