@@ -37,3 +37,9 @@ def waterfall(rows: Mapping[str, Mapping[str, float]], title: str = "where the s
 def phases_of(timed: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """{label: phases} from `perflab.hunt.step.interleaved`'s result."""
     return {k: dict(t.phases) for k, t in timed.items()}
+
+
+def before_after(res: Mapping[str, Any], before: str, after: str) -> dict[str, dict[str, float]]:
+    """`perflab.hunt.report.rerun`'s two timed steps as waterfall rows, named for the reader."""
+    t = res["timed"]
+    return {before: dict(t["before"].phases), after: dict(t["with your fixes"].phases)}
