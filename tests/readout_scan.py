@@ -5,7 +5,9 @@ what the cell's widgets drew, which nbclient stores in the notebook's widget sta
 
 * a raw dataclass repr, `SomeResult(field=…, …)` (torch module reprs such as `Linear(in_features=…)`
   are a model's description, not a readout, and pass);
-* a float with more than 6 significant digits, `0.0316812690461387`.
+* a float with more than 6 significant digits, `0.0316812690461387`;
+* an object's repr: `<Figure size 800x180 with 1 Axes>`, `<function f at 0x…>`, `<bound method …>`,
+  `<… object at 0x…>` (a figure that should have been drawn, a value that should have been read).
 
     python tests/readout_scan.py executed/*.ipynb        # prints one line per finding
 
@@ -24,6 +26,7 @@ MAX_SIGNIFICANT = 6
 # A decimal number standing alone: not part of a version (2.13.0), an address (127.0.0.1) or a word.
 _FLOAT = re.compile(r"(?<![\w.])(?<!arXiv:)(?<!arXiv )(?<!\d,)[-+]?(\d{1,3}(?:,\d{3})+\.\d+|\d+\.\d+|\.\d+)([eE][-+]?\d+)?(?![\w.]*\d)")
 _REPR = re.compile(r"\b([A-Z][A-Za-z0-9_]*)\(([a-z_][a-z0-9_]*)=")
+_OBJECT = re.compile(r"<(?:Figure size \d|(?:built-in )?function |bound method |[\w.]+(?: \w+)* object at 0x)[^>]*>")
 _TAG = re.compile(r"<[^>]+>")
 _WIDGET_REF = re.compile(r"IPY_MODEL_([0-9a-f]+)")
 
@@ -54,6 +57,8 @@ def problems_in_text(text: str) -> list[str]:
     for m in _REPR.finditer(text):
         if m.group(1) not in _ALLOWED_CALLS:
             found.append(f"raw repr {_excerpt(text, m.start())}")
+    for m in _OBJECT.finditer(text):
+        found.append(f"object repr {_excerpt(text, m.start())}")
     for m in _FLOAT.finditer(text):
         if significant_digits(m.group(0)) > MAX_SIGNIFICANT:
             found.append(f"unrounded float {m.group(0)} in {_excerpt(text, m.start())}")
@@ -74,6 +79,8 @@ def _output_texts(output: dict) -> list[str]:
         data = output.get("data", {})
         if "application/vnd.jupyter.widget-view+json" in data:
             return []  # a browser draws the widget; its text/plain fallback is never shown
+        if any(mime.startswith("image/") for mime in data):
+            return []  # a drawn figure: its text/plain fallback ('<Figure size …>') is never shown
         for mime in ("text/plain", "text/markdown", "text/html"):
             if mime in data:
                 t = data[mime]

@@ -10,7 +10,13 @@ from perflab.commands._args import emit, positive_int
 
 def register(sub) -> None:
     p = sub.add_parser("attention", help="FlashAttention in Triton: predicted and counted bytes (fused and eager), "
-                                         "FLOPs, registers/shared memory/occupancy for sm_80/sm_90, error vs SDPA")
+                                         "FLOPs, registers/shared memory/occupancy for sm_80/sm_90, error vs SDPA",
+                       description="Lesson 13's FlashAttention forward (Triton, FlashAttention-2's loop order) for one "
+                                   "shape: the bytes it moves, predicted by formula and counted over every masked "
+                                   "load and store in Triton's interpreter, beside eager attention's; its forward and "
+                                   "backward FLOPs; what the compiler made of it for an A100 (sm_80) or an H100 "
+                                   "(sm_90), with no GPU needed; and with --run its error against PyTorch's "
+                                   "scaled_dot_product_attention.")
     p.add_argument("--seq", type=positive_int, default=256, help="sequence length s (default 256)")
     p.add_argument("--head-dim", type=positive_int, default=64, help="head dimension d: 64 or 128 (default 64)")
     p.add_argument("--heads", type=positive_int, default=2, help="heads a (default 2)")
@@ -18,8 +24,10 @@ def register(sub) -> None:
     p.add_argument("--causal", action="store_true", help="a causal mask (query i sees keys 0..i)")
     p.add_argument("--block-m", type=positive_int, default=64, help="BLOCK_M, queries per program (default 64)")
     p.add_argument("--block-n", type=positive_int, default=64, help="BLOCK_N, keys per K/V block (default 64)")
-    p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16); fp32 accumulation")
-    p.add_argument("--target", default="sm_90", help="compile for sm_90 (H100) or sm_80 (A100) (default sm_90)")
+    p.add_argument("--dtype", default="fp16", metavar="{fp16,bf16}",
+                   help="the inputs' type: fp16 or bf16 (default fp16); the kernel accumulates in fp32 either way")
+    p.add_argument("--target", default="sm_90", metavar="{sm_90,sm_80}",
+                   help="compile for sm_90 (H100) or sm_80 (A100), the GPUs whose limits perflab knows (default sm_90)")
     p.add_argument("--warps", type=positive_int, default=4, help="num_warps of the compiled kernel (default 4)")
     p.add_argument("--stages", type=positive_int, default=2, help="num_stages of the compiled kernel (default 2)")
     p.add_argument("--no-compile", action="store_true", help="skip compiling (bytes and FLOPs only)")
@@ -42,6 +50,12 @@ def run(args) -> int:
     dtype = tm.dtype_name(args.dtype)
     if dtype == "fp32":
         raise InputError("--dtype fp32: the kernel's inputs are fp16 or bf16 (Tensor Core operands); fp32 accumulates")
+    from perflab.gemm.compiled import parse_target
+    from perflab.gemm.occupancy import TARGET_GPU
+
+    if not args.no_compile and f"sm_{parse_target(args.target)}" not in TARGET_GPU:
+        raise InputError(f"--target {args.target}: perflab knows the limits of {' and '.join(sorted(TARGET_GPU))} "
+                         f"only ({', '.join(f'{k}: {v}' for k, v in sorted(TARGET_GPU.items()))})")
     item = flash.tm_itemsize(dtype)
     out: dict[str, Any] = io.summary(b, a, s, d, item, block_m=args.block_m, block_n=args.block_n, causal=args.causal)
     out["dtype"] = dtype

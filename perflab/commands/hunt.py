@@ -12,20 +12,23 @@ def register(sub) -> None:
     p.add_argument("--pool", help="comma-separated regressions to draw from (default: PERFLAB_HUNT_POOL or all)")
     p.add_argument("--salt", help="the class's salt (default: PERFLAB_HUNT_SALT or the course's)")
     p.add_argument("--costs", action="store_true", help="measure each pool member's cost here (slow: ~a minute)")
-    p.add_argument("--smoke", action="store_true", help="with --costs: the tiny step of the tests")
+    p.add_argument("--smoke", action="store_true", help="the lesson's smoke mode: its pool (no per-step full "
+                                                       "collection) and, with --costs, the tiny step of the tests")
     p.add_argument("--json", action="store_true", help='print JSON: {"pool", "not_here", "draws", "costs"}')
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from perflab.core.errors import InputError
-    from perflab.hunt.draw import default_k, default_pool, teacher_view
+    from perflab.hunt.draw import default_k, lesson_pool, max_drawable, teacher_view
     from perflab.hunt.pool import KEEP_SHARE, NOT_HERE, parse_pool
 
-    pool = parse_pool(args.pool) if args.pool else default_pool()
+    pool = parse_pool(args.pool) if args.pool else lesson_pool(args.smoke)  # the notebook's pool, mode for mode
     k = default_k() if args.k is None else args.k
     if k < 1:
         raise InputError(f"--k {k}: draw at least one regression")
+    if k > max_drawable(pool):
+        raise InputError(f"--k {k}: a draw from this pool holds at most {max_drawable(pool)} regressions")
     out: dict = {"pool": list(pool), "k": k, "not_here": NOT_HERE, "draws": [], "costs": {}}
     lines = [f"pool ({len(pool)}): {', '.join(pool)}; k = {k}"]
     costs = None
@@ -40,5 +43,9 @@ def run(args) -> int:
         users = [u.strip() for u in args.learners.split(",") if u.strip()]
         out["draws"] = teacher_view(users, k, pool, costs=costs, salt_=args.salt)
         lines += [f"  {r['learner']:<16} {r['regressions']}  (fixes: {r['fixes']})" for r in out["draws"]]
+        if costs is None:
+            lines.append(f"without --costs: each learner's first k of their order ({'; '.join(r['learner'] + ': ' + r['order'] for r in out['draws'])}); "
+                         f"a notebook passes over a member that costs under {KEEP_SHARE:.0%} of the step on its "
+                         "machine and takes the next (--costs applies this machine's costs)")
     emit(out, args.json, "\n".join(lines))
     return 0

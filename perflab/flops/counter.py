@@ -582,7 +582,7 @@ class _CountingMode(TorchDispatchMode):
                 pass
             return out
         owners = _with_ancestors(self.tracker.owner(phase))
-        dt = _operand_dtype(args)
+        dt = _operand_dtype(args, conv="convolution" in op)
         if self._causal(func, packet, phase, args, kwargs):
             before = dict(self.res.by_phase)
             self._count(func, packet, phase, op, owners, dt, args, kwargs, out)
@@ -629,10 +629,12 @@ class _CountingMode(TorchDispatchMode):
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 
 
-def _operand_dtype(args) -> str:
+def _operand_dtype(args, conv: bool = False) -> str:
     """The dtype a product ran in: that of its first floating-point operand of two or more dimensions
     (addmm's 1-D bias is passed over; autocast gives a product's operands one dtype). fp32 on CUDA with
-    TF32 matmuls allowed counts as 'tf32', any float8 as 'fp8'."""
+    TF32 allowed counts as 'tf32': for matmuls `torch.backends.cuda.matmul.allow_tf32` (off by
+    default), for convolutions (`conv`) `torch.backends.cudnn.allow_tf32` (on by default, so an fp32
+    conv net's GPU MFU is against the TF32 peak). Any float8 counts as 'fp8'."""
     t = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() >= 2), None)
     if t is None:  # a vector product (dot): its vectors' dtype
         t = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
@@ -641,7 +643,7 @@ def _operand_dtype(args) -> str:
     if "float8" in str(t.dtype):
         return "fp8"
     name = _DTYPE_NAMES.get(t.dtype, str(t.dtype).replace("torch.", ""))
-    if name == "fp32" and t.is_cuda and torch.backends.cuda.matmul.allow_tf32:
+    if name == "fp32" and t.is_cuda and (torch.backends.cudnn.allow_tf32 if conv else torch.backends.cuda.matmul.allow_tf32):
         return "tf32"
     return name
 

@@ -12,8 +12,8 @@ memory, read back by the softmax, which writes P, read back by P·V:
 The s² terms are the point: at s = 8192 they are 4·s²·item = 512 MiB per head in fp16 against
 4·s·d·item = 4 MiB for Q, K, V and O (d = 64).
 
-**FlashAttention's forward** (Dao et al. 2022, §3.2 and Theorem 2; the course's Triton kernel):
-each program loads a BLOCK_M tile of Q once, streams every K and V block past it, and writes its
+**FlashAttention's forward** (Dao et al. 2022, Theorem 2; the course's Triton kernel, in
+FlashAttention-2's loop order, Dao 2023 §3.1): each program loads a BLOCK_M tile of Q once, streams every K and V block past it, and writes its
 O tile and the fp32 log-sum-exp of its rows. So Q and O move once, and K and V once per Q tile:
 
     per head:  Q: s·d·item + O: s·d·item + lse: 4·s + K, V: 2 · d·item · Σ_tiles keys(tile)
@@ -68,14 +68,7 @@ def keys_read(s: int, block_m: int, block_n: int, causal: bool) -> int:
     blocks starting below hi = min(s, (i+1)·BLOCK_M), and each loads min(BLOCK_N, s − start) rows.
     """
     s, bm, bn = positive_int("seq", s), positive_int("block_m", block_m), positive_int("block_n", block_n)
-    tiles = q_tiles(s, bm)
-    if not causal:
-        return tiles * s
-    total = 0
-    for i in range(tiles):
-        hi = min(s, (i + 1) * bm)
-        total += min(-(-hi // bn) * bn, s)
-    return total
+    return sum(tile_keys(s, bm, bn)) if causal else q_tiles(s, bm) * s
 
 
 def flash_bytes(b: int, a: int, s: int, d: int, itemsize: int = 2, *, block_m: int = 64, block_n: int = 64,
@@ -105,6 +98,34 @@ def flash_bytes_closed(b: int, a: int, s: int, d: int, itemsize: int = 2, *, blo
     t = q_tiles(s, block_m)
     kv = (t + 1) * s * d * item if causal else 2 * t * s * d * item
     return b * a * (2 * s * d * item + LSE_ITEMSIZE * s + kv)
+
+
+def tile_keys(s: int, block_m: int, block_n: int) -> list[int]:
+    """With a causal mask: the key rows each Q tile's loop loads, tile by tile (`keys_read` sums them):
+    up to the end of the K block that holds the tile's last row, cut at s."""
+    s, bm, bn = positive_int("seq", s), positive_int("block_m", block_m), positive_int("block_n", block_n)
+    return [min(-(-min(s, (i + 1) * bm) // bn) * bn, s) for i in range(q_tiles(s, bm))]
+
+
+def causal_gap(s: int, d: int, itemsize: int = 2, *, block_m: int = 64, block_n: int = 64) -> dict[str, Any]:
+    """Why the causal closed form differs from the exact count, shown as the computation for one head.
+
+    The closed form (T+1)·s·d for K and V assumes tile i reads (i+1)·s/T keys (Σ = s·(T+1)/2 per
+    tensor); the kernel's tile i reads `tile_keys`: whole BLOCK_M tiles (the last one ragged when
+    BLOCK_M does not divide s) and whole K blocks past the diagonal. {'tile_keys', 'keys',
+    'closed_keys' (s·(T+1)/2), 'gap_bytes' (K and V together), 'text'}."""
+    item = _item(itemsize)
+    d = positive_int("head_dim", d)
+    per_tile = tile_keys(s, block_m, block_n)
+    t = len(per_tile)
+    keys = sum(per_tile)
+    gap = 2 * keys * d * item - (t + 1) * s * d * item
+    closed = s * (t + 1) / 2
+    text = (f"s = {s}, BLOCK_M = {block_m}, BLOCK_N = {block_n}: the {t} tiles load "
+            f"{' + '.join(str(k) for k in per_tile)} = {keys:,} keys each of K and V; the closed form assumes "
+            f"s·(T+1)/2 = {s}·{t + 1}/2 = {closed:,.{0 if closed == int(closed) else 1}f}. "
+            f"The difference, × 2 tensors × d = {d} × {item} B, is {gap:,} B.")
+    return {"tile_keys": per_tile, "keys": keys, "closed_keys": closed, "gap_bytes": gap, "text": text}
 
 
 def standard_bytes(b: int, a: int, s: int, d: int, itemsize: int = 2) -> dict[str, int]:

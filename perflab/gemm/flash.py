@@ -330,6 +330,25 @@ def count_eager_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, ca
 
 # ---------------------------------------------------------------- backward (PyTorch recompute)
 
+def eager_frame(sizes: list[int], d: int = 64, dtype: str = "fp32") -> tuple[Any, dict[str, Any]]:
+    """Lesson 13's eager table: per sequence length (one head, batch 1), the bytes counted, the largest
+    tensor, s² × itemsize, Algorithm 0's prediction, and the growth from the previous length (the first
+    row has no previous one and says so). Returns (frame, the last length's count)."""
+    import pandas as pd
+
+    rows, last, prev = [], None, None
+    for s in sizes:
+        last = count_eager_bytes(1, 1, s, d, dtype)
+        item = tm_itemsize(tm.dtype_name(dtype))
+        growth = "first size" if prev is None else f"{last['total'] / prev[1]:.2f}× from s = {prev[0]}"
+        rows.append({"seq": s, "eager counted (B)": last["total"], "largest tensor (B)": last["largest"],
+                     f"s² × {item} B": s * s * item, f"Algorithm 0, {dtype} (B)": io.standard_bytes(1, 1, s, d, item)["total"],
+                     "growth": growth})
+        prev = (s, last["total"])
+    if last is None:
+        raise InputError("give at least one sequence length")
+    return pd.DataFrame(rows), last
+
 def attention_backward(q, k, v, o, lse, do, *, causal: bool = False, sm_scale: float | None = None):
     """dQ, dK, dV from the forward's O and log-sum-exp, recomputing P (FlashAttention's backward, in PyTorch).
 
@@ -353,7 +372,6 @@ def attention_backward(q, k, v, o, lse, do, *, causal: bool = False, sm_scale: f
     dq = (ds @ kf) * scale  # matmul 4
     dk = (ds.transpose(-1, -2) @ qf) * scale  # matmul 5
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
-
 
 def check_backward(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, causal: bool = False,
                    seed: int = 0) -> dict[str, Any]:
@@ -386,8 +404,13 @@ def check_backward(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, causa
             "forward_flops": io.forward_flops(b, a, s, d, causal),
             "backward_flops": io.backward_flops(b, a, s, d, causal, recompute=True)}
 
-
 # ---------------------------------------------------------------- timing on a GPU
+
+# What each timed path is, as a reader should see it named. PyTorch's SDPA flash backend is
+# FlashAttention-2 (PyTorch 2.2 release notes), not the Hopper-specific FlashAttention-3.
+PATH_NAMES = {"triton": "the course's Triton kernel (FlashAttention-2's loop order)",
+              "sdpa_flash": "SDPA's flash backend (FlashAttention-2)",
+              "eager": "eager PyTorch (S and P written to memory)"}
 
 def time_paths(b: int, a: int, s: int, d: int, dtype: str = "bf16", *, causal: bool = False, block_m: int = 128,
                block_n: int = 64, num_warps: int = 8, num_stages: int = 2, rep_ms: float = 100) -> dict[str, Any]:
@@ -433,7 +456,6 @@ def time_paths(b: int, a: int, s: int, d: int, dtype: str = "bf16", *, causal: b
             out[label] = {"error": str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}
     return out
 
-
 # ---------------------------------------------------------------- what the compiler made of it
 
 def attention_job(block_m: int, block_n: int, d: int, dtype: str, cc: int, *, causal: bool = False,
@@ -452,13 +474,11 @@ def attention_job(block_m: int, block_n: int, d: int, dtype: str, cc: int, *, ca
     return {"kernel": "flash_attention_fwd_kernel", "signature": signature, "constexprs": constexprs,
             "divisible": divisible, "cc": cc, "num_warps": num_warps, "num_stages": num_stages}
 
-
 def shared_estimate(block_m: int, block_n: int, d: int, itemsize: int) -> int:
     """A lower bound of the shared memory a tile needs, bytes: one K block and one V block
     (BLOCK_N × d each). The Q tile and P may also be staged there, and pipelining keeps more K/V
     stages: the compiler's figure is the real one."""
     return 2 * block_n * d * itemsize
-
 
 def _check_compile_args(block_m: int, block_n: int, d: int, dtype: str, num_warps: int, num_stages: int) -> str:
     check_blocks(block_m, block_n)
@@ -471,7 +491,6 @@ def _check_compile_args(block_m: int, block_n: int, d: int, dtype: str, num_warp
     if not isinstance(num_stages, int) or not 1 <= num_stages <= 6:
         raise InputError(f"num_stages={num_stages}: use 1 to 6")
     return name
-
 
 def compile_configs(configs: list[tuple[int, int]], d: int = 64, dtype: str = "fp16", target: str | int = "sm_90", *,
                     causal: bool = False, num_warps: int = 4, num_stages: int = 2,
@@ -531,12 +550,32 @@ def compile_configs(configs: list[tuple[int, int]], d: int = 64, dtype: str = "f
                     "tile of B)", "use a smaller BLOCK_N or fewer stages (each stage holds a K and a V block)")
     return rows
 
+def compiled_frame(rows: list[dict[str, Any]]) -> tuple[Any, list[str]]:
+    """`compile_configs` rows as a reader reads them: one narrow table (no empty cells: a config that
+    cannot run says so in its last column) and, apart, one line per config that cannot run, with why."""
+    import pandas as pd
+
+    from perflab.core.readout import nbytes
+
+    table, why = [], []
+    for r in rows:
+        tile = f"{r['block_m']}×{r['block_n']}, d {r['head_dim']}"
+        if r.get("cannot_run"):
+            table.append({"target": r["target"], "tile": tile, "registers": "–", "spilled": "–", "shared": "–",
+                          "blocks/SM (occupancy)": "–", "limited by": "cannot run (below)"})
+            why.append(f"{r['target']} {tile}: {r['cannot_run']}")
+            continue
+        table.append({"target": r["target"], "tile": tile, "registers": r["registers"],
+                      "spilled": nbytes(r["spill_bytes"]), "shared": nbytes(r["shared_bytes"]),
+                      "blocks/SM (occupancy)": (f"{r['blocks_per_sm']} ({r['occupancy']:.0%})"
+                                                if r.get("blocks_per_sm") is not None else "no limits known"),
+                      "limited by": r.get("limited_by") or "–"})
+    return pd.DataFrame(table), why
 
 def compile_attention(block_m: int = 64, block_n: int = 64, d: int = 64, dtype: str = "fp16",
                       target: str | int = "sm_90", **kw) -> dict[str, Any]:
     """One configuration: see `compile_configs`."""
     return compile_configs([(block_m, block_n)], d, dtype, target, **kw)[0]
-
 
 def kernel_source(loop_only: bool = True) -> str:
     """The kernel's source text, read from its file (importing it would fix Triton's mode): the whole

@@ -15,7 +15,11 @@ O = acc / l — on shapes the learner never sees (odd lengths, both head dims, c
 scores far below zero, long uniform rows), and compares O with torch's scaled_dot_product_attention.
 Each plausible mistake (the mutants of tests/labs/test_lab13.py: accumulator or running sum not
 rescaled, maximum started at 0, causal mask off by one, 1/d for 1/√d, fp16 accumulation, the last
-partial block unmasked) is named with a hint: targeted probes first, then the hidden cases.
+partial block unmasked, no guard for a row that has seen no key yet, padded values not zeroed, P
+not rounded to V's dtype) is named with a hint: targeted probes first, then the hidden cases. The
+padding past seq_len holds garbage, NaN and inf among it, as memory past a tensor can; one hidden
+case feeds the blocks last to first, as kernels that visit the diagonal block first do, so a row
+meets a block it sees none of before any it sees.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ CASES: list[dict[str, Any]] = [
     dict(s=50, d=128, causal=True, dtype="bf16", block_m=16, block_n=32, kind="normal", seed=3),
     dict(s=93, d=64, causal=False, dtype="fp16", block_m=16, block_n=16, kind="negative", seed=4),
     dict(s=1800, d=64, causal=False, dtype="fp16", block_m=512, block_n=512, kind="uniform", seed=5),
+    dict(s=61, d=64, causal=True, dtype="bf16", block_m=32, block_n=16, kind="normal", seed=6, order="reverse"),
 ]
 VISIBLE = dict(s=40, d=64, causal=True, dtype="fp16", block_m=16, block_n=16, kind="normal", seed=0)
 
@@ -77,20 +82,33 @@ def reference(q, k, v, causal: bool):
     return F.scaled_dot_product_attention(q.float()[None], k.float()[None], v.float()[None], is_causal=causal)[0]
 
 
-def forward(init_state: Callable[..., Any], update: Callable[..., Any], q, k, v, *, causal: bool, block_m: int,
-            block_n: int):
-    """The kernel's loop in PyTorch with the learner's two functions: O (fp32), [s, d].
-
-    K and V blocks are padded to block_n rows with garbage (large random values) past seq_len, as a
-    kernel's unmasked load would read whatever lies beyond the tensor."""
+def _garbage(rows: int, d: int, dtype, g, special: bool):
+    """What lies past a tensor's end: large random values and, with `special`, NaN and ±inf among them."""
     import torch
 
+    x = 10 * torch.randn(rows, d, generator=g)
+    if special and rows:
+        x[0, 0], x[-1, -1], x[rows // 2, d // 2] = math.nan, math.inf, -math.inf
+    return x.to(dtype)
+
+
+def forward(init_state: Callable[..., Any], update: Callable[..., Any], q, k, v, *, causal: bool, block_m: int,
+            block_n: int, order: str = "forward"):
+    """The kernel's loop in PyTorch with the learner's two functions: O (fp32), [s, d].
+
+    K and V blocks are padded to block_n rows with garbage past seq_len, as a kernel's unmasked load
+    would read whatever lies beyond the tensor (V's with NaN and inf in it: a kernel loads V's padding
+    as 0, so 0·garbage never reaches acc). `order="reverse"` feeds each tile's blocks last to first."""
+    import torch
+
+    if order not in ("forward", "reverse"):
+        raise ValueError(f"order must be 'forward' or 'reverse', got {order!r}")
     s, d = q.shape
     out = torch.empty(s, d, dtype=torch.float32)
     g = torch.Generator().manual_seed(1234)
     pad = -(-s // block_n) * block_n - s
-    kp = torch.cat([k, (10 * torch.randn(pad, d, generator=g)).to(k.dtype)]) if pad else k
-    vp = torch.cat([v, (10 * torch.randn(pad, d, generator=g)).to(v.dtype)]) if pad else v
+    kp = torch.cat([k, _garbage(pad, d, k.dtype, g, special=False)]) if pad else k
+    vp = torch.cat([v, _garbage(pad, d, v.dtype, g, special=True)]) if pad else v
     for qs in range(0, s, block_m):
         qt = q[qs: qs + block_m]
         state = init_state(qt.shape[0], d)
@@ -98,7 +116,8 @@ def forward(init_state: Callable[..., Any], update: Callable[..., Any], q, k, v,
             raise LabCheckError(f"{NAME}: init_state must return (m, l, acc)")
         m, lsum, acc = state
         hi = min(s, qs + qt.shape[0]) if causal else s
-        for ks in range(0, hi, block_n):
+        starts = list(range(0, hi, block_n))
+        for ks in reversed(starts) if order == "reverse" else starts:
             res = update(qt, kp[ks: ks + block_n], vp[ks: ks + block_n], m, lsum, acc, q_start=qs, k_start=ks,
                          seq_len=s, causal=causal)
             if res is None or len(res) != 3:
@@ -160,6 +179,35 @@ def _probe(update, init_state) -> str | None:
         mm = (sc * scale).max(-1).values
         if torch.allclose(m1.float(), mm, atol=1e-3) and not torch.allclose(mm, (sc / math.sqrt(d)).max(-1).values):
             return f"your scores are scaled by {name}: scaled dot-product attention divides q·kᵀ by √d, not d"
+    # a row that has seen no key yet: a block it sees none of (causal, all keys after it), first
+    m0, l0, a0 = init_state(4, d)
+    mz, lz, az = update(q, k, v, m0, l0, a0, q_start=0, k_start=8, seq_len=16, causal=True)
+    if not (torch.isfinite(lz).all() and torch.isfinite(az).all()):
+        return ("a row that has seen no key yet (every score of this block masked) gets NaN: m and m_new are both "
+                "−inf there, and exp(−inf − (−inf)) is NaN. Guard it: subtract 0 instead of m_new where m_new is −inf")
+    # padding past seq_len: its values may be NaN or inf, and 0·NaN is NaN
+    vn = v.clone()
+    vn[5:] = math.nan
+    m0, l0, a0 = init_state(4, d)
+    _, _, an = update(q, k, vn, m0, l0, a0, q_start=0, k_start=0, seq_len=5, causal=False)
+    if not torch.isfinite(an).all():
+        return ("the padded rows of V (at or past seq_len) hold garbage, NaN among it, and 0·NaN is NaN: zero "
+                "those rows of V before P·V, as the kernel's masked load does (other=0)")
+    # P rounded to V's dtype before P·V, as the kernel's tl.dot takes it (the sum stays fp32)
+    qb = torch.zeros(1, d, dtype=torch.bfloat16)
+    qb[0, 0] = 1.0
+    kb = torch.zeros(2, d, dtype=torch.bfloat16)
+    kb[0, 0] = -9.6  # a score near −1.2, whose exp (about 0.30) bf16 rounds by about 6e-4
+    vb = torch.zeros(2, d, dtype=torch.bfloat16)
+    vb[0] = 1.0
+    m0, l0, a0 = init_state(1, d)
+    _, _, ar = update(qb, kb, vb, m0, l0, a0, q_start=0, k_start=0, seq_len=2, causal=False)
+    sb = (qb.float() @ kb.float().T) / math.sqrt(d)
+    pb = torch.exp(sb - sb.max(-1, keepdim=True).values)
+    want = (pb.to(torch.bfloat16).float() @ vb.float())[0, 0]
+    if abs(float(ar[0, 0]) - float(want)) > 1e-6 and abs(float(ar[0, 0]) - float((pb @ vb.float())[0, 0])) <= 1e-6:
+        return ("P is not rounded to V's dtype before P·V: the kernel's tl.dot takes P in V's dtype (fp16 or bf16) "
+                "and sums in fp32; round P with p.to(v.dtype) before the product")
     # causal off by one: query 0 must see key 0 and only key 0
     m0, l0, a0 = init_state(4, d)
     mc, lc, ac = update(q, k, v, m0, l0, a0, q_start=0, k_start=0, seq_len=8, causal=True)
@@ -221,7 +269,7 @@ def check_online_softmax(init_state: Callable[..., Any], update: Callable[..., A
     for case in cases:
         q, k, v = make_inputs(case)
         o = forward(init_state, update, q, k, v, causal=case["causal"], block_m=case["block_m"],
-                    block_n=case["block_n"])
+                    block_n=case["block_n"], order=case.get("order", "forward"))
         ref = reference(q, k, v, case["causal"])
         err = float((o - ref).abs().max()) if torch.isfinite(o).all() else math.inf
         ok = err <= tolerance(case["dtype"])
@@ -231,7 +279,8 @@ def check_online_softmax(init_state: Callable[..., Any], update: Callable[..., A
     if worst is not None:
         case, err = worst
         where = (f"seq {case['s']}, d {case['d']}, {'causal' if case['causal'] else 'not causal'}, {case['dtype']}, "
-                 f"blocks {case['block_m']}×{case['block_n']}")
+                 f"blocks {case['block_m']}×{case['block_n']}"
+                 + (", blocks fed last to first" if case.get("order") == "reverse" else ""))
         shown = "NaN or inf" if math.isinf(err) else f"{err:.3g}"
         raise fail(NAME, f"on a hidden case ({where}) your O differs from SDPA's by {shown} (allowed "
                          f"{tolerance(case['dtype']):.3g}). Hint: {_diagnose(results)}")

@@ -208,7 +208,6 @@ def attention_figure(df, title: str):
 def attention(seq: int = 256, head_dim: int = 64, block_m: int = 64, block_n: int = 64, causal: bool = False,
           target: str = "sm_90", compile_kernel: bool = True) -> tuple[Any, Any, str]:
     """(attention_figure, table, text) for one configuration: bytes over s, and the compiled kernel's occupancy."""
-    import pandas as pd
 
     from perflab.core.readout import nbytes
 
@@ -221,9 +220,7 @@ def attention(seq: int = 256, head_dim: int = 64, block_m: int = 64, block_n: in
     table = df
     if compile_kernel:
         r = flash.compile_attention(int(block_m), int(block_n), int(head_dim), "fp16", target, causal=bool(causal))
-        keys = ["target", "registers", "spill_bytes", "shared_bytes", "blocks_per_sm", "occupancy", "limited_by",
-                "cannot_run"]
-        table = pd.DataFrame([{k: r.get(k) for k in keys}])
+        table, _ = flash.compiled_frame([r])
         if r.get("cannot_run"):
             text += f"\n{r['target']}: cannot run: {r['cannot_run']}"
         else:

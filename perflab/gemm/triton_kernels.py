@@ -98,8 +98,10 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, seq_len, n_h
 
     Q, K, V, O are [batch, heads, seq, HEAD_DIM] with a unit stride along the head dimension; the
     grid is (⌈seq/BLOCK_M⌉, batch·heads). The program loads its Q tile once, then streams K and V
-    in BLOCK_N-row blocks (FlashAttention's loop order: K and V are read once per Q tile), and keeps
-    an online softmax (Milakov & Gimelshein 2018; Dao et al. 2022, Algorithm 1):
+    in BLOCK_N-row blocks (FlashAttention-2's loop order, Dao 2023 §3.1: K and V are read once per
+    Q tile; FlashAttention's own Algorithm 1 has K and V in the outer loop), and keeps an online
+    softmax (Milakov & Gimelshein 2018 for the running max and sum; Dao et al. 2022 §3.1 for
+    rescaling the output accumulator):
 
     * m, the running row maximum of the scores (starts at −∞),
     * l, the running sum of exp(score − m),

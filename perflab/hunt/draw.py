@@ -55,6 +55,38 @@ def default_pool() -> tuple[str, ...]:
     return parse_pool(os.environ.get("PERFLAB_HUNT_POOL"))
 
 
+def lesson_pool(smoke: bool = False) -> tuple[str, ...]:
+    """The pool lesson 14 and its lab draw from: the default pool, less the per-step full collection in
+    smoke mode (a full collection costs most of a second a step here: too slow for a smoke run)."""
+    pool = default_pool()
+    return tuple(n for n in pool if n != "gc") if smoke else pool
+
+
+def max_drawable(pool: Sequence[str]) -> int:
+    """The most regressions one draw can hold from `pool`: members that conflict (set the same knob)
+    are never drawn together."""
+    import itertools
+
+    names = [regression(p).name for p in pool]
+    for size in range(len(names), 0, -1):
+        for combo in itertools.combinations(names, size):
+            if not any(a in regression(b).conflicts or b in regression(a).conflicts
+                       for a, b in itertools.combinations(combo, 2)):
+                return size
+    return 0
+
+
+def candidate_order(user: str | None = None, pool: Sequence[str] | str | None = None, *,
+                    salt_: str | None = None) -> tuple[str, ...]:
+    """The order in which `draw_for` considers the pool for this learner (it skips members that
+    conflict with one already drawn, or that cost too little on the learner's machine)."""
+    names = default_pool() if pool is None else (parse_pool(pool) if isinstance(pool, str) else
+                                                 tuple(regression(p).name for p in pool))
+    order = list(names)
+    random.Random(_seed(learner_name(user), salt_ or salt())).shuffle(order)
+    return tuple(order)
+
+
 def learner_name(user: str | None = None) -> str:
     if user:
         return str(user)
@@ -116,9 +148,11 @@ def draw_for(user: str | None = None, k: int | None = None, pool: Sequence[str] 
         raise InputError(f"k={k}: draw at least one regression")
     names = default_pool() if pool is None else (parse_pool(pool) if isinstance(pool, str) else
                                                  tuple(regression(p).name for p in pool))
+    if k > max_drawable(names):
+        raise InputError(f"k={k}: a draw from this pool holds at most {max_drawable(names)} regressions "
+                         f"({len(names)} in the pool, some of which set the same knob)")
     seed = _seed(who, salt_ or salt())
-    order = list(names)
-    random.Random(seed).shuffle(order)
+    order = list(candidate_order(who, names, salt_=salt_))
     picked: list[str] = []
     for n in order:
         if len(picked) == k:
@@ -160,8 +194,10 @@ def teacher_view(users: Iterable[str], k: int | None = None, pool: Sequence[str]
         names = reveal_draw(d)
         rows.append({"learner": u, "k": d.k, "regressions": ",".join(names),
                      "categories": ",".join(regression(n).category for n in names),
-                     "fixes": ",".join(regression(n).fix for n in names)})
+                     "fixes": ",".join(regression(n).fix for n in names),
+                     "order": ",".join(candidate_order(u, pool, salt_=salt_))})
     return rows
 
 
-__all__ = ["Draw", "draw_for", "reveal_draw", "teacher_view", "NAMES", "SALT", "DEFAULT_K"]
+__all__ = ["Draw", "draw_for", "reveal_draw", "teacher_view", "lesson_pool", "candidate_order", "max_drawable", "NAMES",
+           "SALT", "DEFAULT_K"]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
+from perflab.core.grading import NOT_DONE, NOT_PASSED, Verdict, attempt, fail, record
 from perflab.hunt.pool import NAMES, regression
 
 
@@ -75,10 +75,10 @@ def start(smoke: bool = False, user: str | None = None, k: int | None = None, po
             progress(f"measured one candidate of your draw ({len(costs)} so far)")
         return c
 
-    if pool is None and smoke:  # a full collection costs most of a second a step here: too slow for a smoke run
-        from perflab.hunt.draw import default_pool
+    if pool is None:  # `perflab hunt --learners` draws from the same pool
+        from perflab.hunt.draw import lesson_pool
 
-        pool = tuple(n for n in default_pool() if n != "gc")
+        pool = lesson_pool(smoke)
     d = draw_for(user, k, pool, costs=cost)
     s = d.step(sizes=sz)
     try:
@@ -88,16 +88,16 @@ def start(smoke: bool = False, user: str | None = None, k: int | None = None, po
     return Hunt.of(d, costs, name, ev)
 
 
-def evidence_table(ev: dict[str, Any]):
-    """The evidence as two small tables a person reads: phases and counters."""
+def evidence_table(ev: dict[str, Any], step_time: bool = True):
+    """The evidence as two small tables a person reads: phases and counters. `step_time=False` leaves
+    the step's time out, where a figure beside it already shows the step timed (one step, one number)."""
     import pandas as pd
 
     from perflab.core.readout import percent, seconds
 
     phases = pd.DataFrame([{"phase": p, "share of the step": percent(v)} for p, v in ev["shares"].items()])
     c = ev["counters"]
-    counters = pd.DataFrame([
-        {"counter": "step time", "value": seconds(ev["step_s"])},
+    counters = pd.DataFrame(([{"counter": "step time", "value": seconds(ev["step_s"])}] if step_time else []) + [
         {"counter": "intra-op threads / usable cores", "value": f"{c['threads']} / {c['usable_cores']}"},
         {"counter": "gen-2 collections per step", "value": f"{c['gen2_per_step']:.2g}"},
         {"counter": "data wait, epoch's first step", "value": seconds(c["data_wait_epoch_first_s"])},
@@ -116,6 +116,20 @@ def top_ops_table(ev: dict[str, Any], n: int = 8):
 
     return pd.DataFrame([{"op": r["op"], "calls": r["calls"], "time": seconds(r["total_ms"] / 1e3)}
                          for r in ev.get("top_ops", [])[:n]])
+
+
+def op_calls_table(ev: dict[str, Any], clean: dict[str, Any] | None = None, n: int = 12):
+    """`ev["op_calls"]` as a table a person reads: the ops called most in the profiled step, and with
+    `clean` (another step's evidence) that step's count beside each and every op whose count differs."""
+    import pandas as pd
+
+    calls = ev.get("op_calls", {})
+    names = sorted(calls, key=lambda k: (-calls[k], k))[:n]
+    if clean is not None:
+        base = clean.get("op_calls", {})
+        names += sorted(k for k in set(calls) | set(base) if calls.get(k, 0) != base.get(k, 0) and k not in names)
+        return pd.DataFrame([{"op": k, "calls": calls.get(k, 0), "clean step": base.get(k, 0)} for k in names])
+    return pd.DataFrame([{"op": k, "calls": calls[k]} for k in names])
 
 
 def describe(hunt: Hunt) -> str:
@@ -162,15 +176,15 @@ def check_read_evidence(student: Callable[[dict[str, Any]], Any], draws: list[tu
         try:
             cats = _categories(got)
         except InputError as e:
-            raise LabCheckError(f"{name}: on hidden draw {i + 1}: {e}") from None
+            raise fail(name, f"on hidden draw {i + 1}: {e}") from None
         want = {regression(p).category for p in planted}
         missed, extra = sorted(want - cats), sorted(cats - want)
         if missed:
             r = next(p for p in planted if regression(p).category == missed[0])
-            raise LabCheckError(f"{name}: hidden draw {i + 1} has a planted {missed[0]!r} you did not claim. "
+            raise fail(name, f"hidden draw {i + 1} has a planted {missed[0]!r} you did not claim. "
                                 f"Hint: {regression(r).instrument} shows it ({regression(r).evidence})")
         if extra:
-            raise LabCheckError(f"{name}: hidden draw {i + 1}: you claimed {extra[0]!r}, which is not planted there. "
+            raise fail(name, f"hidden draw {i + 1}: you claimed {extra[0]!r}, which is not planted there. "
                                 "Hint: claim a cause only where its own instrument shows it, not every suspect: "
                                 "a wrong claim lowers your precision")
     print(f"✓ {name}: the planted causes, and only they, on {len(draws)} hidden draws")
@@ -195,10 +209,10 @@ def check_report(student: Callable[[dict[str, Any]], Any], hunt: Hunt) -> Verdic
             # programs can do that, so the grader measures once more, longer, before it fails the report
             g = grade(got, hunt.draw, hunt.costs(), sizes_name=hunt.sizes_name, reps=reps + 2)
     except InputError as e:
-        raise LabCheckError(f"{name}: {e}") from None
+        raise fail(name, f"{e}") from None
     print(g)
     if not g.passed:
-        raise LabCheckError(f"{name}: score {g.score:.2f}, below the {0.75:.2f} that passes. Hint: "
+        raise fail(name, f"score {g.score:.2f}, below the {0.75:.2f} that passes. Hint: "
                             + ("a fix that changes the model is not a fix" if g.model_changes else
                                "claim only what the evidence shows, and turn back each cause's own switch"))
     return record(name, True)

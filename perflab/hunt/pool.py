@@ -52,22 +52,28 @@ POOL: tuple[Regression, ...] = (
                "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader", conflicts=("loader",)),
     Regression("host_stats", "host_sync_logging", "log_on_device",
                "a logging hook copies every Linear layer's output to the host (`.cpu().numpy()`) and computes "
-               "percentiles there, every step",
+               "percentiles there, every step. On a CPU nothing waits for a device: what it costs here is the "
+               "copies and the percentiles; on a GPU each `.cpu()` also waits until every queued kernel has run "
+               "(a host sync), so the GPU idles while the host computes",
                "the profiler's op table (aten::isfinite, aten::item and a host copy once per Linear layer) and the "
                "phase timer's forward share",
                "aten::isfinite appears, once per Linear layer, with as many aten::item calls more",
                "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution"),
     Regression("clip_loop", "grad_clip_per_tensor", "clip_foreach",
                "gradient clipping written in Python, one tensor at a time, reading each norm back with `.item()`",
-               "the phase timer's clip share and the profiler's op table (one aten::linalg_vector_norm and one "
-               "aten::item per parameter tensor)",
-               "the clip phase holds as many norm and item calls as there are parameter tensors",
+               "the phase timer's clip share and the profiler's op calls against the clean step's: no "
+               "aten::_foreach_norm, and one aten::item more per parameter tensor (on a CPU the clean step's "
+               "_foreach_norm also runs one aten::linalg_vector_norm per tensor, so the norm count alone does not "
+               "tell them apart)",
+               "no aten::_foreach_norm, and as many more aten::item calls than the clean step as there are "
+               "parameter tensors",
                "https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html"),
     Regression("adamw_loop", "optimizer_for_loop", "adamw_foreach",
                "AdamW with foreach=False: about ten small ops per parameter tensor",
-               "the phase timer's optimizer share and the profiler's op table (per-tensor aten::add_/mul_/lerp_ "
-               "instead of aten::_foreach_*)",
-               "the optimizer phase holds per-tensor ops, no _foreach_ ops",
+               "the phase timer's optimizer share and the profiler's op calls against the clean step's: no "
+               "aten::_foreach_* calls in the optimizer (on a CPU the clean step's foreach ops also run per tensor "
+               "underneath, so its per-tensor aten::lerp_/add_/mul_ counts are no evidence alone)",
+               "no aten::_foreach_lerp_/_foreach_addcdiv_ calls, where the clean step has them",
                "https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html"),
     Regression("attention", "attention_written_out", "use_sdpa",
                "attention written out as softmax(QKᵀ/√d)·V with a mask, instead of F.scaled_dot_product_attention",
@@ -82,8 +88,8 @@ POOL: tuple[Regression, ...] = (
                "more intra-op threads than usable cores",
                "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html"),
     Regression("gc", "gc_full_collections", "no_gc_in_step",
-               "`gc.collect()` in the step (a memory-hygiene line): a full collection walks every Python object, "
-               "every step",
+               "`gc.collect()` in the step (a memory-hygiene line): a full collection walks every container object "
+               "the collector tracks (lists, dicts, class instances: not ints or strings), every step",
                "the gc counter (gen-2 collections per step, gc.callbacks) and a gap in the profiler's timeline "
                "with no op in it",
                "one or more full collections every step",
@@ -128,7 +134,10 @@ NOT_HERE: dict[str, str] = {
                  "fix does not hold on every thread; lesson 11 measures whether this CPU pays "
                  "(perflab.core.denormals)",
     "pageable_copies": "GPU only: pinned memory and non_blocking copies do nothing without an accelerator",
-    "unpadded_vocab": "GPU only: a vocabulary that is not a multiple of 64 leaves Tensor Core tiles partly empty",
+    "unpadded_vocab": "GPU only: padding 50,257 to 50,304 leaves the number of 64-, 128- and 256-wide tiles across the "
+                      "vocabulary unchanged; the cost is alignment: a bf16 row of 50,257 values is not a multiple of "
+                      "16 bytes, so the GEMMs with the vocabulary as a dimension lose the aligned Tensor Core paths "
+                      "(perflab.tune.rungmath.vocab_padding)",
     "cudnn_benchmark": "GPU only: cuDNN's autotuner; this step has no convolutions either",
     "misaligned_width": "GPU only: lesson 04's cliff comes from tiles and waves of SMs",
     "cross_numa": "needs two NUMA nodes; `perflab numa` shows how many this machine has",
@@ -191,11 +200,12 @@ _TELL = {
 
 
 def pool_table():
-    """The pool for a person: each regression, its category, fix and the instrument that shows it."""
+    """The pool for a person: each regression, what is planted (and what it costs here and on a GPU,
+    where the two differ), its category, fix and the instrument that shows it."""
     import pandas as pd
 
-    return pd.DataFrame([{"regression": r.name, "category": r.category, "fix": r.fix, "instrument": r.instrument}
-                         for r in POOL])
+    return pd.DataFrame([{"regression": r.name, "what is planted": r.what, "category": r.category, "fix": r.fix,
+                          "instrument": r.instrument} for r in POOL])
 
 
 def not_here_table():

@@ -280,16 +280,20 @@ def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str
             need = RECOVER_SHARE * cost
             own = c.fix == regression(p).fix
             got = float(rec.get(c.fix, 0.0)) if own else 0.0
-            row["recovered"], row["needed"] = got, need
+            # shown as shares of the regression's own cost in this run (the threshold stays "half", whatever
+            # the run measured), never as shares of the clean step (a regression can cost several steps)
+            row["recovered"], row["needed"] = (got / cost if cost > 0 else 0.0), RECOVER_SHARE
             unjudged = here is not None and cost < KEEP_SHARE and own  # too small in this run to judge a recovery
             ok = (got >= need or unjudged) and parity_ok
             credit[p] = max(credit.get(p, 0.0), 1.0 if ok else 0.5)
+            won = _of_cost(got, cost)
             row["verdict"] = (f"planted, but the fix {c.fix} changes nothing in this step" if not applies else
-                              f"planted; its own switch turned back (its cost measured {cost:.0%} in this run, "
-                              f"below the {KEEP_SHARE:.0%} where a recovery can be judged)" if unjudged and ok else
-                              f"planted; the fix recovered {got:.0%} of the clean step (needed {need:.0%})" if ok else
-                              f"planted, but the fix recovered {got:.0%} of the clean step, below the {need:.0%} "
-                              "needed" + ("" if parity_ok else ", or parity broke"))
+                              f"planted; its own switch turned back (this re-run measured its cost at {cost:.1%} "
+                              f"of the clean step, below the {KEEP_SHARE:.0%} where a recovery can be judged; "
+                              "a busy machine can hide a cost)" if unjudged and ok else
+                              f"planted; the fix won back {won} of its cost (needed half)" if ok else
+                              f"planted, but the fix won back {won} of its cost, below the half needed"
+                              + ("" if parity_ok else ", or parity broke"))
         rows.append(row)
     right = sum(r["right"] for r in rows)
     precision = right / len(rows) if rows else 0.0
@@ -298,6 +302,15 @@ def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str
     model = sorted({c.fix for c in claims if c.fix in MODEL_FIXES})
     score = credited * precision - MODEL_PENALTY * len(model) - (0.0 if parity_ok else PARITY_PENALTY)
     return Graded(rows, planted, precision, recall, credited, model, parity_ok, max(0.0, score), dict(recovery))
+
+
+def _of_cost(got: float, cost: float) -> str:
+    """What a fix won back as a share of its regression's cost, both measured in one run: 'all' from
+    100 % up (the two are timed apart, so noise can put the recovery a little past the cost)."""
+    if cost <= 0:
+        return "none"
+    share = got / cost
+    return "all" if share >= 1 else ("none" if share <= 0 else f"{share:.0%}")
 
 
 def grade(claims: Iterable[Any], planted: Sequence[str] | Any, costs: Mapping[str, Any], *, sizes_name: str = "lesson",

@@ -30,8 +30,17 @@ def test_text_names_both_paths():
 
 
 @pytest.mark.parametrize("args", [["--head-dim", "80"], ["--block-m", "48"], ["--seq", "0"], ["--dtype", "fp32"],
-                                  ["--target", "sm_50"]])
+                                  ["--target", "sm_50"], ["--target", "sm_75"], ["--target", "sm_100"]])
 def test_bad_input_is_one_line_exit_2(args):
     r = perflab("attention", "--seq", "32", "--heads", "1", *args)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_help_has_a_description_and_offers_only_what_runs():
+    r = perflab("attention", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "Lesson 13's FlashAttention forward" in text
+    assert "fp32" not in text.replace("accumulates in fp32", "")  # fp32 inputs are refused, so not offered
+    assert "{sm_90,sm_80}" in text

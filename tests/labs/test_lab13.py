@@ -39,14 +39,18 @@ def solution_update(q, k, v, m, lsum, acc, *, q_start, k_start, seq_len, causal,
             else (rows[:, None] >= cols[None, :])
         )
     s = s.masked_fill(~keep, -math.inf)
+    if _mutant != "v_padding_not_zeroed":  # the kernel loads V's padding as 0 (other=0.0)
+        v = v.masked_fill(~(cols < seq_len)[:, None], 0)
     m_new = torch.maximum(m, s.max(-1).values)
-    safe = torch.where(
-        torch.isinf(m_new), torch.zeros_like(m_new), m_new
+    safe = (
+        m_new
+        if _mutant == "no_inf_guard"
+        else torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
     )  # a row with nothing seen yet
     alpha = torch.exp(m - safe)
     p = torch.exp(s - safe[:, None])
     l_new = (lsum if _mutant == "sum_not_rescaled" else lsum * alpha) + p.sum(-1)
-    pv = p.to(v.dtype).float() @ v.float()
+    pv = (p if _mutant == "p_not_rounded" else p.to(v.dtype)).float() @ v.float()
     if _mutant == "fp16_accumulation":
         acc_new = (acc.half() * alpha.half()[:, None] + pv.half()).float()
         l_new = (lsum.half() * alpha.half() + p.sum(-1).half()).float()
@@ -65,6 +69,9 @@ MUTANTS = (
     "scale_1_over_d",
     "fp16_accumulation",
     "unmasked_tail",
+    "no_inf_guard",
+    "v_padding_not_zeroed",
+    "p_not_rounded",
 )
 
 
@@ -88,6 +95,9 @@ HINTS = {
     "scale_1_over_d": "√d, not d",
     "fp16_accumulation": "fp32",
     "unmasked_tail": "padding in the last block",
+    "no_inf_guard": "Guard it",
+    "v_padding_not_zeroed": "zero those rows of V",
+    "p_not_rounded": "P is not rounded to V's dtype",
 }
 
 
@@ -122,3 +132,23 @@ def test_the_kernel_loop_matches_sdpa_on_an_odd_causal_length():
         solution_init_state, solution_update, q, k, v, causal=True, block_m=16, block_n=16
     )
     assert float((o - lab13.reference(q, k, v, True)).abs().max()) <= lab13.tolerance("fp16")
+
+
+@pytest.mark.parametrize("name", ["no_inf_guard", "v_padding_not_zeroed"])
+def test_the_hidden_cases_alone_reject_the_silent_mistakes(name, monkeypatch):
+    """Without the probes (as a learner who games them would meet the grader), the hidden cases still
+    fail each: blocks fed last to first (a fully masked block first), and NaN and inf in V's padding.
+    (Not rounding P is closer to SDPA, not further: only its probe can name it.)"""
+    monkeypatch.setattr(lab13, "_probe", lambda update, init_state: None)
+    with pytest.raises(LabCheckError, match="hidden case"):
+        lab13.check_online_softmax(*mutant(name))
+
+
+def test_blocks_fed_in_either_order_match_sdpa():
+    case = dict(s=61, d=64, causal=True, dtype="bf16", block_m=32, block_n=16, kind="normal", seed=6)
+    q, k, v = lab13.make_inputs(case)
+    ref = lab13.reference(q, k, v, True)
+    for order in ("forward", "reverse"):
+        o = lab13.forward(solution_init_state, solution_update, q, k, v, causal=True, block_m=32, block_n=16,
+                          order=order)
+        assert float((o - ref).abs().max()) <= lab13.tolerance("bf16"), order

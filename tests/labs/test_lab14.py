@@ -34,6 +34,7 @@ def test_plausible_wrong_readings_are_rejected_with_a_hint(mutant, words):
     grading.reset()
     with pytest.raises(LabCheckError, match=words):
         lab14.check_read_evidence(mutant)
+    assert grading.summary() == {"read_evidence": "wrong"}  # a ✗ is never listed as "not done"
 
 
 def test_a_malformed_claim_is_one_clear_line():
@@ -79,3 +80,15 @@ def test_the_hunt_keeps_its_costs_without_names():
     h = _hunt()
     assert not any(n in k for k in h.shares for n in NAMES)
     assert set(h.costs()) == set(__import__("perflab.hunt.draw", fromlist=["x"]).reveal_draw(h.draw))
+
+
+def test_the_op_calls_table_shows_the_step_and_what_differs_from_the_clean_one():
+    from perflab.hunt.report import load_signatures
+
+    sig = load_signatures()
+    plain = lab14.op_calls_table(sig["clip_loop"], n=5)
+    assert len(plain) == 5 and list(plain.columns) == ["op", "calls"]
+    both = lab14.op_calls_table(sig["clip_loop"], sig["clean"], n=5)
+    rows = {r["op"]: (r["calls"], r["clean step"]) for r in both.to_dict("records")}
+    assert rows["aten::_foreach_norm"] == (0, 1)  # what tells per-tensor clipping from the clean step on a CPU
+    assert rows["aten::item"][0] > rows["aten::item"][1]

@@ -61,6 +61,8 @@ def test_the_figures_the_issue_names_are_there():
     assert val["pcie_h2d"] == {"host to device": 55.43, "device to host": 55.06}
     assert val["compile_speedup_paper"]["training, geometric mean"] == 1.41
     assert list(val["torchtitan_llama31_8b"].values()) == [5762, 6667, 8532]
+    # FlashAttention-3's final (v2) abstract: 840 TFLOP/s BF16, 1.3 PFLOP/s FP8 (v1 said 740 and 1.2)
+    assert list(val["fa3_h100"].values()) == [840, 1300]
 
 
 def test_lesson_03s_gpu_memory_figures_are_the_books_printed_outputs_with_their_digits():

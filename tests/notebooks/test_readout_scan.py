@@ -29,3 +29,26 @@ def test_scan_names_the_cell():
           "metadata": {}}
     found = scan(nb, "demo.ipynb")
     assert found and "demo.ipynb" in found[0]
+
+
+def test_it_flags_an_object_repr_that_should_have_been_drawn_or_read():
+    for bad in ("[<Figure size 800x180 with 1 Axes>, 'won back 68% of the step; parity kept']",
+                "<function with_fixes at 0x7f3a2c1d0e50>", "<perflab.hunt.step.HuntStep object at 0x7f00aa>",
+                "<bound method Panel.update of <perflab.course.widgets.Panel object at 0x7f1>>",
+                "<built-in function len>"):
+        assert any("object repr" in p for p in problems_in_text(bad)), bad
+    for ok in ("<b>bold</b> is markup", "s < 64 > d", "a <= b"):
+        assert not problems_in_text(ok), ok
+
+
+def test_a_drawn_figure_is_not_its_repr():
+    drawn = {"cells": [{"cell_type": "code", "source": "fig\n", "metadata": {},
+                        "outputs": [{"output_type": "display_data", "metadata": {},
+                                     "data": {"image/png": "iVBOR", "text/plain": "<Figure size 640x480 with 1 Axes>"}}]}],
+             "metadata": {}}
+    assert scan(drawn) == []
+    printed = {"cells": [{"cell_type": "code", "source": "print(x)\n", "metadata": {},
+                          "outputs": [{"output_type": "stream", "name": "stdout",
+                                       "text": "[<Figure size 800x180 with 1 Axes>, 'won back 68%']\n"}]}],
+               "metadata": {}}
+    assert scan(printed, "14.ipynb") and "object repr" in scan(printed, "14.ipynb")[0]

@@ -245,3 +245,22 @@ def test_op_flops_books_grouped_convolutions_and_rnns_as_the_counter_does():
         with Sum():
             step()
         assert Sum.total == count_flops(step).total > 0
+
+
+def test_fp32_convolutions_are_tagged_tf32_on_a_gpu_where_cudnn_allows_it_by_default(monkeypatch):
+    """cuDNN runs fp32 convolutions in TF32 unless `torch.backends.cudnn.allow_tf32` is off (its default
+    is on), while fp32 matmuls use TF32 only with `torch.backends.cuda.matmul.allow_tf32` (off)."""
+    from perflab.flops.counter import _operand_dtype
+
+    class OnCuda(torch.Tensor):
+        @property
+        def is_cuda(self):  # a CUDA tensor's dtype question, asked on a CPU
+            return True
+
+    x = torch.zeros(2, 3, 4, 4).as_subclass(OnCuda)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    assert _operand_dtype((x,), conv=True) == "tf32" and _operand_dtype((x,)) == "fp32"
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert _operand_dtype((x,), conv=True) == "fp32"
+    assert _operand_dtype((torch.zeros(2, 3, 4, 4),), conv=True) == "fp32"  # on a CPU: fp32

@@ -130,8 +130,8 @@ def test_narayanan_eq4_training_days(tokens, params, gpus, x, days):
     assert round(narayanan_training_days(tokens, params, gpus, x)) == days
 
 
-def test_seed_estimate_slightly_underestimates_eq3():
-    """The handbook's model_B·4·2·seqlen·GBS/(sec·gpus·1e3) (seeds/000) ignores attention and logits,
+def test_handbook_estimate_slightly_underestimates_eq3():
+    """The handbook's model_B·4·2·seqlen·GBS/(sec·gpus·1e3) ignores attention and logits,
     so it comes out a little below Narayanan eq. 3 for the same run (1T row of Table 1)."""
     row = narayanan_table1()[-1]
     sec = narayanan_eq3(row["batch"], 2048, 128, 25600, 51200) / (row["gpus"] * row["tflops_per_gpu"] * 1e12)

@@ -30,10 +30,15 @@ def test_causal_reads_about_half_and_the_closed_form_is_exact_when_blocks_divide
     assert causal == (s // 64 + 1) * s * 64 * 2 // 2 and 0.5 < causal / full < 0.55
     assert io.flash_bytes(1, 1, s, 64, block_m=64, block_n=32, causal=True)["total"] == \
         io.flash_bytes_closed(1, 1, s, 64, block_m=64, causal=True)
-    # an odd length: the exact sum differs from the closed form only by the rounding of the diagonal blocks
-    exact = io.flash_bytes(1, 1, 1000, 64, block_m=64, block_n=64, causal=True)["total"]
-    closed = io.flash_bytes_closed(1, 1, 1000, 64, block_m=64, causal=True)
-    assert abs(exact - closed) <= 2 * 64 * 64 * 2 * (1000 // 64 + 1)
+    # an odd length or blocks that do not divide: the gap is the keys the closed form's even spread
+    # (tile i reads (i+1)·s/T) leaves out, tile by tile
+    for s_, bm, bn in ((1000, 64, 64), (333, 32, 64), (200, 64, 32), (1024, 64, 32)):
+        exact = io.flash_bytes(1, 1, s_, 64, block_m=bm, block_n=bn, causal=True)["total"]
+        closed = io.flash_bytes_closed(1, 1, s_, 64, block_m=bm, causal=True)
+        gap = io.causal_gap(s_, 64, 2, block_m=bm, block_n=bn)
+        assert exact - closed == gap["gap_bytes"] and sum(gap["tile_keys"]) == gap["keys"]
+        assert f"{gap['gap_bytes']:,} B" in gap["text"]
+    assert io.causal_gap(1024, 64, block_m=64, block_n=32)["gap_bytes"] == 0
 
 
 def test_flops_follow_the_matmuls():

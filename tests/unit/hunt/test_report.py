@@ -87,3 +87,20 @@ def test_a_recovery_too_small_to_judge_in_the_graders_run_counts_its_own_switch(
     assert not score_of(wrong, planted, COSTS, small).passed
     clear = {"recovered": {"loader_workers": 0.05}, "costs": {"loader": 0.5}, "parity_ok": True}
     assert not score_of(claims, planted, COSTS, clear).passed
+
+
+def test_verdicts_read_recovery_against_the_regressions_own_cost_and_never_contradict_the_threshold():
+    planted = ("loader",)
+    claims = [Claim("data_loader_workers", "no workers; a data wait every step", "loader_workers")]
+    # a regression that costs three clean steps, won back a little past its cost by noise: "all", not 310 %
+    big = score_of(claims, planted, COSTS, {"recovered": {"loader_workers": 3.1}, "costs": {"loader": 3.0},
+                                            "parity_ok": True})
+    assert big.passed and "won back all of its cost (needed half)" in big.rows[0]["verdict"]
+    assert big.rows[0]["needed"] == 0.5  # the same threshold in every run, whatever the run measured
+    # a cost just under the 15 % margin prints with the digit that shows it is under
+    near = score_of(claims, planted, COSTS, {"recovered": {"loader_workers": 0.0}, "costs": {"loader": 0.148},
+                                             "parity_ok": True})
+    assert "14.8%" in near.rows[0]["verdict"] and "below the 15%" in near.rows[0]["verdict"]
+    short = score_of(claims, planted, COSTS, {"recovered": {"loader_workers": 0.1}, "costs": {"loader": 0.4},
+                                              "parity_ok": True})
+    assert "won back 25% of its cost, below the half needed" in short.rows[0]["verdict"]

@@ -161,3 +161,10 @@ def test_planted_idle_gaps_are_diagnosed_within_tolerance(case):
         assert math.isclose(got.get(cause, 0.0), planted[cause] / n_steps, abs_tol=tol), (cause, got, planted)
     assert math.isclose(d.unattributed_s, planted["none"] / n_steps, abs_tol=tol)
     assert math.isclose(d.idle_s, sum(planted.values()) / n_steps, abs_tol=tol)
+
+
+def test_a_tiny_op_is_under_20_us_on_a_cpu_and_10_us_on_a_gpu():
+    """Lesson 09: on a CPU, runs of ops shorter than 20 µs are the dispatcher's time, not compute."""
+    from perflab.profiling.diagnose import default_tiny_s
+
+    assert default_tiny_s(on_gpu=False) == 20e-6 and default_tiny_s(on_gpu=True) == 10e-6
