@@ -15,10 +15,10 @@ operating system's counters when the measurement starts and when it ends:
   left is the others' CPU time, `others_cpu_s`. Its share is others' time ÷ (wall time × cores the
   measurement could use). When the measurement uses fewer cores than it may run on (`cores=`), the
   others are taken to use the free cores first: only their time beyond those cores counts.
-* **Resolution**: the kernel counts CPU time in clock ticks (1/100 s on Linux), so each counter
-  read can be off by up to one tick per core. The share above `DISTURBED_SHARE` must survive that
-  slack (`_TICK_SLACK` tick per core) before a window is called disturbed; a window too
-  short to tell (under `MIN_WINDOW_TICKS` ticks) is "unknown", never "quiet" by default.
+* **Resolution**: the kernel counts CPU time in clock ticks (1/100 s on Linux), so a window's
+  difference of two readings can be off by up to one tick per core. Others' time counts as a
+  disturbance only when it exceeds that slack (one tick per watched core and one for this process);
+  a window too short to tell (under `MIN_WINDOW_TICKS` ticks) is "unknown", never "quiet" by default.
 * **GPU** (NVML, through the optional `pynvml` of nvidia-ml-py): other processes with a context on
   the same GPU, their SM utilisation over the window where the driver keeps per-process samples,
   the GPU's utilisation, and the reasons its clocks were held down. Other processes' SM time counts
@@ -401,7 +401,7 @@ def judge(start: CpuCounters, end: CpuCounters, *, cores: int, watched: int | No
         slack = _TICK_SLACK * tick_s * (watched + 1)  # every watched core's count, and this process's own
         if wall < MIN_WINDOW_TICKS * tick_s or share is None:
             verdict, cause = "unknown", f"too short to tell ({wall * 1e3:.0f} ms)"
-        elif share > DISTURBED_SHARE and max(0.0, others - slack) / cap > DISTURBED_SHARE:
+        elif share > DISTURBED_SHARE and others > slack:
             verdict = "disturbed"
             cause = f"other programs used {share * 100:.0f} % of {cores} core{'s' if cores != 1 else ''}"
         else:
