@@ -181,4 +181,13 @@ def test_bench_records_the_machines_quietness_and_shows_it_only_when_disturbed()
 def test_a_result_built_by_hand_has_unknown_quietness_not_quiet():
     r = BenchResult([1.0, 2.0])
     assert r.quietness.verdict == "unknown" and r.as_dict()["quietness"]["verdict"] == "unknown"
-    assert r.disturbed_note() is None
+    assert r.disturbed_note() is None and "waited for the device" not in r.readout().as_dict()
+
+
+def test_the_readout_gives_the_wait_for_the_device_apart_from_the_measurement():
+    from perflab.core.quietness import Quietness
+
+    q = Quietness("quiet", 0.0, 0.131, 2, 0.0, 2, "")
+    r = BenchResult([1e-3, 1e-3], quietness=q, waited_s=7.0)
+    assert r.readout().as_dict()["waited for the device"] == "7.00 s (then measured 131 ms)"
+    assert "waited for the device" not in BenchResult([1e-3], quietness=q, waited_s=0.4).readout().as_dict()
