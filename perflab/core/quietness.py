@@ -319,8 +319,11 @@ def injected(sampler: Sampler) -> Iterator[Sampler]:
 # ---------------------------------------------------------------- the watch
 
 def _gpu_index(device: str) -> int | None:
-    if not device.startswith("cuda"):
-        return None
+    """The CUDA device's index, or None for any other device."""
+    return _cuda_index(device) if device.startswith("cuda") else None
+
+
+def _cuda_index(device: str) -> int:
     if ":" in device:
         with contextlib.suppress(ValueError):
             return int(device.split(":")[1])

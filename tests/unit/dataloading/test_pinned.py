@@ -147,7 +147,7 @@ def test_gpu_measurements_refuse_in_one_line_on_cpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_side_stream_overlaps_on_a_gpu():
+def test_every_copy_variant_is_measured_on_a_gpu():
     # which variant is faster, and by how much they overlap, depends on who else uses the GPU: only
     # what load cannot change is asserted (every variant measured, the overlap computed from its times)
     rows = {r["variant"]: r for r in pinned.measure_variants(64 << 20, 4096, 8)}
@@ -170,7 +170,7 @@ def test_measured_table_and_pin_line_carry_units():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and non_blocking copies need a CUDA GPU")
-def test_pinned_non_blocking_is_fastest_on_gpu():
+def test_the_four_pin_and_non_blocking_cases_are_measured_on_gpu():
     from perflab.dataloading import pinned
 
     rows = {(r["pin_memory"], r["non_blocking"]): r for r in pinned.measure_2x2(64 << 20, 2048, 5)}

@@ -143,7 +143,7 @@ def test_the_full_mamf_part_searches_the_default_ranges_and_shows_the_stored_cei
 
 
 @pytest.mark.gpu
-def test_mamf_bf16_is_a_sane_fraction_of_the_spec_peak(tmp_path):
+def test_mamf_bf16_never_exceeds_the_spec_peak(tmp_path):
     from perflab.core.device import describe
     from perflab.core.hardware import peaks_for
 
