@@ -206,25 +206,29 @@ def settle(keys: Sequence[Hashable], first: Mapping[Hashable, Sequence[Measured]
     """The sweep's points, ordered by `keys`, after the outlier and quietness rules (module docstring).
 
     first[key]: the measurements already taken of each point. measure(key, attempt) takes one more
-    (attempt = 1, 2, ...); None takes none (the points are judged as they are)."""
+    (attempt = 1, 2, ...; at most `retries` more of each point, whatever the reason); None takes none
+    (the points are judged as they are)."""
     pts = [Point(k, list(first.get(k, ()))) for k in keys]
     pts = [p for p in pts if p.measurements]
+    extra = {p.key: 0 for p in pts}  # each point's budget: `retries` more measurements in all
     done = 0
+
+    def again(p: Point) -> None:
+        nonlocal done
+        extra[p.key] += 1
+        done += 1
+        p.measurements.append(measure(p.key, extra[p.key]))  # type: ignore[misc]
+
     if measure is not None:
         for p in pts:  # disturbed points first: measured again while the budget lasts
-            attempt = len(p.measurements)
-            while p.disturbed and attempt <= retries:
-                p.measurements.append(measure(p.key, attempt))
-                attempt += 1
-                done += 1
+            while p.disturbed and extra[p.key] < retries:
+                again(p)
     values = [p.value for p in pts]
     sigma = noise(values, [p.measurements[0].spread for p in pts], neighbours)
     if measure is not None:
         for i in outliers(values, sigma, neighbours):
-            p = pts[i]
-            for attempt in range(len(p.measurements), len(p.measurements) + retries):
-                p.measurements.append(measure(p.key, attempt))
-                done += 1
+            while extra[pts[i].key] < retries:
+                again(pts[i])
     values = [p.value for p in pts]
     for p, d in zip(pts, deviations(values, neighbours), strict=True):
         p.deviation = d
