@@ -44,7 +44,7 @@ from perflab.audit.target import (
 )
 
 JSON_FIELDS = ("step_s", "step_s_spread", "tokens_per_s", "flops_per_step", "flops_by_dtype", "flops_6n_per_step",
-               "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "breakdown_s", "top_ops",
+               "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "mfu_bases", "breakdown_s", "top_ops",
                "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations")
 BREAKDOWN = ("data_wait", "host_sync", "launch", "optimizer", "compute")
 
@@ -303,14 +303,13 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     breakdown = {"data_wait": data_s, **{k: (v / total if total else (1.0 if k == "compute" else 0.0)) * (step_s - data_s)
                                           for k, v in rest.items()}}
 
-    # 5. utilization, per dtype
-    from perflab.audit.peaks import utilization
+    # 5. utilization, per dtype, against the one basis every MFU shares (perflab.flops.mfu)
+    from perflab.flops.mfu import bases_for, utilization
 
-    say("measuring this device's matmul ceiling")
-    shapes = [s for s, _ in sorted(stats.shapes.items(), key=lambda kv: -kv[1])]
-    u = utilization(step_s, fc.model_by_dtype(), fc.hardware_by_dtype(), device=dev, device_name=info.name,
-                    shapes=shapes)
-    ceil_flops = max((v["rate_tflops"] for v in u.per_dtype.values()), default=0.0) * 1e12
+    say("looking up this device's matmul ceiling")
+    hw_by = fc.hardware_by_dtype()
+    u = utilization(step_s, fc.model_by_dtype(), bases_for(dev, [d for d, n in hw_by.items() if n > 0]), hw_by)
+    ceil_flops = max((b.tflops or 0.0 for b in u.bases.values()), default=0.0) * 1e12
     bw = _bandwidth(dev)
     top = _top_ops(load(raw), self_times, fc, stats, ceil_flops, bw)
 
@@ -349,7 +348,8 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
         "step_s": step_s, "step_s_spread": spread, "tokens_per_s": tokens / step_s if tokens else None,
         "flops_per_step": int(model_flops), "flops_by_dtype": {d: int(v) for d, v in fc.hardware_by_dtype().items()},
         "flops_6n_per_step": six_n, "params_total": params_total, "params_active": params_active,
-        "peak_tflops": u.peak_tflops, "mfu": u.mfu, "hfu": u.hfu, "mfu_basis": u.basis, "breakdown_s": breakdown,
+        "peak_tflops": u.effective_tflops if u.spec else None, "mfu": u.mfu, "hfu": u.hfu,
+        "mfu_basis": u.basis_label(), "mfu_bases": {d: b.as_dict() for d, b in u.bases.items()}, "breakdown_s": breakdown,
         "top_ops": top, "memory_bytes": mem, "graph_breaks": breaks, "energy_j_per_step": energy,
         "recommendations": recs,
     }

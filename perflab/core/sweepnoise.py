@@ -275,3 +275,31 @@ def decide(winner: Point, baseline: Point, sigma: float, what: str = "the winner
         return Decision("choose", sp, margin, f"{what} is {sp:.2f}× the baseline, beyond the noise (needs > {margin:.2f}×)")
     return Decision("within the noise", sp, margin,
                     f"{what} is {sp:.2f}× the baseline, within the noise (a real gain needs > {margin:.2f}×)")
+
+
+# ---------------------------------------------------------------- results served from a file
+
+def saved_summary(rows: Sequence[Mapping[str, Any]], measured_now: set[str]) -> dict[str, Any] | None:
+    """How many of a sweep's ok `rows` were read back from its results file rather than measured now
+    (`measured_now`: the point keys, `perflab.core.results.point_key`, measured in this run), from when
+    to when, and how quiet the machine was for them; None when every row was measured now."""
+    from perflab.core.results import point_key
+
+    ok = [r for r in rows if r.get("status") == "ok"]
+    old = [r for r in ok if point_key(r.get("params", {})) not in measured_now]
+    if not old:
+        return None
+    times = sorted(str(r.get("time", "undated")).replace("T", " ")[:16] for r in old)
+    verdicts = [verdict_of(r.get("quietness")) for r in old]
+    q = ", ".join(f"{verdicts.count(v)} {v}" for v in ("quiet", "disturbed", "unknown") if verdicts.count(v))
+    return {"points": len(old), "of": len(ok), "from": times[0], "to": times[-1], "quietness": f"machine {q}"}
+
+
+def saved_note(saved: Mapping[str, Any] | None, where: Any = None) -> str:
+    """One line saying that results were served from a file, when they were measured and how quietly
+    ('' when nothing was)."""
+    if not saved:
+        return ""
+    return (f"{saved['points']} of {saved['of']} measurements served from results saved {saved['from']}"
+            + (f" to {saved['to']}" if saved["to"] != saved["from"] else "") + f" ({saved['quietness']})"
+            + (f" in {where}" if where else "") + "; --fresh (fresh=True) measures again")

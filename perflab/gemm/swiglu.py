@@ -228,12 +228,9 @@ class SwigluSearch:
 
     def saved_note(self) -> str:
         """'' when every point was measured now; else that (and when, and how quietly) they were saved."""
-        if not self.saved:
-            return ""
-        sv = self.saved
-        return (f"{sv['points']} of {sv['of']} measurements served from results saved {sv['from']}"
-                + (f" to {sv['to']}" if sv["to"] != sv["from"] else "") + f" ({sv['quietness']}) in {self.path}; "
-                "--fresh (fresh=True) measures again")
+        from perflab.core.sweepnoise import saved_note
+
+        return saved_note(self.saved, self.path)
 
     def as_dict(self) -> dict[str, Any]:
         cols = ["d_ff", "tflops", "seconds", "params", "params_delta", "params_delta_pct", "ratio", "multiple_of",
@@ -286,8 +283,8 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
 
     from perflab.core.device import describe, pick_device
     from perflab.core.dtypes import check_supported
-    from perflab.core.results import run_sweep, set_aside, sweep_path
-    from perflab.core.sweepnoise import Measured, settle
+    from perflab.core.results import point_key, run_sweep, set_aside, sweep_path
+    from perflab.core.sweepnoise import Measured, saved_summary, settle
 
     dev = torch.device(device) if device is not None else pick_device()
     h, tokens = positive_int("hidden", h), positive_int("tokens", tokens)
@@ -313,7 +310,7 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
     now: set[str] = set()
 
     def seen(row: dict[str, Any]) -> None:
-        now.add(json_key(row["params"]))
+        now.add(point_key(row["params"]))
 
     res = run_sweep(sweep, pts, measure_fn, device_slug=info.slug, progress=progress, on_point=seen)
     rows = list(res.rows)
@@ -337,28 +334,8 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
 
     settled = settle(ws, first, again, retries=retries)
     out = _assemble(h, tokens, dt.name, info.name, base, res, settled)
-    out.saved = _saved(rows, now)
+    out.saved = saved_summary(rows, now)
     return out
-
-
-def json_key(params: dict[str, Any]) -> str:
-    from perflab.core.results import point_key
-
-    return point_key(params)
-
-
-def _saved(rows: list[dict[str, Any]], now: set[str]) -> dict[str, Any] | None:
-    """How many of `rows` were read back rather than measured now, their dates and their quietness."""
-    from perflab.core.sweepnoise import verdict_of
-
-    old = [r for r in rows if r.get("status") == "ok" and json_key(r.get("params", {})) not in now]
-    if not old:
-        return None
-    times = sorted(str(r.get("time", "undated")).replace("T", " ")[:16] for r in old)
-    verdicts = [verdict_of(r.get("quietness")) for r in old]
-    q = ", ".join(f"{verdicts.count(v)} {v}" for v in ("quiet", "disturbed", "unknown") if verdicts.count(v))
-    return {"points": len(old), "of": len(rows), "from": times[0], "to": times[-1],
-            "quietness": f"machine {q}" if q else "quietness not recorded"}
 
 
 def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res, settled=None) -> SwigluSearch:

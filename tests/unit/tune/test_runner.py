@@ -11,6 +11,7 @@ import torch
 from clirun import perflab
 
 from perflab.core.errors import InputError, PerflabError
+from perflab.flops import mfu
 from perflab.tune import ladder, runner
 
 from .helpers import CPU, SMOKE
@@ -137,7 +138,7 @@ def test_measure_config_on_numa_node_0_reports_progress(monkeypatch):
 def test_a_faster_batch_rung_over_the_budget_is_not_adopted():
     ch = runner.Change(runner.StepConfig(micro_batch=8), True, "micro-batch 2 → 8")
     base = {"rung": "baseline", "step_s": 0.02, "loss": 6.2, "parity_ok": True}
-    r = runner.rates(CPU, "fp32")
+    r = mfu.Basis(0.1, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
     budget = SMOKE.memory_budget_bytes
     assert budget is not None
     over = runner._row_from("batch", ch, _measurement(budget + 1), base, base, r, SMOKE, CPU)
@@ -283,3 +284,17 @@ def test_cli_prints_one_row_per_rung_and_bad_input_is_one_line(monkeypatch, tmp_
                       (["--preset", "smoke", "--batch", "3"], "not a multiple"), (["--steps", "0"], "must be ≥ 1")):
         bad = perflab("tune", *args)
         assert bad.returncode == 2 and msg in bad.stderr and bad.stderr.count("\n") == 1, (args, bad.stderr)
+
+
+def test_the_ladder_and_the_audit_measure_a_cpu_ceiling_at_the_same_shape():
+    from perflab.tune.ladder import preset
+
+    assert runner.step_shape(preset("cpu")) == mfu.CEILING_SHAPE_CPU == mfu.ceiling_shape(CPU)
+
+
+def test_a_rung_faster_than_its_ceiling_shows_no_mfu_and_says_the_ceiling_is_suspect():
+    low = mfu.Basis(1e-6, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
+    f = runner.mfu_fields(_measurement(1024), low)
+    assert f["mfu"] is None and f["hfu"] is None and "ceiling is suspect" in f["mfu_suspect"]
+    ok = runner.mfu_fields(_measurement(1024), mfu.Basis(1e6, "spec peak", "fp32", "datasheet"))
+    assert 0 < ok["mfu"] < 1 and ok["mfu_suspect"] is None and ok["mfu_basis_info"]["tflops"] == 1e6
