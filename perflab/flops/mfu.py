@@ -596,7 +596,7 @@ class Utilization:
         """'34.7 %', or why there is no figure (no basis, or a suspect ceiling)."""
         v = getattr(self, which)
         if v is not None:
-            return utilization_text(v)
+            return shown_utilization(v)
         return f"not shown: {self.suspect}" if self.suspect else "unknown (no basis)"
 
     def as_dict(self) -> dict[str, Any]:
@@ -639,7 +639,7 @@ def percent_text(fraction: float) -> str:
     return percent(fraction)
 
 
-def utilization_text(fraction: float | None, basis: Basis | str | None = None) -> str:
+def shown_utilization(fraction: float | None, basis: Basis | str | None = None) -> str:
     """An MFU or HFU as a person reads it: '34.7 %'; 'unknown' without a basis; and above 100 % never
     as a figure: a step cannot run faster than its ceiling, so that ceiling is suspect."""
     from perflab.core.readout import percent

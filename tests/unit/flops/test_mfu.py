@@ -268,10 +268,10 @@ def test_a_questioned_ceiling_is_used_named_and_not_stored(timed, monkeypatch):
 
 def test_a_utilization_above_100_percent_is_never_shown_and_its_ceiling_is_called_suspect():
     b = mfu.Basis(0.1, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
-    assert mfu.utilization_text(0.347, b) == "34.7 %"
-    over = mfu.utilization_text(1.04, b)
+    assert mfu.shown_utilization(0.347, b) == "34.7 %"
+    over = mfu.shown_utilization(1.04, b)
     assert "104" not in over and "%" not in over.split("(")[0] and "suspect" in over and "fp32 ceiling" in over
-    assert mfu.utilization_text(None) .startswith("unknown")
+    assert mfu.shown_utilization(None) .startswith("unknown")
 
 
 def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypatch, tmp_path):
