@@ -46,6 +46,7 @@ from perflab.audit.target import (
 JSON_FIELDS = ("step_s", "step_s_spread", "tokens_per_s", "flops_per_step", "flops_by_dtype", "flops_6n_per_step",
                "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "mfu_bases", "breakdown_s", "top_ops",
                "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations")
+PROFILED_STEPS = 3  # profiled steps behind the breakdown (each category: its average per step)
 BREAKDOWN = ("data_wait", "host_sync", "launch", "optimizer", "compute")
 
 
@@ -289,10 +290,16 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     from perflab.profiling.trace import load
     from perflab.tune.waterfall import breakdown_of_trace, profile_steps
 
-    say("profiling one step")
+    say("profiling three steps")
     point[0] = "the profiled step"
     with _user_code(f"a profiled step of {target.name}", target.user_file, point, samples):
-        raw = profile_steps(lambda: step(fetch()), dev, steps=1)
+        # several steps, so that one disturbed step does not decide the breakdown (averaged per step)
+        raw = profile_steps(lambda: step(fetch()), dev, steps=PROFILED_STEPS)
+    from perflab.profiling.diagnose import diagnose
+
+    profiled = diagnose(raw)
+    profile_notes = [n for n in (profiled.versus_timed(step_s),
+                                 None if profiled.stable else f"breakdown: {profiled.stability()}") if n]
     # data wait as lesson 07 times it (around next() in the timed steps: the profiler's overhead on small
     # ops would shrink its share); the rest of the step split by the profiled step's shares of the rest
     data_s = min(statistics.median(waits), step_s)
@@ -321,7 +328,7 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
 
     # 7. graph breaks (lesson 10's explain)
     breaks: list[dict[str, Any]] = []
-    notes = list(target.notes)
+    notes = list(target.notes) + profile_notes
     if explain_breaks:
         say("graph breaks")
         breaks, note = _graph_breaks(model, loss_fn, batch)

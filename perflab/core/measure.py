@@ -295,30 +295,15 @@ def sweep_copy(sizes_bytes: list[int], device: torch.device | str | None = None,
 def host_sync_demo(n: int = 1024, device: torch.device | str | None = None, reps: int = 20) -> dict[str, float]:
     """What a host timer sees around `a @ b` with and without waiting for the device.
 
-    Returns seconds per call: 'no_sync' (time until the call returns), 'synced' (until the
-    device has finished) and 'perflab_bench' (perflab.core.timing.bench: events on GPU). On a GPU, 'no_sync' is only the
-    launch: the kernel runs asynchronously. On a CPU the call returns when the work is done, so
-    the first two agree.
+    Returns seconds per call (medians of `reps` calls timed one by one): 'no_sync' (time until the
+    call returns), 'synced' (until the device has finished) and 'perflab_bench'
+    (perflab.core.timing.bench: events on GPU). On a GPU, 'no_sync' is only the launch: the kernel
+    runs asynchronously. On a CPU the call returns when the work is done, so the first two should
+    agree; `perflab.core.compare.host_sync_timings(...).sentence()` says whether they did.
     """
-    import time
+    from perflab.core.compare import host_sync_timings
 
-    from perflab.core.device import synchronize
-
-    dev = torch.device(device) if device is not None else pick_device()
-    fn, _, _ = make_matmul(n, n, n, "fp32", dev)
-    events = bench(fn, device=dev, rep_ms=50).median_s  # also warms up caches and thread pools
-    synchronize(dev)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    no_sync = (time.perf_counter() - t0) / reps
-    synchronize(dev)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    synchronize(dev)
-    synced = (time.perf_counter() - t0) / reps
-    return {"no_sync": no_sync, "synced": synced, "perflab_bench": events}
+    return host_sync_timings(n, device, reps).columns()
 
 
 def measure_elementwise(numel: int, dtype: str = "fp32", device: torch.device | str | None = None, *,

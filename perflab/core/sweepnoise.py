@@ -85,15 +85,16 @@ def watching(device: Any = "cpu") -> Iterator[Any]:
     except ImportError:
         yield _Unwatched()
         return
-    kind = getattr(device, "type", None) or str(device).split(":")[0]
-    with quietness.watch(kind) as w:
+    with quietness.watch(str(device)) as w:
         yield w
 
 
 def bench_quietness(result: Any, watched: Any = None) -> Any:
-    """The quietness a timing carries (`BenchResult.quietness`), else what a `watching` block saw."""
+    """The quietness a timing carries (`BenchResult.quietness`), or what a `watching` block around it
+    saw when the timing's own verdict is missing or unknown (a window too short to judge)."""
     q = getattr(result, "quietness", None)
-    return q if q is not None else getattr(watched, "result", None)
+    w = getattr(watched, "result", None)
+    return w if verdict_of(q) == "unknown" and w is not None else q
 
 
 # ---------------------------------------------------------------- noise and outliers

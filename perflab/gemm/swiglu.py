@@ -226,6 +226,32 @@ class SwigluSearch:
         return (f"no width beats ⌊8/3·h⌋ = {self.baseline} beyond the noise for h = {self.hidden}{on}: {d.text}; "
                 f"keep the width your parameter budget prefers\n{facts}")
 
+    def alignment_finding(self) -> str:
+        """Whether the aligned widths (divisible by 64, else by 8) ran faster than the rest here, from
+        their median TFLOP/s and the sweep's noise."""
+        import math
+        import statistics
+
+        from perflab.core.sweepnoise import K
+
+        df = self.frame[self.frame["eligible"]] if "eligible" in self.frame else self.frame
+        for m in (64, 8):
+            aligned = df[df["multiple_of"] >= m]["tflops"]
+            rest = df[df["multiple_of"] < m]["tflops"]
+            if len(aligned) and len(rest):
+                break
+        else:
+            return "every measured width has the same alignment: nothing to compare"
+        a, b = statistics.median(aligned), statistics.median(rest)
+        margin = math.exp(K * self.noise * math.sqrt(2))
+        head = (f"widths divisible by {m} ran at a median {a:.4g} TFLOP/s against {b:.4g} for the others "
+                f"({a / b:.2f}×)")
+        if a / b > margin:
+            return f"{head}: faster, beyond the noise (> {margin:.2f}×)"
+        if b / a > margin:
+            return f"{head}: slower, beyond the noise (> {margin:.2f}×)"
+        return f"{head}: within the noise (±{margin:.2f}×), so alignment made no measurable difference here"
+
     def saved_note(self) -> str:
         """'' when every point was measured now; else that (and when, and how quietly) they were saved."""
         from perflab.core.sweepnoise import saved_note

@@ -200,3 +200,15 @@ def test_saved_results_say_they_are_saved_and_fresh_measures_again(monkeypatch, 
     fresh = swiglu.search(64, 32, radius=8, dtype="fp32", device="cpu", measure=measure, fresh=True, progress=False)
     assert fresh.saved is None and sum(calls.values()) == 2 * len(first.frame)
     assert len(list(tmp_path.rglob("swiglu_h64_t32_fp32.*.jsonl"))) == 1  # set aside, not deleted
+
+
+def test_the_alignment_sentence_follows_the_numbers(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    flat, _ = _injected(lambda w, n: _flat(w))
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=flat, progress=False)
+    assert s.alignment_finding().startswith("widths divisible by 64 ran at a median")
+    assert "within the noise" in s.alignment_finding()
+    fast, _ = _injected(lambda w, n: 40.0 if w % 64 == 0 else 30.0)
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=fast, progress=False,
+                      name="t_aligned")
+    assert s.alignment_finding().endswith("faster, beyond the noise (> 1.04×)") and "(1.33×)" in s.alignment_finding()
