@@ -14,13 +14,14 @@ def register(sub) -> None:
                    help="comma-separated rungs, applied in this order after the baseline (default: all): "
                         "baseline,bf16,adamw,vocab64,sdpa,compile,batch,checkpoint,loader,numa")
     p.add_argument("--steps", type=positive_int, default=None, help="at least this many interleaved pairs of steps per rung (default: the preset's; "
-                        "at least 5, the fewest with a 90 %% interval)")
+                        "at least 6: two blocks of 3 pairs, and 5 for a 90 %% interval)")
     p.add_argument("--batch", type=positive_int, default=None,
                    help="the global batch in sequences per optimizer step (default: the preset's)")
     p.add_argument("--fresh", action="store_true", help="measure every rung again (the saved rows are set aside)")
     p.add_argument("--json", action="store_true",
                    help="print JSON: {preset, device, rows: [{rung, step_s, tokens_per_s, mfu, hfu, peak_bytes, "
-                        "loss_delta, speedup_vs_baseline, ...}], stopped, fastest}")
+                        "loss_delta, speedup_vs_baseline, verdict, verdict_reason, quietness, blocks, ...}], stopped, "
+                        "fastest}")
     p.set_defaults(func=run)
 
 
@@ -33,6 +34,8 @@ def text_table(res) -> str:
     for r in res.rows:
         mark = r.get("verdict") or ("adopted" if r.get("adopted") else
                                     ("n/a" if not r.get("applicable", True) else "kept out"))
+        if r.get("busy"):
+            mark += " (machine busy)"
         iv = r.get("interval")
         prev = f"{r.get('speedup_vs_previous', 1.0):.2f}×" + (
             f" ({iv[0]:.2f}–{iv[1]:.2f})" if iv and r.get("measured") and iv[1] != float("inf") else "")

@@ -8,6 +8,7 @@ nothing else from perflab.
 - `device`: pick the device, wait for it, describe it
 - `hardware`: spec-sheet facts per accelerator (`data/accelerators.json`, sourced) and a CPU's peak
 - `lock`: one measurement per device at a time, across processes and users (a file lock)
+- `quietness`: how much else used the device while something was measured (quiet / disturbed)
 - `timing`: do_bench-style timing (time budgets, device events, L2 flush, median and spread)
 - `results`: sweeps that survive (per-point append, resume, OOM/invalid rows)
 - `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
@@ -20,6 +21,6 @@ nothing else from perflab.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "timing", "results", "measure",
+MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results", "measure",
            "roofline", "grading", "denormals", "readout", "labguard")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -12,7 +12,11 @@ How it works (the same recipe as triton's do_bench, see triton/testing.py):
    flush the L2 cache, so every call reads its inputs from device memory.
 5. On CPU (and MPS) calls are timed with `time.perf_counter`; calls shorter than `min_sample_s`
    are batched several to a sample so the clock's resolution does not dominate.
-6. The device's lock (perflab.core.lock) is held throughout, so two learners on one box take turns.
+6. The device's lock (perflab.core.lock) is held throughout, so two learners on one box take turns;
+   `waited_s` is the time spent waiting for it, apart from the time spent measuring.
+7. The measurement runs inside a `perflab.core.quietness.Watch`: `quietness` says whether other
+   programs used the device meanwhile (quiet, disturbed with the share and cause, or unknown). The
+   readout shows one line about it only when the timing was disturbed.
 Report the median (robust to the odd preempted call); `iqr_s` and `min_s` tell how noisy it was.
 
 `check_close` compares a kernel's answer with a reference before timing it: a fast wrong answer
@@ -32,6 +36,7 @@ import torch
 
 from perflab.core.errors import CorrectnessError
 from perflab.core.lock import device_lock
+from perflab.core.quietness import UNKNOWN, Quietness, watch
 from perflab.core.readout import Readout, ReadoutMixin, num, percent, spread_note
 from perflab.core.readout import seconds as fmt_seconds
 
@@ -48,6 +53,8 @@ class BenchResult(ReadoutMixin):
     calls_per_sample: int = 1
     flushed_l2: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    quietness: Quietness = UNKNOWN  # what else used the device while it was timed (filled by `bench`)
+    waited_s: float = 0.0  # seconds spent waiting for the device's lock before measuring
 
     @property
     def n(self) -> int:
@@ -97,7 +104,14 @@ class BenchResult(ReadoutMixin):
     def as_dict(self) -> dict[str, Any]:
         return {"label": self.label, "device": self.device, "median_s": self.median_s, "mean_s": self.mean_s,
                 "min_s": self.min_s, "max_s": self.max_s, "iqr_s": self.iqr_s, "n": self.n,
-                "calls_per_sample": self.calls_per_sample, "flushed_l2": self.flushed_l2, **self.meta}
+                "calls_per_sample": self.calls_per_sample, "flushed_l2": self.flushed_l2,
+                "waited_s": self.waited_s, "quietness": self.quietness.to_json(), **self.meta}
+
+    to_json = as_dict
+
+    def disturbed_note(self) -> str | None:
+        """One short line when the timing was disturbed (else None): what else used the device."""
+        return self.quietness.line() if self.quietness.disturbed else None
 
     def readout(self) -> Readout:
         return Readout(f"{self.label or 'kernel'} on {self.device}", [
@@ -105,13 +119,13 @@ class BenchResult(ReadoutMixin):
             ("spread (IQR / median)", percent(self.spread, 2)),
             ("min", fmt_seconds(self.min_s)),
             ("timed samples", num(self.n) + (f" × {self.calls_per_sample} calls" if self.calls_per_sample > 1 else "")),
-        ], [spread_note(self.spread)])
+        ], [self.disturbed_note(), spread_note(self.spread)])
 
     def __str__(self) -> str:
-        note = spread_note(self.spread)
+        notes = [n for n in (self.disturbed_note(), spread_note(self.spread)) if n]
         return (f"{self.label or 'kernel'}: median {_fmt_s(self.median_s)} "
                 f"(IQR {_fmt_s(self.iqr_s)}, min {_fmt_s(self.min_s)}, n={self.n}) on {self.device}"
-                + (f" ⚠ {note}" if note else ""))
+                + "".join(f" ⚠ {n}" for n in notes))
 
 
 def _fmt_s(s: float) -> str:
@@ -163,10 +177,16 @@ def bench(
     if flush_l2 is None:
         flush_l2 = dev.type == "cuda"
     # one measurement on a device at a time, across processes and users (perflab.core.lock)
-    with device_lock(dev, label=label):
+    # and the quietness of the machine while it measures (the wait for the lock stays out of it)
+    with device_lock(dev, label=label) as waited, watch(dev) as w:
         if dev.type == "cuda":
-            return _bench_cuda(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, label)
-        return _bench_host(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, min_sample_s, label)
+            res = _bench_cuda(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, label)
+        else:
+            res = _bench_host(fn, dev, warmup_ms, rep_ms, flush_l2, grad_to_none, min_reps, max_reps, min_sample_s,
+                              label)
+    res.quietness = w.result
+    res.waited_s = waited
+    return res
 
 
 def _reset_grads(grad_to_none):

@@ -209,6 +209,8 @@ class Measurement:
     model_flops: int
     hardware_flops: int
     breakdown: dict[str, float] = field(default_factory=dict)
+    quietness: Any = None  # perflab.core.quietness.Quietness of the timed steps
+    waited_s: float = 0.0  # seconds spent waiting for the device's lock before measuring
 
     @property
     def loss(self) -> float:
@@ -288,11 +290,15 @@ class _Arm:
         self.times.append(t)
         return wall
 
-    def finish(self, warmup: int, profile: bool) -> Measurement:
+    def finish(self, warmup: int, profile: bool, skip: set[int] | frozenset[int] = frozenset()) -> Measurement:
         """Peak memory from one more step, the waterfall from one profiled step, and the figures of
-        the timed steps (those after `warmup`)."""
+        the timed steps (those after `warmup`, except the step indices in `skip`: steps timed while the
+        machine was disturbed)."""
         tp, sc, device = self.tp, self.sc, self.device
-        walls, datas, times = self.walls[warmup:], self.datas[warmup:], self.times[warmup:]
+        use = [i for i in range(warmup, len(self.walls)) if i not in skip] or list(range(warmup, len(self.walls)))
+        walls = [self.walls[i] for i in use]
+        datas = [self.datas[i] for i in use]
+        times = [self.times[i] for i in use]
         step_s = statistics.median(walls)
         compile_s = max(self.walls[0] - step_s, 0.0) if sc.compiled and self.walls else None
         with bound_to(self.cpus):
@@ -329,66 +335,92 @@ class _Arm:
 def measure_config(tp: TunePreset, sc: StepConfig, *, steps: int, warmup: int, device: torch.device,
                    profile: bool = True, progress: Callable[[str], None] | None = None) -> Measurement:
     """Train `warmup + steps` optimizer steps of configuration `sc` from the same weights and data,
-    time the last `steps`, then one step for its peak memory and one profiled step for the waterfall."""
+    time the last `steps`, then one step for its peak memory and one profiled step for the waterfall.
+    The device's lock is held throughout and the timed steps are watched (`Measurement.quietness`)."""
+    from perflab.core.lock import device_lock
+    from perflab.core.quietness import watch
+
     arm = _Arm(tp, sc, device, warmup + steps + 2)  # + one for memory, + one profiled
-    for i in range(warmup + steps):
-        arm.timed_step()
-        if progress:
-            progress(f"step {i + 1}/{warmup + steps}")
-    return arm.finish(warmup, profile)
+    with device_lock(device, label="a ladder rung") as waited:
+        for i in range(warmup):
+            arm.timed_step()
+            if progress:
+                progress(f"step {i + 1}/{warmup + steps}")
+        with watch(device) as w:
+            for i in range(warmup, warmup + steps):
+                arm.timed_step()
+                if progress:
+                    progress(f"step {i + 1}/{warmup + steps}")
+        m = arm.finish(warmup, profile)
+    return replace(m, quietness=w.result, waited_s=waited)
 
 
 @dataclass
 class PairMeasurement:
-    """A rung timed interleaved with the configuration it changes."""
+    """A rung timed interleaved with the configuration it changes, block by block."""
 
     candidate: Measurement
-    prev_times_s: list[float]  # the previous configuration's timed steps, pair by pair
+    prev_times_s: list[float]  # the previous configuration's timed steps in the kept blocks, pair by pair
     interval: Any  # perflab.tune.verdict.Interval
     verdict: str  # 'adopted', 'kept out' or 'inconclusive' (parity and budget are checked after)
     timed_s: float  # seconds the interleaved timing took
+    decision: Any = None  # perflab.tune.verdict.Verdict: why, its blocks and their quietness
+    waited_s: float = 0.0  # seconds spent waiting for the device's lock first
 
 
 def measure_pair(tp: TunePreset, prev: StepConfig, cand: StepConfig, *, min_pairs: int, warmup: int,
-                 device: torch.device, budget_s: float, max_pairs: int = 40, profile: bool = True,
+                 device: torch.device, budget_s: float, max_pairs: int = 60, profile: bool = True,
                  progress: Callable[[str], None] | None = None) -> PairMeasurement:
     """Time `cand` against `prev` step by step in turn (prev, cand, then cand, prev, ...) after
-    `warmup` steps of each, until the speed-up's interval decides (`perflab.tune.verdict.decide`,
-    after at least `min_pairs` pairs) or `budget_s` seconds of timing are spent (`max_pairs` at most).
-    Both configurations start from the same weights and read the same sequences in the same order,
-    so their losses after equal steps are comparable."""
-    from perflab.tune.verdict import decide, ratio_interval
-    from perflab.tune.verdict import min_pairs as least
+    `warmup` steps of each, in blocks each watched for other programs (`perflab.tune.verdict`), until
+    the verdict is decided (`perflab.tune.verdict.judge`, after at least `min_pairs` pairs in
+    undisturbed blocks) or `budget_s` seconds of timing are spent (`max_pairs` at most). A disturbed
+    block is dropped, so it is measured again while the budget lasts. Both configurations start from
+    the same weights and read the same sequences in the same order, so their losses after equal steps
+    are comparable. The device's lock is held throughout."""
+    from perflab.core.lock import device_lock
+    from perflab.core.quietness import watch
+    from perflab.tune.verdict import BLOCK_MIN_S, BLOCK_PAIRS, Block, run_blocks
 
-    min_pairs = max(least(), min_pairs)
     n_steps = warmup + max_pairs + 2
     a, b = _Arm(tp, prev, device, n_steps), _Arm(tp, cand, device, n_steps)
-    for _ in range(warmup):
-        a.timed_step()
-        b.timed_step()
-    t0 = time.perf_counter()
-    pa: list[float] = []
-    pb: list[float] = []
-    verdict = "inconclusive"
-    iv = None
-    for k in range(max_pairs):
-        if k % 2 == 0:
-            pa.append(a.timed_step())
-            pb.append(b.timed_step())
-        else:
-            pb.append(b.timed_step())
-            pa.append(a.timed_step())
-        if k + 1 >= min_pairs:
-            iv = ratio_interval(pa, pb)
-            verdict = decide(iv)
-            if progress:
-                progress(f"pair {k + 1}: {iv.text()}: {verdict}")
-            if verdict != "inconclusive" or time.perf_counter() - t0 > budget_s:
-                break
-    assert iv is not None
-    spent = time.perf_counter() - t0
-    del a
-    return PairMeasurement(b.finish(warmup, profile), pa, iv, verdict, spent)
+    steps_of: list[list[int]] = []  # the candidate's step indices in each block
+    k = 0
+
+    def next_block() -> Block:
+        nonlocal k
+        pa: list[float] = []
+        pb: list[float] = []
+        first = len(b.walls)
+        with watch(device) as w:
+            tb = time.perf_counter()
+            while k < max_pairs and (len(pa) < BLOCK_PAIRS or time.perf_counter() - tb < BLOCK_MIN_S):
+                if k % 2 == 0:
+                    pa.append(a.timed_step())
+                    pb.append(b.timed_step())
+                else:
+                    pb.append(b.timed_step())
+                    pa.append(a.timed_step())
+                k += 1
+        steps_of.append(list(range(first, len(b.walls))))
+        return Block(tuple(pa), tuple(pb), w.result)
+
+    with device_lock(device, label="a ladder rung") as waited:
+        for _ in range(warmup):
+            a.timed_step()
+            b.timed_step()
+        t0 = time.perf_counter()
+        decision = run_blocks(next_block, least_pairs=min_pairs, progress=progress,
+                              out_of_budget=lambda: k >= max_pairs or time.perf_counter() - t0 > budget_s)
+        spent = time.perf_counter() - t0
+        blocks = decision.blocks
+        kept = [i for i, x in enumerate(blocks) if x.kept] or list(range(len(blocks)))
+        skip = {j for i in range(len(blocks)) if i not in kept for j in steps_of[i]}
+        cand_m = b.finish(warmup, profile, skip=skip)
+    prev_times = [t for i in kept for t in blocks[i].prev_s]
+    cand_m = replace(cand_m, quietness=decision.quietness, waited_s=waited)
+    return PairMeasurement(cand_m, prev_times, decision.interval, decision.verdict, spent, decision, waited)
+
 
 # ---------------------------------------------------------------- utilization
 
@@ -652,6 +684,8 @@ def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | Non
     row["loss_rel"] = abs(row["loss_delta"]) / max(abs(b_loss), 1e-12)
     row["tolerance"] = tol
     row["parity_ok"] = row["loss_rel"] <= tol
+    row["quietness"] = m.quietness.to_json() if m.quietness is not None else None
+    row["waited_s"] = m.waited_s
     if prev is None:
         row.update(speedup_vs_previous=1.0, speedup_vs_baseline=1.0, verdict="reference", adopted=False,
                    interval=None)
@@ -662,6 +696,10 @@ def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | Non
         row["pairs"] = iv.pairs
         row["prev_times_s"] = pair.prev_times_s
         row["timed_s"] = pair.timed_s
+        if pair.decision is not None:
+            d = pair.decision.to_json()
+            row.update(verdict_reason=d["reason"], busy=d["busy"], blocks=d["blocks"], blocks_kept=d["blocks_kept"],
+                       blocks_dropped=d["blocks_dropped"])
         allowance = noise_allowance_s(pair.prev_times_s, m.step_times_s, prev["step_s"])
     else:  # one timing of each, not interleaved: a point, no interval
         sp = prev["step_s"] / m.step_s
@@ -716,7 +754,8 @@ def explain(name: str, row: dict[str, Any], prev: dict[str, Any] | None, device:
     if v == "adopted":
         s = f"adopted: {iv.text()}, the whole interval above {bar:.2f}×"
     elif v == "inconclusive":
-        s = f"inconclusive: {iv.text()} still straddles {bar:.2f}× when the rung's time budget ended"
+        s = (f"inconclusive: {row['verdict_reason']}" if row.get("verdict_reason") else
+             f"inconclusive: {iv.text()} still straddles {bar:.2f}× when the rung's time budget ended")
     elif row.get("fits_budget") is False:
         s = (f"kept out: {iv.text()}, but its peak ({row['peak_bytes'] / 2**20:,.1f} MiB) is over the memory "
              "budget")
@@ -803,7 +842,7 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
         params = {"preset": tp.name, "model": tp.cfg.name, "global_batch": tp.global_batch, "warmup": tp.warmup,
                   "parity_step": parity_index(tp) + 1, "rung": name, "torch": torch.__version__,
                   "prev_config": None if prev is None else prev["config"], "config": change.config.as_dict(),
-                  "applicable": change.applicable, "waterfall": bool(profile), "method": "interleaved"}
+                  "applicable": change.applicable, "waterfall": bool(profile), "method": "interleaved blocks, watched"}
 
         def one(_p, i=i, name=name, change=change, prev=prev, base=base):
             if not change.applicable and prev is not None:

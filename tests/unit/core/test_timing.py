@@ -138,3 +138,29 @@ def test_a_slow_call_is_not_run_five_times_just_to_estimate_it():
     res = bench(slow, device="cpu", rep_ms=10, warmup_ms=0, min_reps=2)
     assert res.n == 2 and len(calls) == 1 + 1 + 1 + 2, len(calls)
     assert 0.025 < res.median_s < 0.2
+
+
+def test_bench_records_the_machines_quietness_and_shows_it_only_when_disturbed():
+    from perflab.core.quietness import MadeUpLoad, injected
+
+    x = torch.ones(64)
+    # counters of 0.1 ms resolution: however fast this machine runs the bench (at least 5 samples of
+    # 0.2 ms), its window is long enough to tell
+    with injected(MadeUpLoad(0.0, tick_s=1e-4)):
+        calm = timing.bench(lambda: x.add_(1), warmup_ms=1, rep_ms=60, device="cpu", label="add")
+    assert calm.quietness.quiet
+    assert "disturbed" not in str(calm) and "disturbed" not in str(calm.readout())
+    with injected(MadeUpLoad(0.6, tick_s=1e-4)):
+        busy = timing.bench(lambda: x.add_(1), warmup_ms=1, rep_ms=60, device="cpu", label="add")
+    assert busy.quietness.disturbed and busy.quietness.share == pytest.approx(0.6)
+    line = "disturbed: other programs used 60 % of"
+    assert line in str(busy) and any(n.startswith(line) for n in busy.readout().notes)
+    d = busy.as_dict()
+    assert d["quietness"]["verdict"] == "disturbed" and d["quietness"]["share"] == pytest.approx(0.6)
+    assert d["waited_s"] >= 0.0 and busy.waited_s == d["waited_s"]
+
+
+def test_a_result_built_by_hand_has_unknown_quietness_not_quiet():
+    r = BenchResult([1.0, 2.0])
+    assert r.quietness.verdict == "unknown" and r.as_dict()["quietness"]["verdict"] == "unknown"
+    assert r.disturbed_note() is None
