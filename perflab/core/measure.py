@@ -84,7 +84,13 @@ class MatmulResult(ReadoutMixin):
             ("timed samples", num(self.n_reps)),
             ("peak", peak),
             ("error vs float64", num(self.rel_error, 2)),
-        ], [spread_note(self.spread)])
+        ], [spread_note(self.spread)] + self._busy_note())
+
+    def _busy_note(self) -> list[str]:
+        """One line when the machine was busy while this matmul was timed (its rate is then not this
+        device's): the bench's quietness, `perflab.core.quietness`."""
+        q = getattr(self.bench, "quietness", None)
+        return [f"{q.line()}: this rate may be the neighbours', not the device's"] if q is not None and q.disturbed else []
 
 
 def validate_matmul(m: int, n: int, k: int, dtype: str | DType, device: torch.device) -> tuple[int, int, int, DType]:
