@@ -266,7 +266,8 @@ def sweep_matmul(points: list[dict], device: torch.device | str | None = None, *
                  rep_ms: float = 100, warmup_ms: float = 25, progress: bool = True):
     """Measure matmuls at `points` ({m, n, k, dtype} each) as a resumable sweep (see perflab.core.results).
 
-    Each row gets median_s, tflops, peak_tflops, peak_fraction, intensity (FLOPs/byte) and rel_error.
+    Each row gets median_s, tflops, peak_tflops, peak_fraction, intensity (FLOPs/byte), rel_error, its
+    relative spread and the machine's quietness while it was timed (`perflab.core.quietness`).
     """
     from perflab.core.results import run_sweep
     from perflab.core.roofline import matmul_intensity
@@ -276,9 +277,11 @@ def sweep_matmul(points: list[dict], device: torch.device | str | None = None, *
     def one(p):
         r = measure_matmul(p["m"], p["n"], p["k"], p.get("dtype", "fp32"), dev, rep_ms=rep_ms, warmup_ms=warmup_ms)
         itemsize = parse_dtype(r.dtype).itemsize
+        q = getattr(r.bench, "quietness", None)
         return {"median_s": r.median_s, "tflops": r.tflops, "peak_tflops": r.peak_tflops,
                 "peak_fraction": r.peak_fraction, "rel_error": r.rel_error, "iqr_s": r.iqr_s,
-                "intensity": matmul_intensity(r.m, r.n, r.k, itemsize)}
+                "intensity": matmul_intensity(r.m, r.n, r.k, itemsize), "spread": r.spread,
+                "quietness": q.to_json() if q is not None else None}
 
     return run_sweep(name, points, one, device_slug=describe(dev).slug, progress=progress)
 
