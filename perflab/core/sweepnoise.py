@@ -6,13 +6,14 @@ slowed, or the reverse, and that single point then "wins" the sweep. The rule he
 
 * **noise** σ (relative): 1.4826 × the median absolute log-deviation of each point from the median of
   its `NEIGHBOURS` nearest points on each side (a robust spread of the sweep around its own smooth
-  trend, which one spike cannot move), and never less than the points' own timing spread (median of
+  trend, which one spike cannot move; only with `MIN_POINTS` points or more, since in a shorter
+  sweep that scatter is the curve's own shape), and never less than the points' own timing spread (median of
   IQR / median / 1.349 over the points, where the timer reports it) nor `MIN_NOISE`.
 * **outlier**: a point whose log-deviation from its neighbours is more than `K` σ. An outlier is
   measured again (up to `retries` times) before it can win. Its value is then the median of all its
-  measurements. Still an outlier and its own measurements disagree by more than `K` σ: **unstable**,
-  it cannot win. Still an outlier but its measurements agree: **confirmed**, a real step (an aligned
-  width is faster than its neighbours), it may win.
+  measurements. Still an outlier and most of its measurements lie within `K` σ of that median:
+  **confirmed**, a real step (an aligned width is faster than its neighbours), it may win; otherwise
+  (or measured only once) **unstable**, it cannot win.
 * **disturbed**: a measurement during which other programs used the machine (its quietness,
   `perflab.core.quietness`) is measured again within the same budget; a point whose measurements
   were all disturbed is marked disturbed, and a disturbed winner or baseline makes the decision
@@ -36,11 +37,12 @@ from typing import Any
 NEIGHBOURS = 2  # points on each side a point is compared with
 K = 3.0  # deviations beyond K·σ are outliers; a winner must beat the baseline by K·σ·√2
 MIN_NOISE = 0.01  # 1 %: no timing on a shared machine is steadier than this
+MIN_POINTS = 8  # fewer points: their scatter around their neighbours is the curve's own shape, not noise
 MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal
 IQR_TO_SIGMA = 1.349  # interquartile range → standard deviation of a normal
 
-RULE = (f"noise σ = {MAD_TO_SIGMA} × median |ln(point / median of its {NEIGHBOURS} neighbours each side)|, at least "
-        f"the points' own timing spread (IQR/1.349) and {MIN_NOISE:.0%}; a point more than {K:g} σ from its "
+RULE = (f"noise σ = {MAD_TO_SIGMA} × median |ln(point / median of its {NEIGHBOURS} neighbours each side)| (with "
+        f"{MIN_POINTS} points or more), at least the points' own timing spread (IQR/1.349) and {MIN_NOISE:.0%}; a point more than {K:g} σ from its "
         f"neighbours is measured again before it can win; a winner must beat the baseline by more than "
         f"{K:g}·σ·√2")
 
@@ -127,7 +129,7 @@ def deviations(values: Sequence[float], neighbours: int = NEIGHBOURS) -> list[fl
 def noise(values: Sequence[float], spreads: Sequence[float | None] = (), neighbours: int = NEIGHBOURS) -> float:
     """The sweep's relative noise σ (see the module docstring)."""
     dev = deviations(values, neighbours)
-    mad = MAD_TO_SIGMA * statistics.median(abs(d) for d in dev) if len(dev) >= 3 else 0.0
+    mad = MAD_TO_SIGMA * statistics.median(abs(d) for d in dev) if len(dev) >= MIN_POINTS else 0.0
     own = [s / IQR_TO_SIGMA for s in spreads if s is not None and math.isfinite(s) and s >= 0]
     return max(mad, statistics.median(own) if own else 0.0, MIN_NOISE)
 
@@ -227,16 +229,17 @@ def settle(keys: Sequence[Hashable], first: Mapping[Hashable, Sequence[Measured]
     values = [p.value for p in pts]
     sigma = noise(values, [p.measurements[0].spread for p in pts], neighbours)
     if measure is not None:
-        for i in outliers(values, sigma, neighbours):
-            while extra[pts[i].key] < retries:
-                again(pts[i])
-    values = [p.value for p in pts]
+        for _ in range(2):  # a point can become an outlier once a spike beside it is measured again
+            for i in outliers(values, sigma, neighbours):
+                while extra[pts[i].key] < retries:
+                    again(pts[i])
+            values = [p.value for p in pts]
     for p, d in zip(pts, deviations(values, neighbours), strict=True):
         p.deviation = d
         if abs(d) > K * sigma:
             vs = [m.value for m in p._used]
-            agree = len(vs) > 1 and math.log(max(vs) / min(vs)) <= K * sigma
-            p.status = "confirmed" if agree else "unstable"
+            near = sum(abs(math.log(v / p.value)) <= K * sigma for v in vs)
+            p.status = "confirmed" if len(vs) > 1 and near * 2 > len(vs) else "unstable"
     s = Settled(pts, sigma, done)
     bad = [p for p in pts if p.status == "unstable"]
     if bad:
