@@ -24,7 +24,7 @@ def register(sub) -> None:
                    help="how --fault comm starts its 2 gloo ranks (default torchrun)")
     p.add_argument("--json", action="store_true",
                    help='print JSON: {"step_s", "device_busy", "causes": [{"cause", "seconds", "share", "evidence"}], "trace_file", '
-                        '"steps", "step_source", "per_step"} (a list of them for a folder of traces)')
+                        '"steps", "step_source", "per_step", "step_times_s", "top_by_step", "stable", "ops_s"} (a list of them for a folder of traces)')
     p.set_defaults(func=run)
 
 
