@@ -290,7 +290,14 @@ def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypat
 
 def test_a_ceiling_measured_on_a_busy_machine_is_used_named_and_not_stored(timed):
     timed["q"] = {"verdict": "disturbed", "share": 0.48, "cause": "other programs used 48 % of 2 cores"}
-    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=_watch(timed))
+    seen = []
+
+    def counting(device):
+        seen.append(device)
+        return _watch(timed)(device)
+
+    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=counting)
+    assert len(seen) == mfu.CEILING_ATTEMPTS  # measured again while the machine stayed busy
     assert b.version is None and not b.stored
     assert "not stored: measured while the machine was busy (other programs used 48 % of 2 cores)" in b.label()
     slug = __import__("perflab.core.device", fromlist=["x"]).describe(CPU).slug
