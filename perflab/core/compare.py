@@ -95,14 +95,19 @@ def host_sync_timings(n: int = 1024, device: Any = None, reps: int = 20) -> Host
     import torch
 
     from perflab.core.device import pick_device, synchronize
-    from perflab.core.measure import make_matmul
     from perflab.core.sweepnoise import bench_quietness, watching
     from perflab.core.timing import bench
     from perflab.core.validate import positive_int
 
     dev = torch.device(device) if device is not None else pick_device()
     n, reps = positive_int("n", n), positive_int("reps", reps, maximum=10_000)
-    fn, _, _ = make_matmul(n, n, n, "fp32", dev)
+    g = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(n, n, device=dev, generator=g)
+    b = torch.randn(n, n, device=dev, generator=g)
+
+    def fn():
+        return a @ b
+
     with watching(dev) as w:
         r = bench(fn, device=dev, rep_ms=50)  # also warms up caches and thread pools
         synchronize(dev)
