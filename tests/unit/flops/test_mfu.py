@@ -354,3 +354,30 @@ def test_no_utilization_above_100_percent_is_ever_reported():
     assert u.mfu is None and u.hfu is None and u.suspect and "ceiling is suspect" in u.suspect
     assert u.text().startswith("not shown: the step ran at") and "%" not in u.text("hfu").split("(")[0]
     assert "ceiling is suspect" in u.basis_label() and u.as_dict()["mfu"] is None
+
+
+def test_an_unknown_device_never_borrows_a_peak(timed, monkeypatch):
+    """A CPU (or any device missing from the hardware table) gets 'peak unknown' and its own measured
+    ceiling, never another device's spec peak, even where a CPU peak is estimated."""
+    for dt in ("fp32", "bf16"):
+        b = mfu.mfu_basis(CPU, dt, (8, 8, 8), watch=_watch(timed))
+        assert b.kind == "measured ceiling" and b.dtype == dt
+        u = utilization(1.0, {dt: 1e6}, {dt: b})
+        assert u.basis_label().startswith("peak unknown") and not u.spec
+
+
+def test_unknown_peak_uses_the_measured_ceiling_for_the_dtype_that_ran(timed, monkeypatch):
+    import perflab.core.measure as M
+
+    asked = []
+
+    def measure_matmul(m, n, k, dtype, *a, **kw):
+        asked.append(dtype)
+        return SimpleNamespace(min_s=1e-3, n_reps=5)
+
+    monkeypatch.setattr(M, "measure_matmul", measure_matmul)
+    bases = mfu.bases_for(CPU, ["bf16"], (8, 8, 8), watch=_watch(timed))
+    assert asked == ["bf16"] and bases["bf16"].tflops == pytest.approx(2 * 8**3 / 1e-3 / 1e12)
+    u = utilization(0.5, {"bf16": 1e3}, bases, {"bf16": 1.2e3})
+    assert u.mfu == pytest.approx(1e3 / (bases["bf16"].tflops * 1e12) / 0.5)
+    assert u.hfu == pytest.approx(1.2 * u.mfu)
