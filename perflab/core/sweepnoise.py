@@ -149,14 +149,14 @@ class Point:
     deviation: float = 0.0
 
     @property
-    def _used(self) -> list[Measured]:
+    def used(self) -> list[Measured]:
         quiet = [m for m in self.measurements if m.verdict != "disturbed"]
         return quiet or self.measurements
 
     @property
     def value(self) -> float:
         """Median of the measurements that were not disturbed (of all, when every one was)."""
-        return statistics.median(m.value for m in self._used)
+        return statistics.median(m.value for m in self.used)
 
     @property
     def disturbed(self) -> bool:
@@ -165,7 +165,7 @@ class Point:
     @property
     def quietness(self) -> Any:
         """The quietness of the measurement that best represents the point (a quiet one when there is one)."""
-        ms = sorted(self._used, key=lambda m: abs(m.value - self.value))
+        ms = sorted(self.used, key=lambda m: abs(m.value - self.value))
         return ms[0].quietness if ms else None
 
     @property
@@ -237,7 +237,7 @@ def settle(keys: Sequence[Hashable], first: Mapping[Hashable, Sequence[Measured]
     for p, d in zip(pts, deviations(values, neighbours), strict=True):
         p.deviation = d
         if abs(d) > K * sigma:
-            vs = [m.value for m in p._used]
+            vs = [m.value for m in p.used]
             near = sum(abs(math.log(v / p.value)) <= K * sigma for v in vs)
             p.status = "confirmed" if len(vs) > 1 and near * 2 > len(vs) else "unstable"
     s = Settled(pts, sigma, done)

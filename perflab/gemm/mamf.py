@@ -359,7 +359,7 @@ def _confirmed_best(candidates, rows, scores, key: str, stat: str, measure_fn, f
         ms += [Measured(float(r[key]), r.get("spread"), r.get("quietness")) for r in res.rows
                if r.get("status") == "ok" and r.get(key) is not None]
         pt = Point(idx, ms)
-        vals = [m.value for m in pt._used]
+        vals = [m.value for m in pt.used]
         if len(vals) > 1 and min(vals) > 0 and math.log(max(vals) / min(vals)) <= K * sigma:
             return record(idx, pt, True)
     return record(candidates[0], None, False)
