@@ -150,6 +150,7 @@ class Point:
 
     @property
     def used(self) -> list[Measured]:
+        """The measurements the point's value is taken from: those not disturbed (all, when every one was)."""
         quiet = [m for m in self.measurements if m.verdict != "disturbed"]
         return quiet or self.measurements
 
