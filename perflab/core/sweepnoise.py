@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,10 +68,10 @@ def quietness_json(q: Any) -> dict[str, Any] | None:
     """A Quietness (or its dict) as JSON, or None."""
     if q is None:
         return None
-    if isinstance(q, Mapping):
-        return dict(q)
-    to_json = getattr(q, "to_json", None)
-    return dict(to_json()) if callable(to_json) else {"verdict": verdict_of(q), "cause": cause_of(q)}
+    d = q if isinstance(q, Mapping) else (q.to_json() if callable(getattr(q, "to_json", None)) else None)
+    if isinstance(d, Mapping):
+        return {str(k): v for k, v in d.items()}
+    return {"verdict": verdict_of(q), "cause": cause_of(q)}
 
 
 class _Unwatched:
@@ -143,7 +143,7 @@ def outliers(values: Sequence[float], sigma: float, neighbours: int = NEIGHBOURS
 
 @dataclass
 class Point:
-    key: Hashable
+    key: Any  # the swept parameter (a width, a size, a shape)
     measurements: list[Measured]
     status: str = "ok"  # 'ok', 'confirmed' (a real outlier), 'unstable' (a spike that would not repeat)
     deviation: float = 0.0
@@ -188,13 +188,13 @@ class Settled:
     rule: str = RULE
     notes: list[str] = field(default_factory=list)
 
-    def point(self, key: Hashable) -> Point:
+    def point(self, key: Any) -> Point:
         for p in self.points:
             if p.key == key:
                 return p
         raise KeyError(key)
 
-    def best(self, keys: Sequence[Hashable] | None = None) -> Point | None:
+    def best(self, keys: Sequence[Any] | None = None) -> Point | None:
         """The highest eligible point (among `keys`, when given); ties go to the first."""
         pool = [p for p in self.points if p.eligible and (keys is None or p.key in keys)]
         return max(pool, key=lambda p: p.value, default=None)
@@ -204,8 +204,8 @@ class Settled:
                 "outliers": [p.key for p in self.points if p.status != "ok"], "notes": list(self.notes)}
 
 
-def settle(keys: Sequence[Hashable], first: Mapping[Hashable, Sequence[Measured]],
-           measure: Callable[[Hashable, int], Measured] | None = None, *, retries: int = 2,
+def settle(keys: Sequence[Any], first: Mapping[Any, Sequence[Measured]],
+           measure: Callable[[Any, int], Measured] | None = None, *, retries: int = 2,
            neighbours: int = NEIGHBOURS) -> Settled:
     """The sweep's points, ordered by `keys`, after the outlier and quietness rules (module docstring).
 

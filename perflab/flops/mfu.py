@@ -509,15 +509,16 @@ def measured_basis(device, dtype: str, shape: tuple[int, int, int] | None = None
     dev = torch.device(device) if device is not None else None
     info = describe(dev)
     peaks = peaks_for(info)
-    shape = tuple(shape) if shape is not None else ceiling_shape(dev)  # type: ignore[assignment]
+    shp: tuple[int, int, int] = (int(shape[0]), int(shape[1]), int(shape[2])) if shape is not None \
+        else ceiling_shape(dev)
     doc = stored_ceilings(info.slug)
-    key = ceiling_key(dtype, shape)
+    key = ceiling_key(dtype, shp)
     versions = doc.get(key, [])
     if versions and not remeasure:
         return _from_record(versions[-1], versions[-2] if len(versions) > 1 else None)
     from perflab.core import measure as M
 
-    m, n, k = shape
+    m, n, k = shp
     for _ in range(CEILING_ATTEMPTS):  # a disturbed measurement is taken again, within this budget
         with (watch or watching)(dev if dev is not None else "cpu") as w:
             r = M.measure_matmul(m, n, k, "fp32" if dtype == "tf32" and (dev is None or dev.type != "cuda") else dtype,
@@ -541,8 +542,8 @@ def measured_basis(device, dtype: str, shape: tuple[int, int, int] | None = None
         if prev is not None and remeasure:  # the stored ceiling stays the basis; the new figure is named
             return _from_record(prev, versions[-2] if len(versions) > 1 else None,
                                 f"a re-measure gave {tflops * 1e3:.4g} GFLOP/s ({date}): {problem}")
-        return Basis(tflops, "measured ceiling", dtype, what, date, shape, None, problem, None, "fastest call", q)
-    rec = {"version": len(versions) + 1, "tflops": tflops, "date": date, "shape": list(shape), "dtype": dtype,
+        return Basis(tflops, "measured ceiling", dtype, what, date, shp, None, problem, None, "fastest call", q)
+    rec = {"version": len(versions) + 1, "tflops": tflops, "date": date, "shape": list(shp), "dtype": dtype,
            "what": what, "statistic": "fastest call", "quietness": q, "torch": torch.__version__, "device": info.name}
     doc[key] = [*versions, rec]
     path = _ceilings_path(info.slug)

@@ -144,7 +144,7 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
     peaks = peaks_for(info)
     peak = peaks.get(dt.name)
     if ceiling is True:  # the one rule every MFU shares (perflab.flops.mfu), at the step's size when asked
-        ceil = measured_basis(dev, dt.name, (ceiling_size,) * 3 if ceiling_size else None)
+        ceil = measured_basis(dev, dt.name, (ceiling_size, ceiling_size, ceiling_size) if ceiling_size else None)
     elif ceiling:
         ceil = Basis(float(ceiling), "given peak", dt.name, "measured ceiling (given)")
     else:

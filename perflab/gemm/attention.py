@@ -114,10 +114,10 @@ def measure_sdpa(b: int, a: int, s: int, d: int, dtype: str = "bf16", device=Non
         r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
                   label=f"sdpa b={b} a={a} s={s} d={d}")
     flops = sdpa_flops(b, a, s, d, causal)
-    q = getattr(r, "quietness", None)
+    quiet = getattr(r, "quietness", None)
     return {"seconds": r.median_s, "tflops": flops / r.median_s / 1e12, "flops": flops, "iqr_s": r.iqr_s,
             "spread": r.iqr_s / r.median_s, "n_reps": r.n, "rel_error": rel,
-            "quietness": q.to_json() if q is not None else None}
+            "quietness": quiet.to_json() if quiet is not None else None}
 
 
 def sweep_head_size(h: int, *, b: int, s: int, dtype: str = "bf16", device=None, splits=None, causal: bool = False,
@@ -184,16 +184,17 @@ def fastest_head_size(result, *, device=None, warmup_ms: float = 10, rep_ms: flo
                           st.sigma)
     others = [p for p in st.points if p.key != best.key and p.eligible]
     runner_up = max(others, key=lambda p: p.value, default=None)
+    best_d = int(best.key)
     head = f"fastest: d = {best.key} at {best.value:.4g} TFLOP/s"
     if runner_up is None:
-        return HeadWinner(int(best.key), best.value, head, False, st.sigma)
+        return HeadWinner(best_d, best.value, head, False, st.sigma)
     dec = decide(best, runner_up, st.sigma, f"d = {best.key}")
     if dec.kind == "inconclusive":
-        return HeadWinner(int(best.key), best.value, f"{head}; {dec.text}", False, st.sigma)
+        return HeadWinner(best_d, best.value, f"{head}; {dec.text}", False, st.sigma)
     vs = f"the next fastest, d = {runner_up.key} ({runner_up.value:.4g} TFLOP/s)"
     if dec.kind == "choose":
-        return HeadWinner(int(best.key), best.value, f"{head}, {dec.speedup:.2f}× {vs}: beyond the noise", True,
+        return HeadWinner(best_d, best.value, f"{head}, {dec.speedup:.2f}× {vs}: beyond the noise", True,
                           st.sigma)
-    return HeadWinner(int(best.key), best.value,
+    return HeadWinner(best_d, best.value,
                       f"{head}, but only {dec.speedup:.2f}× {vs}: within the noise (a real gap needs > "
                       f"{dec.margin:.2f}×), so the sweep cannot tell them apart", False, st.sigma)

@@ -319,11 +319,13 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
     base = baseline_width(h)
     if base not in ws:
         ws = sorted([*ws, base])
+    measure_fn: Callable[[dict[str, Any]], dict[str, Any]]
     if measure is None:
         make_mlp_gemms(tokens, h, max(ws), dt.name, dev)  # the widest must fit before anything runs
 
-        def measure_fn(p: dict[str, Any]) -> dict[str, Any]:
+        def _measure_width(p: dict[str, Any]) -> dict[str, Any]:
             return measure_width(p["tokens"], p["h"], p["d_ff"], p["dtype"], dev, warmup_ms=warmup_ms, rep_ms=rep_ms)
+        measure_fn = _measure_width
     else:
         measure_fn = measure
     info = describe(dev)
@@ -389,8 +391,7 @@ def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res,
     df["ratio"] = df["d_ff"] / h
     df["multiple_of"] = [largest_pow2_divisor(int(w)) for w in df["d_ff"]]
     df["is_baseline"] = df["d_ff"] == base
-    base_rows = df[df["is_baseline"]]
-    base_t = float(base_rows["tflops"].iloc[0]) if len(base_rows) else float("nan")
+    base_t = next((p.value for p in settled.points if int(p.key) == base), float("nan"))
     df["speedup_vs_baseline"] = df["tflops"] / base_t
     df["rank_time"] = df["seconds"].rank(method="min").astype(int)
     df = df.sort_values(["tflops", "d_ff"], ascending=[False, True]).reset_index(drop=True)
