@@ -8,7 +8,7 @@ LAB_PORT ?= 8888
 # Jupyter refuses to start as root (common in GPU containers) unless told; the token still guards it.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-all suite-budget test-fast test-browser test-gpu coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
+.PHONY: setup lab test test-all suite-budget test-fast test-browser test-gpu bench-trust coverage gpu-table lint clean-notebooks check-clean clean wheelhouse site release
 
 # perflab's extras (pyproject.toml) each target needs: the lessons need `course`, and `kernels` (Triton,
 # where its wheels exist) for lesson 04's compiled tiles and lesson 10's fused kernel
@@ -54,6 +54,12 @@ test-all: setup
 # The last run held against the suite's time budget (tools/suite_budget.py): exits 1 when over it.
 suite-budget:
 	$(PYTHON) tools/suite_budget.py
+
+# The real-machine check of the ladder's verdicts (tools/bench_trust.py): the same rung measured twice,
+# A/A and A/B, each with the machine's quietness (and, on a GPU, the real-timing comparisons the GPU
+# tests no longer assert). A benchmark that reports; it exits 0 unless it crashes.
+bench-trust: setup
+	$(PY) tools/bench_trust.py
 
 # Every lesson driven in a real browser (make test drives the most-used ones; tests/notebooks/test_browser.py)
 test-browser: setup

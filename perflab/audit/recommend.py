@@ -7,7 +7,10 @@ torch.compile on *launch* overhead and *compute*; DataLoader workers on *data_wa
 that part are the most a rung can save; rungs are ordered by them. A rung is measured, with --try,
 as lesson 11 measures it: the same starting weights and batches, a few steps each, the loss after
 each step compared with the unchanged step's within the dtype's tolerance; it is kept only when
-parity holds and the step is faster by more than 2 % (less is timing noise).
+parity holds and the step is faster by more than 2 % (less is timing noise). Every timed run is
+watched (`perflab.core.quietness`): when other programs disturbed the rung's run or the run it is
+compared with, the row says "inconclusive: the machine was busy (…)" instead of keeping or not
+keeping it, and carries that quietness (`verdict`, `quietness`).
 """
 
 from __future__ import annotations
@@ -135,9 +138,12 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
         defaults = {k: v for k, v in opt.defaults.items() if k in takes and k not in ("fused", "foreach", "differentiable")}
         return type(opt)(model.parameters(), **defaults, **kw)
 
+    from perflab.core.quietness import Quietness, watch
+
     say = progress or (lambda _m: None)
     say("try: the unchanged step")
-    base_losses, base_s = _timed_losses(model, fresh_opt(), batches, loss_fn, device)
+    with watch(device) as w_base:
+        base_losses, base_s = _timed_losses(model, fresh_opt(), batches, loss_fn, device)
     for row in rows:
         name = row["rung"]
         if name not in TRIABLE:
@@ -162,12 +168,15 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
                 fetch = _worker_fetch(target.batches)
             o = fresh_opt(**kw)
             lf = loss_fn if m_model is model else (lambda _m, b, mm=m_model: loss_fn(mm, b))
-            losses, s = _timed_losses(m_model, o, batches, lf, device, autocast_dtype, fetch,
-                                      warmup=3 if name == "compile" else 1)
-            ref_losses, ref_s = base_losses, base_s
+            with watch(device) as w:
+                losses, s = _timed_losses(m_model, o, batches, lf, device, autocast_dtype, fetch,
+                                          warmup=3 if name == "compile" else 1)
+            ref_losses, ref_s, ref_q = base_losses, base_s, w_base.result
             if name == "loader":  # against the same step reading its data in the loop, as the learner's does
-                ref_losses, ref_s = _timed_losses(model, fresh_opt(), batches, loss_fn, device,
-                                                  fetch=_in_loop_fetch(target.batches))
+                with watch(device) as w_ref:
+                    ref_losses, ref_s = _timed_losses(model, fresh_opt(), batches, loss_fn, device,
+                                                      fetch=_in_loop_fetch(target.batches))
+                ref_q = w_ref.result
         except Exception as e:  # noqa: BLE001 - a rung that cannot run on this step is reported, not fatal
             row["why"] += f"; --try could not run it: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
             continue
@@ -180,10 +189,15 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
         ok = all(abs(a - b) <= tol * max(abs(b), 1e-12) for a, b in zip(losses, ref_losses)) if sequential else None
         row["measured_speedup"] = ref_s / s if s > 0 else None
         row["parity_ok"] = ok
+        q = Quietness.combine([ref_q, w.result])
+        row["quietness"] = q.to_json()
         kept = ok is not False and row["measured_speedup"] is not None and row["measured_speedup"] > 1 + NOISE
+        busy = q.disturbed and ok is not False  # a broken parity needs no timing to be refused
+        row["verdict"] = "inconclusive" if busy else ("keep it" if kept else "not kept")
         row["why"] += f"; tried: {row['measured_speedup']:.3g}× the step, " + (
             "loss parity held" if ok else ("loss parity not checked (shuffled data)" if ok is None else
-                                           f"loss parity FAILED (tolerance {tol:g})")) + ("; keep it" if kept else "; not kept")
+                                           f"loss parity FAILED (tolerance {tol:g})")) + (
+            f"; inconclusive: the machine was busy ({q.cause})" if busy else ("; keep it" if kept else "; not kept"))
     model.load_state_dict(init_state)
 
 

@@ -5,10 +5,10 @@
 
 Thirty learners on one GPU box, each dragging a slider, would otherwise time their kernels at the
 same moment and each see a fraction of the device without knowing it. Every real measurement
-(`perflab.core.timing.bench`, the timed training steps of `perflab.workload.train.StepRunner.run`,
-and jobs started by `perflab.distributed.torchrun.launch`) holds the lock of the device it measures;
-predictions never take it. Timings that use their own clock elsewhere (a DataLoader's waits, a
-profiler's trace) do not take it yet.
+(`perflab.core.timing.bench`, the timed training steps of `perflab.workload.train.StepRunner.run` and
+of the ladder, a DataLoader's timed loop, a profiled run, and jobs started by
+`perflab.distributed.torchrun.launch`) holds the lock of the device it measures; predictions never
+take it.
 
 * The lock is `fcntl.flock` on a file in a shared folder: `PERFLAB_LOCK_DIR`, by default
   `<system temp folder>/perflab-locks`, created with mode 1777 (like /tmp: every user may create
@@ -21,7 +21,15 @@ profiler's trace) do not take it yet.
   CUDA_VISIBLE_DEVICES number the same GPU differently still share one lock.
 * Re-entrant: a measurement inside a measurement (a bench inside a locked torchrun job, or its
   ranks, which inherit `PERFLAB_LOCK_HELD`) does not wait for itself.
-* While it waits, a readout says so: "waiting for cuda:0: another measurement is running, 3 s".
+* While it waits, a readout says so, one line per message: "waiting for cuda:0: another learner's
+  measurement is running, 3 s", then "waited 7 s for cuda:0: …; measuring now" and, when the turn
+  ends, "cuda:0: waited 7 s for the device, measured 3.2 s". `turns()` adds up both over the process,
+  and `turns_line()` says it in one line: time spent waiting, apart from time spent measuring.
+* Another user's measurement is only ever "another learner's measurement": the shared lock file
+  records the holder's numeric uid, pid and start time, nothing else, and the text shown is built
+  from fixed words unless the holder is the reader's own uid. Then the label (what is measured)
+  comes from a file only that user can read (`<lock>.<uid>.mine`, mode 0600), so a learner sees
+  "your own measurement (pid 1234: matmul 1024³)" and never anyone else's user name, command or model.
 * `PERFLAB_LOCK=off` turns it off (a box with one user, or measurements meant to collide).
 
 What it cannot do: it gives turns, not isolation. Something that does not go through perflab
@@ -32,7 +40,6 @@ the others wait. Separate GPUs, or MIG slices of one GPU, give isolation.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
 import re
@@ -48,6 +55,7 @@ from perflab.core.errors import PerflabError
 HELD_ENV = "PERFLAB_LOCK_HELD"  # set while this process holds a lock; its children skip locking
 POLL_S = 0.05
 FIRST_NOTE_S = 1.0  # a wait shorter than this says nothing
+NOTE_EVERY_S = 10.0  # while waiting, a line every this many seconds
 
 
 class LockTimeout(PerflabError):
@@ -113,15 +121,82 @@ def _open(path: Path) -> int:
     raise PerflabError(f"cannot open the lock file {path}: set PERFLAB_LOCK_DIR to a folder every user can write")
 
 
+def _uid() -> int | None:
+    getuid = getattr(os, "getuid", None)
+    return getuid() if getuid is not None else None
+
+
+def _mine(path: Path) -> Path:
+    """The holder's private note of what it measures, readable by its own user only."""
+    return path.with_name(f"{path.name}.{_uid()}.mine")
+
+
+def _write_mine(path: Path, label: str) -> None:
+    note = _mine(path)
+    with contextlib.suppress(OSError):
+        fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            if os.fstat(fd).st_uid == _uid():  # never write into a file someone else planted
+                os.write(fd, json.dumps({"pid": os.getpid(), "label": label}).encode())
+        finally:
+            os.close(fd)
+
+
+def _read_mine(path: Path, pid: object) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        fd = os.open(_mine(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            if os.fstat(fd).st_uid != _uid():
+                return ""
+            info = json.loads(os.read(fd, 4096) or b"{}")
+        finally:
+            os.close(fd)
+        if isinstance(info, dict) and info.get("pid") == pid and isinstance(info.get("label"), str):
+            return info["label"][:120]
+    return ""
+
+
 def holder(path: Path) -> str:
-    """Who holds the lock, as its holder wrote it ('alice, pid 1234: matmul 1024³'), or ''."""
+    """Who holds the lock, as this user may be told: "your own measurement (pid 1234: matmul 1024³)"
+    when the holder runs as this user, else "another learner's measurement" (never their name, command
+    or model: the shared file does not even hold them), "another measurement" when unknown."""
     try:
         info = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
+        return "another measurement"
+    if not isinstance(info, dict) or "uid" not in info:
+        return "another measurement"
+    if info.get("uid") != _uid() or _uid() is None:
+        return "another learner's measurement"
+    pid = info.get("pid")
+    pid_text = f"pid {int(pid)}" if isinstance(pid, int) else "another process"
+    label = _read_mine(path, pid)
+    return f"your own measurement ({pid_text}{': ' + label if label else ''})"
+
+
+_turns = {"waited_s": 0.0, "measured_s": 0.0, "turns": 0}
+
+
+def turns() -> dict[str, float]:
+    """Seconds this process spent waiting for devices' locks and holding them (measuring), and how
+    many turns it took, since it started (outermost locks only)."""
+    return dict(_turns)
+
+
+def turns_line(since: dict[str, float] | None = None) -> str:
+    """'waited 28 s for the device, measured 41 s' since `since` (a `turns()` taken before), or ''
+    when nothing waited."""
+    now = turns()
+    base = since or {"waited_s": 0.0, "measured_s": 0.0, "turns": 0}
+    waited = now["waited_s"] - base["waited_s"]
+    measured = now["measured_s"] - base["measured_s"]
+    if waited < FIRST_NOTE_S:
         return ""
-    parts = [str(info[k]) for k in ("user",) if info.get(k)] + ([f"pid {info['pid']}"] if info.get("pid") else [])
-    what = f": {info['label']}" if info.get("label") else ""
-    return ", ".join(parts) + what if parts else ""
+    return f"waited {_secs(waited)} for the device, measured {_secs(measured)}"
+
+
+def _secs(s: float) -> str:
+    return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
 
 
 def _in_kernel() -> bool:
@@ -136,21 +211,19 @@ def _in_kernel() -> bool:
 
 
 def _say_default() -> Callable[[str, bool], None]:
-    """Where the waiting readout goes: the notebook's output (stdout, redrawn with \\r) in a kernel,
-    stderr elsewhere (so that `--json` output stays clean)."""
-    in_kernel = _in_kernel()
-    stream = sys.stdout if in_kernel else sys.stderr
-    redraw = in_kernel or stream.isatty()
-    last = [0.0]
+    """Where the waiting readout goes: the notebook's output (stdout) in a kernel, stderr elsewhere
+    (so that `--json` output stays clean). Every message is a line of its own, never redrawn over an
+    earlier one (a shorter line drawn over a longer one leaves the longer one's end behind); while
+    waiting, one line at the first second and then one every `NOTE_EVERY_S` seconds."""
+    stream = sys.stdout if _in_kernel() else sys.stderr
+    last = [-1e9]
 
     def say(text: str, final: bool) -> None:
         now = time.monotonic()
-        if redraw:
-            stream.write("\r" + text + ("\n" if final else ""))
-        elif final or now - last[0] >= 10:
-            stream.write(text + "\n")
+        if final or now - last[0] >= NOTE_EVERY_S:
+            stream.write(text.replace("\r", " ").replace("\n", " ") + "\n")
             last[0] = now
-        stream.flush()
+            stream.flush()
 
     return say
 
@@ -208,38 +281,42 @@ def device_lock(device: object = "cpu", *, label: str = "", timeout: float | Non
                 pass
             waited = time.monotonic() - t0
             if timeout is not None and waited >= timeout:
-                who = holder(path)
-                raise LockTimeout(f"{name} stayed busy for {waited:.0f} s (another measurement is running"
-                                  f"{': ' + who if who else ''}): try again when it ends")
+                raise LockTimeout(f"{name} stayed busy for {waited:.0f} s ({holder(path)} is running): "
+                                  "try again when it ends")
             if waited >= FIRST_NOTE_S and (not noted or int(waited) != int(waited - POLL_S)):
                 say = say or _say_default()
-                who = holder(path)
-                say(f"waiting for {name}: another measurement is running{' (' + who + ')' if who else ''}, "
-                    f"{waited:.0f} s", False)
+                say(f"waiting for {name}: {holder(path)} is running, {waited:.0f} s", False)
                 noted = True
             time.sleep(POLL_S)
         waited = time.monotonic() - t0
         if noted and say is not None:
-            say(f"waited {waited:.0f} s for {name}: another measurement was running; measuring now", True)
+            say(f"waited {waited:.0f} s for {name}: {holder(path)} was running; measuring now", True)
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "user": _user(), "label": label,
-                                      "since": time.time()}).encode(), 0)
+            os.pwrite(fd, json.dumps({"uid": _uid(), "pid": os.getpid(), "since": time.time()}).encode(), 0)
+        _write_mine(path, label)
         with _guard:
             _held[key] = 1
         before = os.environ.get(HELD_ENV)
         os.environ[HELD_ENV] = f"{os.getpid()}:{key}"
+        t1 = time.monotonic()
         try:
             yield waited
         finally:
+            measured = time.monotonic() - t1
             if before is None:
                 os.environ.pop(HELD_ENV, None)
             else:
                 os.environ[HELD_ENV] = before
             with _guard:
                 _held.pop(key, None)
+                _turns["waited_s"] += waited
+                _turns["measured_s"] += measured
+                _turns["turns"] += 1
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
+            if noted and say is not None:
+                say(f"{name}: waited {_secs(waited)} for the device, measured {_secs(measured)}", True)
     finally:
         os.close(fd)  # closing the descriptor releases the flock
 
@@ -261,10 +338,3 @@ def _warn_once(text: str) -> None:
     if text not in _warned:
         _warned.add(text)
         sys.stderr.write(f"perflab: {text}\n")
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no name for this uid (a container): the pid says enough
-        return ""

@@ -119,7 +119,17 @@ class BenchResult(ReadoutMixin):
             ("spread (IQR / median)", percent(self.spread, 2)),
             ("min", fmt_seconds(self.min_s)),
             ("timed samples", num(self.n) + (f" × {self.calls_per_sample} calls" if self.calls_per_sample > 1 else "")),
+            *self._wait_row(),
         ], [self.disturbed_note(), spread_note(self.spread)])
+
+    def _wait_row(self) -> list[tuple[str, str]]:
+        """'waited for the device: 7.0 s (then measured 0.131 s)', only when the lock made it wait."""
+        from perflab.core.lock import FIRST_NOTE_S
+
+        if self.waited_s < FIRST_NOTE_S:
+            return []
+        return [("waited for the device", f"{fmt_seconds(self.waited_s)} (then measured "
+                                          f"{fmt_seconds(self.quietness.wall_s)})")]
 
     def __str__(self) -> str:
         notes = [n for n in (self.disturbed_note(), spread_note(self.spread)) if n]

@@ -7,6 +7,9 @@
 and the step's wall time. The first step of an epoch includes starting the workers; it is kept
 apart (`first_wait_s`) so the steady-state median is not hidden by it.
 
+Every measured epoch holds the device's lock (`perflab.core.lock`) and is watched for other programs:
+its row carries `quietness` (`perflab.core.quietness`) and `waited_s`, the wait for the lock.
+
 Faults: an exception in a worker comes back as one `LoaderFault` whose message names the worker's
 error and carries the worker's traceback; a worker that returns nothing within `timeout` seconds
 becomes a `LoaderFault` saying it hung. `sweep_workers` records such a point and goes on.
@@ -154,6 +157,8 @@ def measure_loop(*, workers: int, batch: int, batches: int, io_ms: float, transf
     `rounds` (transform rounds per sample) comes from `dataset.calibrate_transform(transform_ms)`
     when not given; pass it to keep a sweep's points on one calibration.
     """
+    from perflab.core.lock import device_lock
+    from perflab.core.quietness import watch
     from perflab.dataloading.dataset import calibrate_transform
 
     if batches < 1:
@@ -162,8 +167,14 @@ def measure_loop(*, workers: int, batch: int, batches: int, io_ms: float, transf
     ds = PipelineDataset(batch * batches, io_s=io_ms / 1e3, rounds=r, **faults)
     loader = make_loader(ds, workers=workers, batch=batch, pin=pin, prefetch_factor=prefetch_factor,
                          persistent=persistent, timeout=timeout if workers else 0.0)
-    out = [run_epoch(loader, step, batches, non_blocking=non_blocking, timeout=timeout, workers=workers)
-           for _ in range(epochs)]
+    out = []
+    # a measurement: its turn on the device, and what else ran meanwhile (the workers count as its own)
+    with device_lock(step.device, label=f"DataLoader loop, {workers} workers") as waited:
+        for _ in range(epochs):
+            with watch(step.device) as w:
+                res = run_epoch(loader, step, batches, non_blocking=non_blocking, timeout=timeout, workers=workers)
+            res.extra.update(quietness=w.result.to_json(), waited_s=waited)
+            out.append(res)
     kept = getattr(loader, "_iterator", None)  # persistent workers: stop them now
     if kept is not None and hasattr(kept, "_shutdown_workers"):
         kept._shutdown_workers()
@@ -192,6 +203,7 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
     import tempfile
     from pathlib import Path
 
+    from perflab.core.lock import device_lock
     from perflab.core.results import run_sweep
     from perflab.dataloading.dataset import calibrate_transform
 
@@ -223,8 +235,9 @@ def sweep_workers(workers_list, *, batch: int, batches: int, io_ms: float, trans
         tmp = tempfile.mkdtemp(prefix="perflab-loader-")
         path = Path(tmp) / "sweep.jsonl"
     try:
-        res = run_sweep("dataloader_workers", [{"workers": int(w)} for w in workers_list], one, path=path,
-                        progress=False)
+        with device_lock(step.device, label="DataLoader sweep"):  # the whole sweep is one turn on the device
+            res = run_sweep("dataloader_workers", [{"workers": int(w)} for w in workers_list], one, path=path,
+                            progress=False)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

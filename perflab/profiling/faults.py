@@ -248,12 +248,27 @@ def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool =
     launcher: for `comm`, 'torchrun' (perflab.distributed's launcher: fresh processes, the way a job
     runs) or 'fork' (two forked copies of this process joined through a FileStore: the same
     ranks and collectives, without starting Python and torch again; what the tests use)."""
+    from perflab.core.lock import device_lock
+    from perflab.core.quietness import watch
     from perflab.workload.models import preset as get_preset
 
     fault = check_fault(fault)
     steps = positive_int("steps", steps, maximum=50)
     cfg = get_preset(preset)
     path = _trace_path(trace_out, fault)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    # a measurement: its turn on the device, and what else ran meanwhile (in `info`)
+    with device_lock(dev, label=f"profiling {cfg.name}") as waited, watch(dev) as w:
+        run = _profile_step(cfg, fault, fixed=fixed, steps=steps, batch=batch, seq=seq, path=path, sizes=sizes,
+                            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
+                            timeout=timeout, threads=threads, launcher=launcher, preset=preset)
+    run.info.update(quietness=w.result.to_json(), waited_s=waited)
+    return run
+
+
+def _profile_step(cfg, fault: str, *, fixed: bool, steps: int, batch: int, seq: int, path: Path, sizes: FaultSizes,
+                  record_shapes: bool, profile_memory: bool, with_stack: bool, timeout: float, threads: int | None,
+                  launcher: str, preset: str) -> ProfileRun:
     if fault == "comm":
         if launcher == "fork":
             return _profile_comm_fork(preset, fixed=fixed, steps=steps, batch=batch, seq=seq, path=path, timeout=timeout)

@@ -110,9 +110,11 @@ def check_result(plan: Sequence[str] | None, result, *, target: float, budget: i
     sp = float(final["speedup_vs_baseline"])
     if sp < target:
         undecided = [r["rung"] for r in result.rows if r.get("verdict") == "inconclusive"]
-        noisy = (f" {', '.join(undecided)} stayed inconclusive (the machine was too noisy to tell within the rung's "
-                 "time budget): run the cell again when the machine is quieter, with "
-                 "`runner.run_ladder(..., fresh=True)` to measure again." if undecided else "")
+        busy = any(r.get("busy") for r in result.rows if r.get("verdict") == "inconclusive")
+        why = ("the machine was busy: other programs used the cores while it was timed" if busy else
+               "the machine was too noisy to tell within the rung's time budget")
+        noisy = (f" {', '.join(undecided)} stayed inconclusive ({why}): run the cell again when the machine is "
+                 "quieter, with `runner.run_ladder(..., fresh=True)` to measure again." if undecided else "")
         raise LabCheckError(f"{name}: your ladder ends {sp:.2f}× faster than the baseline; the target is {target:g}×."
                             + noisy + (table or " Add the rungs that attack the baseline's largest waterfall "
                                                 "categories."))

@@ -622,8 +622,8 @@ class LadderResult:
                         "MFU": _pct(r.get("mfu")), "HFU": _pct(r.get("hfu")), "peak memory": mib(r["peak_bytes"]),
                         "loss Δ vs baseline": f"{r['loss_delta']:+.1e}",
                         f"vs previous ({_conf(self.rows)} interval)": vs_prev,
-                        "vs baseline": f"{r['speedup_vs_baseline']:.2f}×", "verdict": r.get("verdict") or (
-                            "adopted" if r.get("adopted") else "kept out")})
+                        "vs baseline": f"{r['speedup_vs_baseline']:.2f}×", "verdict": (r.get("verdict") or (
+                            "adopted" if r.get("adopted") else "kept out")) + (" (machine busy)" if r.get("busy") else "")})
         return pd.DataFrame(out)
 
     def basis(self) -> str:

@@ -235,8 +235,9 @@ def judge(blocks: Sequence[Block], threshold: float = ADOPT_MIN_GAIN, confidence
     share = Quietness.combine(b.quietness for b in kept).share if kept else None
     if ratios:
         iv = widen(interval_of(ratios, confidence=confidence), share)
-    else:
-        iv = Interval(float("nan"), 0.0, math.inf, 0, confidence)
+    else:  # every block disturbed: the point of all of them, for the record, and no interval
+        every = [x for b in blocks for x in b.ratios]
+        iv = Interval(statistics.median(every) if every else float("nan"), 0.0, math.inf, len(every), confidence)
     v = decide(iv, threshold) if ratios else "inconclusive"
     enough = len(kept) >= MIN_BLOCKS and len(ratios) >= min_pairs(confidence)
     h = len(kept) // 2

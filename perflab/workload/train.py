@@ -123,6 +123,8 @@ class StepRunner:
         self.hooks = {k: list(v) for k, v in (hooks or {}).items()}
         self.steps_done = 0
         self.last_loss: float | None = None
+        self.last_quietness: Any = None  # perflab.core.quietness.Quietness of the last `run`'s timed steps
+        self.last_waited_s = 0.0  # seconds the last `run` waited for the device's lock before measuring
 
     def _autocast(self):
         if self.autocast_dtype is None:
@@ -172,19 +174,29 @@ class StepRunner:
 
     def run(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], steps: int, warmup: int = 1) -> list[StepTimes]:
         """`warmup` untimed steps then `steps` timed ones, cycling through `batches`
-        (grad_accum micro-batches per step)."""
+        (grad_accum micro-batches per step). The device's lock is held throughout, and the timed steps
+        are watched: `last_quietness` says whether other programs used the device meanwhile,
+        `last_waited_s` how long the lock made it wait first."""
         from perflab.core.lock import device_lock
+        from perflab.core.quietness import watch
 
         steps = positive_int("steps", steps)
         out = []
         k = 0
-        with device_lock(self.device, label="training steps"):  # a measurement: its turn on the device
-            for i in range(warmup + steps):
-                mb = [batches[(k + j) % len(batches)] for j in range(self.grad_accum)]
-                k += self.grad_accum
-                t = self.step(mb)
-                if i >= warmup:
-                    out.append(t)
+
+        def one() -> StepTimes:
+            nonlocal k
+            mb = [batches[(k + j) % len(batches)] for j in range(self.grad_accum)]
+            k += self.grad_accum
+            return self.step(mb)
+
+        with device_lock(self.device, label="training steps") as waited:  # a measurement: its turn on the device
+            for _ in range(warmup):
+                one()
+            with watch(self.device) as w:
+                for _ in range(steps):
+                    out.append(one())
+        self.last_quietness, self.last_waited_s = w.result, waited
         return out
 
 

@@ -152,3 +152,8 @@ def test_a_ladder_left_short_by_inconclusive_rungs_says_so():
     with pytest.raises(LabCheckError, match="loader stayed inconclusive .* fresh=True"):
         lab.check_result(["loader"], res, target=1.1, budget=None)
     grading.reset()
+    busy = {**_row("loader", 1.4, "inconclusive"), "busy": True}
+    res = LadderResult("smoke", "cpu", [_row("baseline", 1.0, "reference"), busy], None, "/dev/null")
+    with pytest.raises(LabCheckError, match=r"loader stayed inconclusive \(the machine was busy: other programs"):
+        lab.check_result(["loader"], res, target=1.1, budget=None)
+    grading.reset()

@@ -24,6 +24,25 @@ def test_try_measures_rungs_with_parity_and_restores_the_weights():
     assert all(torch.equal(v, init[k]) for k, v in t.model.state_dict().items())
 
 
+def test_a_rung_tried_while_the_machine_was_busy_is_neither_kept_nor_dropped():
+    from perflab.core.quietness import MadeUpLoad, injected
+
+    t = target_from(F.item_in_forward(), "syncing")
+    init = {k: v.clone() for k, v in t.model.state_dict().items()}
+    opt = torch.optim.AdamW(t.model.parameters())
+    rows = recommend.ranked([recommend.Applicable("adamw", "for-loop AdamW")], {"optimizer": 0.01})
+    with injected(MadeUpLoad(0.6, tick_s=1e-4)):
+        recommend.try_rungs(rows, t, init, opt, default_loss, t.batches[:3], torch.device("cpu"))
+    (adamw,) = rows
+    assert adamw["verdict"] == "inconclusive" and adamw["quietness"]["verdict"] == "disturbed"
+    assert "inconclusive: the machine was busy (other programs used 60 % of" in adamw["why"]
+    assert "keep it" not in adamw["why"] and "not kept" not in adamw["why"]
+    rows = recommend.ranked([recommend.Applicable("adamw", "for-loop AdamW")], {"optimizer": 0.01})
+    with injected(MadeUpLoad(0.0, tick_s=1e-4)):
+        recommend.try_rungs(rows, t, init, opt, default_loss, t.batches[:3], torch.device("cpu"))
+    assert rows[0]["verdict"] in ("keep it", "not kept") and rows[0]["quietness"]["verdict"] == "quiet"
+
+
 def test_hfu_counts_the_recompute_of_checkpointing():
     j = run_audit(target_from(F.checkpointed(), "checkpointed"), device="cpu", steps=2, explain_breaks=False).json
     # the first product (16→64) runs again in the backward: 2·8·16·64 hardware FLOPs more than model FLOPs

@@ -60,24 +60,41 @@ def test_result_statistics():
     assert d["median_s"] == 3.0 and d["n"] == 5
 
 
-def test_bench_measures_known_duration():
-    # a function that takes 3 ms of wall time: the median must be close to it
-    r = bench(lambda: time.sleep(0.003), warmup_ms=10, rep_ms=60, device="cpu")
-    assert 0.003 <= r.median_s < 0.0045
-    assert r.n >= 5 and r.calls_per_sample == 1
+class FakeClock:
+    """`time.perf_counter` for the timer, moved only by the timed function: the timer's arithmetic is
+    tested on calls of known length, whatever else the machine runs."""
+
+    def __init__(self, monkeypatch):
+        self.t = 0.0  # calls of 2^-k seconds add up exactly
+        monkeypatch.setattr(timing.time, "perf_counter", lambda: self.t)
+
+    def call(self, seconds: float):
+        def fn():
+            self.t += seconds
+        return fn
 
 
-def test_bench_batches_tiny_calls():
-    x = torch.ones(4)
-    r = bench(lambda: x.add_(1), warmup_ms=5, rep_ms=20, device="cpu")
-    assert r.calls_per_sample > 1  # a µs call is batched so the clock's resolution does not dominate
-    assert r.median_s < 1e-3
+def test_bench_measures_known_duration(monkeypatch):
+    # a function that takes 2^-8 s (3.9 ms): the median is that, one call per sample
+    clock = FakeClock(monkeypatch)
+    r = bench(clock.call(2**-8), warmup_ms=10, rep_ms=62.5, device="cpu")
+    assert r.median_s == 2**-8 and r.iqr_s == 0.0
+    assert r.n == 16 and r.calls_per_sample == 1  # 62.5 ms of 3.9 ms calls
 
 
-def test_budgets_scale_repetitions():
-    short = bench(lambda: time.sleep(0.001), warmup_ms=1, rep_ms=10, device="cpu")
-    long = bench(lambda: time.sleep(0.001), warmup_ms=1, rep_ms=40, device="cpu")
-    assert long.n > short.n
+def test_bench_batches_tiny_calls(monkeypatch):
+    clock = FakeClock(monkeypatch)
+    r = bench(clock.call(2**-20), warmup_ms=5, rep_ms=20, device="cpu")
+    # a µs call is batched to fill 0.2 ms, so the clock's resolution does not dominate
+    assert r.calls_per_sample == 210 and r.median_s == pytest.approx(2**-20)
+    assert r.n == 99  # samples of 210 calls filling the 20 ms
+
+
+def test_budgets_scale_repetitions(monkeypatch):
+    clock = FakeClock(monkeypatch)
+    short = bench(clock.call(2**-10), warmup_ms=1, rep_ms=10, device="cpu")
+    long = bench(clock.call(2**-10), warmup_ms=1, rep_ms=40, device="cpu")
+    assert (short.n, long.n) == (10, 40)
 
 
 def test_grad_to_none_resets():
@@ -117,13 +134,14 @@ def test_bench_checked_refuses_wrong_kernel():
 
 
 @pytest.mark.gpu
-def test_cuda_bench_agrees_with_triton_do_bench():
-    triton_testing = pytest.importorskip("triton.testing")
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    ours = bench(lambda: a @ b, warmup_ms=100, rep_ms=500).median_s * 1e3
-    theirs = triton_testing.do_bench(lambda: a @ b, warmup=100, rep=500, return_mode="median")
-    assert ours == pytest.approx(theirs, rel=0.03)
+def test_cuda_bench_times_each_call_with_events_and_flushes_l2():
+    """How closely perflab's timer agrees with triton's do_bench depends on who else uses the GPU:
+    `make bench-trust` reports it. Here only what load cannot change: the recipe."""
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    r = bench(lambda: a @ b, warmup_ms=10, rep_ms=50)
+    assert r.device.startswith("cuda") and r.flushed_l2 and r.calls_per_sample == 1 and r.n >= 5
+    assert all(t > 0 for t in r.times_s) and r.quietness.verdict in ("quiet", "disturbed", "unknown")
 
 
 def test_a_slow_call_is_not_run_five_times_just_to_estimate_it():
@@ -137,7 +155,7 @@ def test_a_slow_call_is_not_run_five_times_just_to_estimate_it():
 
     res = bench(slow, device="cpu", rep_ms=10, warmup_ms=0, min_reps=2)
     assert res.n == 2 and len(calls) == 1 + 1 + 1 + 2, len(calls)
-    assert 0.025 < res.median_s < 0.2
+    assert res.median_s >= 0.03  # a sleep is never shorter; how much longer depends on the machine's load
 
 
 def test_bench_records_the_machines_quietness_and_shows_it_only_when_disturbed():
@@ -163,4 +181,13 @@ def test_bench_records_the_machines_quietness_and_shows_it_only_when_disturbed()
 def test_a_result_built_by_hand_has_unknown_quietness_not_quiet():
     r = BenchResult([1.0, 2.0])
     assert r.quietness.verdict == "unknown" and r.as_dict()["quietness"]["verdict"] == "unknown"
-    assert r.disturbed_note() is None
+    assert r.disturbed_note() is None and "waited for the device" not in r.readout().as_dict()
+
+
+def test_the_readout_gives_the_wait_for_the_device_apart_from_the_measurement():
+    from perflab.core.quietness import Quietness
+
+    q = Quietness("quiet", 0.0, 0.131, 2, 0.0, 2, "")
+    r = BenchResult([1e-3, 1e-3], quietness=q, waited_s=7.0)
+    assert r.readout().as_dict()["waited for the device"] == "7.00 s (then measured 131 ms)"
+    assert "waited for the device" not in BenchResult([1e-3], quietness=q, waited_s=0.4).readout().as_dict()

@@ -142,8 +142,11 @@ def test_the_sync_faults_check_stops_on_non_finite_activations():
 
 @pytest.mark.parametrize("fault", ["sync", "launch"])
 def test_the_fix_removes_the_gap(fault, tmp_path):
-    d = profile_step("tiny-gpt", fault, fixed=True, steps=2, trace_out=tmp_path / "fixed.json").diagnosis
+    run = profile_step("tiny-gpt", fault, fixed=True, steps=2, trace_out=tmp_path / "fixed.json")
+    d = run.diagnosis
     assert all(c.share < NONE_THRESHOLD for c in d.causes if c.cause == EXPECTED[fault]), d.summary()
+    # a profiled run is a measurement: it took its turn on the device and knows how quiet the machine was
+    assert run.info["quietness"]["verdict"] in ("quiet", "disturbed", "unknown") and run.info["waited_s"] >= 0.0
 
 
 def test_comm_fault_on_two_gloo_ranks(tmp_path):

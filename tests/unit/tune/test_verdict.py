@@ -174,6 +174,7 @@ def test_a_steadily_busy_machine_gives_no_verdict_and_says_it_was_busy():
     for s in range(10):
         v = _process(s, 1.3, steady=0.5)
         assert v.verdict == "inconclusive" and v.busy and v.kept == 0 and v.dropped == 10
+        assert math.isfinite(v.interval.point) and v.interval.lo == 0.0 and math.isinf(v.interval.hi)
         assert v.text() == ("inconclusive: the machine was busy (other programs used 50 % of 2 cores; "
                             "10 of 10 blocks disturbed)")
         assert v.quietness.disturbed and v.to_json()["quietness"]["verdict"] == "disturbed"

@@ -40,6 +40,19 @@ def test_hooks_and_phases():
         r.step(make_batches(cfg, 2, 16, n=2))  # grad_accum=1 takes one micro-batch
 
 
+def test_a_run_records_the_machines_quietness_over_its_timed_steps():
+    from perflab.core.quietness import MadeUpLoad, injected
+
+    cfg = preset("tiny-gpt")
+    r = StepRunner(build_model(cfg))
+    with injected(MadeUpLoad(0.5, tick_s=1e-4)):
+        r.run(make_batches(cfg, 2, 16, n=2), steps=2, warmup=1)
+    assert r.last_quietness.disturbed and r.last_quietness.share == pytest.approx(0.5) and r.last_waited_s >= 0.0
+    with injected(MadeUpLoad(0.0, tick_s=1e-4)):
+        r.run(make_batches(cfg, 2, 16, n=2), steps=2, warmup=1)
+    assert r.last_quietness.quiet
+
+
 def test_one_loss_is_next_token_cross_entropy():
     cfg = PRESETS["tiny-gpt"]
     m = build_model(cfg)
