@@ -10,8 +10,6 @@
   checked with one-line errors), or a Hugging Face model built from its config with no download
 - `run`: `run_audit`, the step timed, its FLOPs counted per phase and dtype, one step profiled, its
   memory by part, its graph breaks; the report's stable JSON fields
-- `peaks`: the MFU/HFU denominator, each dtype at its own dense datasheet peak or, for a device the
-  hardware table lacks, the measured matmul ceiling (`select_peak` is the one place a peak is chosen)
 - `recommend`: which rungs of the capstone apply, ordered by the time they act on, and `--try`
 - `energy`: joules of the timed steps from NVML or RAPL, or a line saying why not
 - `text`: the terminal summary
@@ -21,7 +19,7 @@
 - `examples`: a small step to audit (perflab's tiny GPT fed by a slow DataLoader), for lab 11
 
 Uses other topics' formulas and measurements, never their figures, widgets or lab checks:
-perflab.flops (the attention-aware FLOP counter, per dtype), perflab.memory (lesson 03's estimate,
+perflab.flops (the attention-aware FLOP counter, per dtype, and MFU's one basis per dtype), perflab.memory (lesson 03's estimate,
 the allocation probe, saved tensors), perflab.gemm (the maximum achievable matmul search),
 perflab.profiling (reading a trace: op self times), perflab.compiler (graph breaks and the one-line
 error of the user's code) and perflab.tune (the rungs, the waterfall of a profiled step, bf16 and
@@ -30,5 +28,5 @@ fused-AdamW availability, parity tolerances).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("target", "run", "peaks", "recommend", "energy", "text", "examples", "trace")
+MODULES = ("target", "run", "recommend", "energy", "text", "examples", "trace")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -47,9 +47,10 @@ from perflab.audit.target import (
 )
 
 JSON_FIELDS = ("step_s", "step_s_spread", "tokens_per_s", "flops_per_step", "flops_by_dtype", "flops_6n_per_step",
-               "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "breakdown_s", "top_ops",
-               "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations", "flops_uncounted",
+               "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "mfu_bases", "breakdown_s",
+               "top_ops", "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations", "flops_uncounted",
                "flops_per_step_causal_halved")
+PROFILED_STEPS = 3  # profiled steps behind the breakdown (each category: its average per step)
 BREAKDOWN = ("data_wait", "host_sync", "launch", "optimizer", "compute")
 
 
@@ -351,10 +352,16 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     from perflab.profiling.trace import load
     from perflab.tune.waterfall import breakdown_of_trace, profile_steps
 
-    say("profiling one step")
+    say("profiling three steps")
     point[0] = "the profiled step"
     with _user_code(f"a profiled step of {target.name}", target.user_file, point, samples):
-        raw = profile_steps(lambda: step(fetch()), dev, steps=1)
+        # several steps, so that one disturbed step does not decide the breakdown (averaged per step)
+        raw = profile_steps(lambda: step(fetch()), dev, steps=PROFILED_STEPS)
+    from perflab.profiling.diagnose import diagnose
+
+    profiled = diagnose(raw)
+    profile_notes = [n for n in (profiled.versus_timed(step_s),
+                                 None if profiled.stable else f"breakdown: {profiled.stability()}") if n]
     # data wait as lesson 07 times it (around next() in the timed steps: the profiler's overhead on small
     # ops would shrink its share); the rest of the step split by the profiled step's shares of the rest
     data_s = min(statistics.median(waits), step_s)
@@ -365,19 +372,18 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     breakdown = {"data_wait": data_s, **{k: (v / total if total else (1.0 if k == "compute" else 0.0)) * (step_s - data_s)
                                           for k, v in rest.items()}}
 
-    # 5. utilization, per dtype
-    from perflab.audit.peaks import utilization
+    # 5. utilization, per dtype, against the one basis every MFU shares (perflab.flops.mfu)
+    from perflab.flops.mfu import bases_for, utilization
 
-    say("measuring this device's matmul ceiling")
-    shapes = [s for s, _ in sorted(stats.shapes.items(), key=lambda kv: -kv[1])]
-    u = utilization(step_s, fc.model_by_dtype(), fc.hardware_by_dtype(), device=dev, device_name=info.name,
-                    shapes=shapes)
-    ceil_flops = max((v["rate_tflops"] for v in u.per_dtype.values()), default=0.0) * 1e12
+    say("looking up this device's matmul ceiling")
+    hw_by = fc.hardware_by_dtype()
+    u = utilization(step_s, fc.model_by_dtype(), bases_for(dev, [d for d, n in hw_by.items() if n > 0]), hw_by)
+    ceil_flops = max((b.tflops or 0.0 for b in u.bases.values()), default=0.0) * 1e12
     bw = _bandwidth(dev)
     trace = load(raw)
     top = _top_ops(trace, self_times, fc, stats, ceil_flops, bw)
     uncounted = _uncounted(trace, self_times, fc)
-    causes = _float64_cause(fc, u, dev, info.name, shapes)
+    causes = _float64_cause(fc, u, dev)
 
     # 6. memory, per phase
     say("memory")
@@ -387,7 +393,7 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
 
     # 7. graph breaks (lesson 10's explain)
     breaks: list[dict[str, Any]] = []
-    notes = list(target.notes)
+    notes = list(target.notes) + profile_notes
     if explain_breaks:
         say("graph breaks")
         breaks, note = _graph_breaks(model, loss_fn, batch)
@@ -414,7 +420,8 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
         "step_s": step_s, "step_s_spread": spread, "tokens_per_s": tokens / step_s if tokens else None,
         "flops_per_step": int(model_flops), "flops_by_dtype": {d: int(v) for d, v in fc.hardware_by_dtype().items()},
         "flops_6n_per_step": six_n, "params_total": params_total, "params_active": params_active,
-        "peak_tflops": u.peak_tflops, "mfu": u.mfu, "hfu": u.hfu, "mfu_basis": u.basis, "breakdown_s": breakdown,
+        "peak_tflops": u.effective_tflops if u.spec else None, "mfu": u.mfu, "hfu": u.hfu,
+        "mfu_basis": u.basis_label(), "mfu_bases": {d: b.as_dict() for d, b in u.bases.items()}, "breakdown_s": breakdown,
         "top_ops": top, "memory_bytes": mem, "graph_breaks": breaks, "energy_j_per_step": energy,
         "recommendations": recs, "flops_uncounted": uncounted,
         "flops_per_step_causal_halved": int(fc.model_causal_halved),
@@ -451,24 +458,21 @@ def _uncounted(trace, self_times, fc) -> list[dict[str, Any]]:
     return out
 
 
-def _float64_cause(fc, u, dev: torch.device, device_name: str, shapes) -> list[str]:
+def _float64_cause(fc, u, dev: torch.device) -> list[str]:
     """A step whose products ran in float64: named as a cause with what it costs against float32 on this
-    device (each dtype's FLOPs at its own rate, the datasheet peak or the measured ceiling MFU uses)."""
+    device (each dtype's FLOPs at its own rate; float32's is its MFU basis, `perflab.flops.mfu.mfu_basis`:
+    the datasheet peak, or the measured ceiling)."""
     f64 = fc.hardware_by_dtype().get("fp64", 0)
-    if not f64 or "fp64" not in u.per_dtype:
+    if not f64 or "fp64" not in u.bases:
         return []
-    from perflab.audit.peaks import quick_ceiling, select_peak
+    from perflab.flops.mfu import mfu_basis
 
-    r64 = float(u.per_dtype["fp64"]["rate_tflops"])
-    choice = select_peak(device_name, dev.type, "fp32")
-    if choice.tflops:
-        r32, how = float(choice.tflops), f"fp32's dense datasheet peak, {choice.tflops:.4g} TFLOP/s"
-    else:
-        try:
-            r32 = quick_ceiling(dev, "fp32", shapes)[0]
-        except Exception:  # noqa: BLE001 - without a float32 rate the cost is not said, the cause still is
-            r32 = 0.0
-        how = f"fp32's measured matmul ceiling, {r32:.3g} TFLOP/s"
+    r64 = float(u.bases["fp64"].tflops or 0.0)
+    try:
+        b32 = mfu_basis(dev, "fp32")
+        r32, how = float(b32.tflops or 0.0), f"fp32's basis, {b32.label()}"
+    except Exception:  # noqa: BLE001 - without a float32 rate the cost is not said, the cause still is
+        r32, how = 0.0, "fp32"
     share = f64 / max(fc.hardware, 1)
     line = f"float64: {share:.0%} of the step's matmul-class FLOPs ran in float64"
     if r64 > 0 and r32 > 0:

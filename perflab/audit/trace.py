@@ -555,7 +555,7 @@ def mfu_of(job: dict[str, Any], flops_per_step: float, *, dtype: str = "bf16",
            six_n_flops_per_step: float | None = None) -> dict[str, Any]:
     """MFU of the job: model FLOPs per step (all ranks together) ÷ (step time × GPUs × dense peak of
     the GPU the traces name). Step time: the median over steps of the slowest rank's step."""
-    from perflab.audit.peaks import select_peak
+    from perflab.flops.mfu import resolve_peak
 
     if not flops_per_step > 0:
         raise InputError("the model's FLOPs per step must be positive")
@@ -573,8 +573,10 @@ def mfu_of(job: dict[str, Any], flops_per_step: float, *, dtype: str = "bf16",
         out["peak_source"] = ("peak unknown: the traces name no GPU (no deviceProperties)" if names == {None}
                               else f"peak unknown: the ranks name different GPUs ({', '.join(sorted(map(str, names)))})")
     else:
-        pk = select_peak(str(next(iter(names))), "cuda", dtype)
-        out["peak_tflops"], out["peak_source"] = pk.tflops, pk.source
+        try:  # the named GPU's dense datasheet peak, never another chip's
+            out["peak_tflops"], out["peak_source"] = resolve_peak(None, str(next(iter(names))), dtype)
+        except InputError as e:
+            out["peak_source"] = f"peak unknown: {e}"
     if out["peak_tflops"] and step_s <= 0:
         out["peak_tflops"], out["peak_source"] = None, "no MFU: the traces' steps have no length"
     if out["peak_tflops"]:

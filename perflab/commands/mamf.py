@@ -40,12 +40,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import time
-
     from perflab.core.device import describe, pick_device
     from perflab.core.errors import InputError
     from perflab.core.hardware import peaks_for
-    from perflab.core.results import sweep_path
+    from perflab.core.results import set_aside, sweep_path
+    from perflab.core.sweepnoise import cause_of, verdict_of
     from perflab.course.reference import published_mamf
     from perflab.gemm.mamf import default_ranges, parse_range, search
 
@@ -60,10 +59,9 @@ def run(args) -> int:
         ranges = default_ranges(dev.type == "cuda", smoke=args.smoke)
     dt, why = device_dtype(args.dtype, dev)
     info = describe(dev)
-    if args.fresh:
-        old = sweep_path(f"mamf_{dt.name}", info.slug)
-        if old.exists():
-            old.rename(old.with_name(f"{old.stem}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
+    if args.fresh:  # the search and its confirmations, renamed aside (never deleted)
+        set_aside(sweep_path(f"mamf_{dt.name}", info.slug))
+        set_aside(sweep_path(f"mamf_{dt.name}_confirm", info.slug))
     r = search(ranges["m"], ranges["n"], ranges["k"], dtype=dt, device=dev, strategy=args.search, stat=args.stat,
                flush_l2=args.flush, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, top=args.top,
                progress=not args.json)
@@ -86,8 +84,15 @@ def run(args) -> int:
         if pub:
             lines.append(f"  published MAMF for {pub['accelerator']}: {pub['tflops']:g} TFLOP/s at {pub['best_shape']} "
                          f"(torch {pub['torch']}; {pub['source']})")
+        q = b.get("quietness")
+        said = (f"repeated over {b.get('measurements', 1)} measurements" if b.get("confirmed") else
+                f"none of the best {args.top} shapes repeated its figure when measured again")
+        lines.append(f"  {said} (noise σ {b.get('noise', float('nan')):.1%}); "
+                     + (("machine quiet" if verdict_of(q) == "quiet" else cause_of(q)) if q else "quietness not measured"))
         if r.ceiling_path:
-            lines.append(f"  kept as this device's measured ceiling in {r.ceiling_path}")
+            lines.append(f"  {r.stored_note()} ({r.ceiling_path})")
+        if r.saved_note():
+            lines.append(f"  {r.saved_note()}")
         if r.interrupted:
             lines.append("  interrupted: run the same command again to resume")
     out["dtype_reason"] = why

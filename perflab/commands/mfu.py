@@ -37,7 +37,7 @@ def run(args) -> int:
     if args.measure:
         return _measure(args)
     from perflab.core.errors import InputError
-    from perflab.flops.mfu import utilization
+    from perflab.flops.mfu import run_utilization
     from perflab.flops.transformer import (
         CONVENTIONS,
         exact_flops,
@@ -87,12 +87,13 @@ def run(args) -> int:
         peak = peaks_for(describe(dev)).get(d)
         if peak is None:
             raise InputError(f"this device's {d} peak is unknown: give --peak or --accelerator")
-    u = utilization(tps, fpt, devices=args.devices, peak_tflops=peak, accelerator=accel, dtype=args.dtype or "bf16",
+    u = run_utilization(tps, fpt, devices=args.devices, peak_tflops=peak, accelerator=accel, dtype=args.dtype or "bf16",
                     hardware_flops_per_token=hw)
     out = u.as_dict() | {"flops_counted_as": how}
     text = (f"{tps:,.6g} tokens/s × {fpt:.4g} FLOPs/token ({how}) over {u.devices} device(s) = "
             f"{u.achieved_tflops:.4g} TFLOP/s per device; peak {u.peak_tflops:g} TFLOP/s ({u.peak_source})\n"
-            f"MFU = {_pct(u.mfu)}" + (f"   HFU = {_pct(u.hfu)} (hardware FLOPs/token {u.hardware_flops_per_token:.4g})" if u.hfu else ""))
+            f"MFU = {_pct(u.mfu)}" + (f"   HFU = {_pct(u.hfu)} (hardware FLOPs/token {u.hardware_flops_per_token:.4g})" if u.hfu else "")
+            + (f"\nno MFU shown: {u.suspect}" if u.suspect else ""))
     emit(out, args.json, text)
     return 0
 

@@ -14,7 +14,9 @@ def register(sub) -> None:
     p.add_argument("--preset", default="tiny-gpt", help="model preset (default tiny-gpt)")
     p.add_argument("--fault", default="none", help="planted fault: none, loader, sync, launch, comm (default none)")
     p.add_argument("--fixed", action="store_true", help="apply the fault's fix (the gap should be gone)")
-    p.add_argument("--steps", type=positive_int, default=2, help="profiled (active) steps, after 1 wait and 1 warm-up step")
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="profiled (active) steps, after 1 wait and 1 warm-up step (default 5: enough to see whether the "
+                        "cause holds from step to step)")
     p.add_argument("--batch", type=positive_int, default=4, help="sequences per batch (default 4)")
     p.add_argument("--seq", type=positive_int, default=64, help="tokens per sequence (default 64)")
     p.add_argument("--trace-out", metavar="FILE", help="where to write the trace (default: a temporary folder)")
@@ -22,7 +24,7 @@ def register(sub) -> None:
                    help="how --fault comm starts its 2 gloo ranks (default torchrun)")
     p.add_argument("--json", action="store_true",
                    help='print JSON: {"step_s", "device_busy", "causes": [{"cause", "seconds", "share", "evidence"}], "trace_file", '
-                        '"steps", "step_source", "per_step"} (a list of them for a folder of traces)')
+                        '"steps", "step_source", "per_step", "step_times_s", "top_by_step", "stable", "ops_s"} (a list of them for a folder of traces)')
     p.set_defaults(func=run)
 
 

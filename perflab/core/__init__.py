@@ -11,16 +11,18 @@ nothing else from perflab.
 - `quietness`: how much else used the device while something was measured (quiet / disturbed)
 - `timing`: do_bench-style timing (time budgets, device events, L2 flush, median and spread)
 - `results`: sweeps that survive (per-point append, resume, OOM/invalid rows)
+- `sweepnoise`: a sweep's noise and outlier rule, and when its winner beats the baseline
 - `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
 - `roofline`: the roofline model and arithmetic intensity
 - `grading`: what every lab check uses (raise on a wrong answer, "not done yet" for a stub)
 - `labguard`: refuse a lab answer that calls perflab's own solution; name a known mistake
+- `compare`: sentences that compare two measured numbers, computed from them (lesson 00)
 - `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
 - `readout`: numbers and results formatted for a person (rounded, with units and the spread)
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results", "measure",
-           "roofline", "grading", "denormals", "readout", "labguard")
+MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results",
+           "sweepnoise", "measure", "compare", "roofline", "grading", "denormals", "readout", "labguard")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

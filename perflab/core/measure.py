@@ -84,7 +84,13 @@ class MatmulResult(ReadoutMixin):
             ("timed samples", num(self.n_reps)),
             ("peak", peak),
             ("error vs float64", num(self.rel_error, 2)),
-        ], [spread_note(self.spread)])
+        ], [spread_note(self.spread)] + self._busy_note())
+
+    def _busy_note(self) -> list[str]:
+        """One line when the machine was busy while this matmul was timed (its rate is then not this
+        device's): the bench's quietness, `perflab.core.quietness`."""
+        q = getattr(self.bench, "quietness", None)
+        return [f"{q.line()}: this rate may be the neighbours', not the device's"] if q is not None and q.disturbed else []
 
 
 def validate_matmul(m: int, n: int, k: int, dtype: str | DType, device: torch.device) -> tuple[int, int, int, DType]:
@@ -260,7 +266,8 @@ def sweep_matmul(points: list[dict], device: torch.device | str | None = None, *
                  rep_ms: float = 100, warmup_ms: float = 25, progress: bool = True):
     """Measure matmuls at `points` ({m, n, k, dtype} each) as a resumable sweep (see perflab.core.results).
 
-    Each row gets median_s, tflops, peak_tflops, peak_fraction, intensity (FLOPs/byte) and rel_error.
+    Each row gets median_s, tflops, peak_tflops, peak_fraction, intensity (FLOPs/byte), rel_error, its
+    relative spread and the machine's quietness while it was timed (`perflab.core.quietness`).
     """
     from perflab.core.results import run_sweep
     from perflab.core.roofline import matmul_intensity
@@ -270,9 +277,11 @@ def sweep_matmul(points: list[dict], device: torch.device | str | None = None, *
     def one(p):
         r = measure_matmul(p["m"], p["n"], p["k"], p.get("dtype", "fp32"), dev, rep_ms=rep_ms, warmup_ms=warmup_ms)
         itemsize = parse_dtype(r.dtype).itemsize
+        q = getattr(r.bench, "quietness", None)
         return {"median_s": r.median_s, "tflops": r.tflops, "peak_tflops": r.peak_tflops,
                 "peak_fraction": r.peak_fraction, "rel_error": r.rel_error, "iqr_s": r.iqr_s,
-                "intensity": matmul_intensity(r.m, r.n, r.k, itemsize)}
+                "intensity": matmul_intensity(r.m, r.n, r.k, itemsize), "spread": r.spread,
+                "quietness": q.to_json() if q is not None else None}
 
     return run_sweep(name, points, one, device_slug=describe(dev).slug, progress=progress)
 
@@ -295,30 +304,15 @@ def sweep_copy(sizes_bytes: list[int], device: torch.device | str | None = None,
 def host_sync_demo(n: int = 1024, device: torch.device | str | None = None, reps: int = 20) -> dict[str, float]:
     """What a host timer sees around `a @ b` with and without waiting for the device.
 
-    Returns seconds per call: 'no_sync' (time until the call returns), 'synced' (until the
-    device has finished) and 'perflab_bench' (perflab.core.timing.bench: events on GPU). On a GPU, 'no_sync' is only the
-    launch: the kernel runs asynchronously. On a CPU the call returns when the work is done, so
-    the first two agree.
+    Returns seconds per call (medians of `reps` calls timed one by one): 'no_sync' (time until the
+    call returns), 'synced' (until the device has finished) and 'perflab_bench'
+    (perflab.core.timing.bench: events on GPU). On a GPU, 'no_sync' is only the launch: the kernel
+    runs asynchronously. On a CPU the call returns when the work is done, so the first two should
+    agree; `perflab.core.compare.host_sync_timings(...).sentence()` says whether they did.
     """
-    import time
+    from perflab.core.compare import host_sync_timings
 
-    from perflab.core.device import synchronize
-
-    dev = torch.device(device) if device is not None else pick_device()
-    fn, _, _ = make_matmul(n, n, n, "fp32", dev)
-    events = bench(fn, device=dev, rep_ms=50).median_s  # also warms up caches and thread pools
-    synchronize(dev)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    no_sync = (time.perf_counter() - t0) / reps
-    synchronize(dev)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    synchronize(dev)
-    synced = (time.perf_counter() - t0) / reps
-    return {"no_sync": no_sync, "synced": synced, "perflab_bench": events}
+    return host_sync_timings(n, device, reps).columns()
 
 
 def measure_elementwise(numel: int, dtype: str = "fp32", device: torch.device | str | None = None, *,

@@ -61,6 +61,18 @@ def sweep_path(name: str, device_slug: str | None = None, host: str | None = Non
     return (root or results_root()) / _safe(host or socket.gethostname()) / _safe(device_slug) / f"{_safe(name)}.jsonl"
 
 
+def set_aside(path: Path) -> Path | None:
+    """Rename a results file out of the way (`name.YYYYmmdd-HHMMSS.jsonl` beside it, never deleted) so
+    that the next run measures every point again (what `--fresh` does). Returns the new name, or None
+    when there was nothing to set aside."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    new = path.with_name(f"{path.stem}.{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+    path.rename(new)
+    return new
+
+
 def point_key(params: Mapping[str, Any]) -> str:
     """A canonical string for a point's parameters (key order does not matter)."""
     return json.dumps(dict(params), sort_keys=True, default=str)

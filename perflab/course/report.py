@@ -161,7 +161,8 @@ def part_mamf(ctx: Ctx) -> dict[str, Any]:
                      "evaluated": r.evaluated, "grid_points": r.grid_points, "peak_tflops": peak,
                      "peak_fraction": b["tflops"] / peak if peak else None, "stored_ceiling": stored,
                      "ranges": {ax: [v[0], v[-1], len(v)] for ax, v in ranges.items()}, "points": points},
-            "notes": [] if stored is not None else ["no full `perflab mamf` search stored for this device yet"],
+            "notes": ([] if stored is not None else ["no full `perflab mamf` search stored for this device yet"])
+            + [n for n in (r.saved_note(), r.stored_note() if stored is None else None) if n],
             "summary": f"MAMF {dtype} {b['tflops']:.3g} TFLOP/s at {b['m']}×{b['n']}×{b['k']}"
                        + (f" ({b['tflops'] / peak:.0%} of peak)" if peak else "")}
 
@@ -415,7 +416,8 @@ def build_report(*, quick: bool = False, only=None, skip=None, device=None, fres
                  "wall_s": row.get("wall_s"), "measured": row.get("time"), "resumed": res.skipped > 0}
         if entry["status"] == "ok":
             entry.update({k: row.get(k) for k in ("summary", "figures", "data", "notes")})
-            how = "already measured (resumed)" if res.skipped else f"done in {time.perf_counter() - t0:.1f} s"
+            how = (f"served from results saved {str(row.get('time', 'undated')).replace('T', ' ')[:16]} (resumed; --fresh "
+                   "measures again)" if res.skipped else f"done in {time.perf_counter() - t0:.1f} s")
             _say(f"      {how}: {row.get('summary', '')}", progress)
         else:
             entry["reason"] = f"{row.get('status')}: {row.get('reason')}"

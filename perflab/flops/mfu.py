@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -73,34 +74,39 @@ def resolve_peak(peak_tflops: float | None = None, accelerator: str | None = Non
 
 
 @dataclass
-class Utilization:
+class RunUtilization:
+    """A run's MFU (and HFU) from its throughput, per device (`run_utilization`)."""
+
     tokens_per_s: float
     flops_per_token: float  # model FLOPs
     devices: int
     peak_tflops: float
     peak_source: str
     achieved_tflops: float  # model TFLOP/s per device
-    mfu: float
+    mfu: float | None  # None above 100 %: `suspect` says why
     hardware_flops_per_token: float | None = None
     achieved_hardware_tflops: float | None = None
     hfu: float | None = None
+    suspect: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def utilization(tokens_per_s: float, flops_per_token: float, *, devices: int = 1, peak_tflops: float | None = None,
-                accelerator: str | None = None, dtype: str = "bf16",
-                hardware_flops_per_token: float | None = None) -> Utilization:
-    """MFU (and HFU when hardware FLOPs per token are given) of a run."""
+def run_utilization(tokens_per_s: float, flops_per_token: float, *, devices: int = 1, peak_tflops: float | None = None,
+                    accelerator: str | None = None, dtype: str = "bf16",
+                    hardware_flops_per_token: float | None = None) -> RunUtilization:
+    """MFU (and HFU when hardware FLOPs per token are given) of a run from its tokens/s: one second of
+    one device's share of the run through `utilization`, against the peak given or looked up."""
     peak, source = resolve_peak(peak_tflops, accelerator, dtype)
     n = _devices(devices)
     ach = achieved_tflops(tokens_per_s, flops_per_token, n)
-    u = Utilization(float(tokens_per_s), float(flops_per_token), n, peak, source, ach, ach / peak)
-    if hardware_flops_per_token is not None:
-        hw = achieved_tflops(tokens_per_s, hardware_flops_per_token, n)
-        u.hardware_flops_per_token, u.achieved_hardware_tflops, u.hfu = float(hardware_flops_per_token), hw, hw / peak
-    return u
+    hw = achieved_tflops(tokens_per_s, hardware_flops_per_token, n) if hardware_flops_per_token is not None else None
+    basis = Basis(peak, "given peak" if source == "given" else "spec peak", dtype, source)
+    u = utilization(1.0, {dtype: ach * 1e12}, {dtype: basis}, {dtype: (hw if hw is not None else ach) * 1e12})
+    return RunUtilization(float(tokens_per_s), float(flops_per_token), n, peak, source, ach, u.mfu,
+                          None if hw is None else float(hardware_flops_per_token or 0), hw,
+                          u.hfu if hw is not None else None, u.suspect)
 
 
 def implied_recompute_fraction(mfu_value: float, hfu_value: float) -> float:
@@ -357,32 +363,52 @@ def describe_report(report, name: str = "this step") -> dict[str, str]:
 # ---------------------------------------------------------------- one honest basis for MFU
 
 MFU_CEILINGS = "mfu_ceilings"  # <results>/<host>/<device>/mfu_ceilings.json
+CEILING_SHAPE_CPU = (1024, 4096, 128)  # the course's CPU model's largest GEMM (its logits: tokens × vocab × hidden)
+CEILING_SHAPE_GPU = (8192, 8192, 8192)
+CEILING_ATTEMPTS = 3  # measurements of a ceiling while the machine stays busy, before it is used unstored
+
+
+def ceiling_shape(device) -> tuple[int, int, int]:
+    """The one (m, n, k) a device's MFU ceiling is measured at, whoever asks (audit, ladder, lessons),
+    so that every MFU on one machine divides by the same figure for the same dtype."""
+    kind = getattr(device, "type", None) or str(device or "cpu").split(":")[0]
+    return CEILING_SHAPE_GPU if kind == "cuda" else CEILING_SHAPE_CPU
 
 
 @dataclass(frozen=True)
 class Basis:
     """What an MFU is divided by, named: the spec peak of the dtype that ran, or a ceiling measured
-    for that dtype at a shape like the step's (with when, at which shape, and its version)."""
+    for that dtype (with its figure, shape, statistic, date, version and the machine's quietness)."""
 
     tflops: float | None
-    kind: str  # 'spec peak', 'measured ceiling' or 'unknown'
+    kind: str  # 'spec peak', 'given peak', 'measured ceiling' or 'unknown'
     dtype: str
     what: str  # the spec sheet, or the matmul that was timed
     when: str | None = None  # date of the measurement
     shape: tuple[int, int, int] | None = None  # (m, n, k) of the timed matmul
     version: int | None = None  # 1 for the first ceiling stored for this dtype and shape, 2 after a re-measure
-    questioned: str | None = None  # why the measured value was not stored (above the peak)
+    questioned: str | None = None  # why the measured value was not stored (above the peak, a busy machine)
     replaced: str | None = None  # the earlier version's figure and date, when this is version 2+
+    statistic: str | None = None  # 'fastest call' for a measured ceiling
+    quietness: dict[str, Any] | None = None  # the machine's quietness while it was measured
+
+    @property
+    def stored(self) -> bool:
+        return self.kind == "spec peak" or self.version is not None
 
     def label(self) -> str:
-        """The basis in words, for every output that shows an MFU."""
+        """The basis in words, with its figure and date, for every output that shows an MFU."""
         if self.tflops is None:
             return f"no {self.dtype} peak or ceiling: MFU unknown"
+        if self.kind == "estimated peak":
+            return f"{self.dtype} estimated peak {self.tflops:.4g} TFLOP/s ({self.what})"
+        if self.kind == "given peak":
+            return f"{self.dtype} peak {self.tflops:.4g} TFLOP/s (given)"
         if self.kind == "spec peak":
             return f"{self.dtype} spec peak {self.tflops:.4g} TFLOP/s ({self.what})"
         m, n, k = self.shape or (0, 0, 0)
-        s = (f"{self.dtype} ceiling {self.tflops * 1e3:.4g} GFLOP/s measured here ({m}×{n}×{k} matmul, the step's "
-             f"largest GEMM shape; {self.when}")
+        s = (f"{self.dtype} ceiling {self.tflops * 1e3:.4g} GFLOP/s measured here ({m}×{n}×{k} matmul, "
+             f"{self.statistic or 'fastest call'}; {self.when}")
         s += f"; version {self.version}" + (f", replacing {self.replaced}" if self.replaced else "") if self.version \
             else ""
         s += ")"
@@ -401,7 +427,7 @@ def _ceilings_path(device_slug: str):
 
 
 def stored_ceilings(device_slug: str) -> dict[str, list[dict[str, Any]]]:
-    """Every version of every step-shaped ceiling stored for this device (key: dtype, shape, torch)."""
+    """Every version of every ceiling stored for this device (key: dtype, shape, torch)."""
     try:
         return json.loads(_ceilings_path(device_slug).read_text())
     except (OSError, ValueError):
@@ -414,26 +440,42 @@ def ceiling_key(dtype: str, shape: tuple[int, int, int]) -> str:
     return f"{dtype} {shape[0]}x{shape[1]}x{shape[2]} torch {torch.__version__}"
 
 
-def mfu_basis(device, dtype: str, shape: tuple[int, int, int], *, remeasure: bool = False) -> Basis:
-    """The basis an MFU of a step that ran in `dtype` is computed against, on `device`.
+def _share(q: dict[str, Any] | None) -> float:
+    v = (q or {}).get("share")
+    return float(v) if isinstance(v, (int, float)) else math.inf
+
+
+def _from_record(v: dict[str, Any], prev: dict[str, Any] | None, questioned: str | None = None) -> Basis:
+    return Basis(float(v["tflops"]), "measured ceiling", v["dtype"], v["what"], v["date"], tuple(v["shape"]),
+                 int(v["version"]), questioned,
+                 f"version {prev['version']} ({prev['tflops'] * 1e3:.4g} GFLOP/s, {prev['date']})" if prev else None,
+                 v.get("statistic", "fastest call"), v.get("quietness"))
+
+
+def mfu_basis(device, dtype: str, shape: tuple[int, int, int] | None = None, *, remeasure: bool = False,
+              watch=None) -> Basis:
+    """The basis an MFU of a step that ran in `dtype` is computed against, on `device`: the one rule
+    the audit, the ladder and the lessons share.
 
     1. The spec-sheet peak for `dtype`, where perflab's hardware table has one (a GPU it knows).
-    2. Otherwise a ceiling measured for `dtype` at `shape` (m, n, k: a matmul like the step's largest),
-       stored per device, dtype, shape and torch version in `<results>/<host>/<device>/mfu_ceilings.json`.
-       The first measurement is version 1 and stays the basis: a later lesson's run does not replace
-       it. `remeasure=True` measures again and stores the next version (the label says which it
-       replaced).
-    3. A measured ceiling above the peak (spec or CPU estimate) is questioned
-       (`perflab.core.hardware.ceiling_problem`): used for this run, named as questioned, never stored.
+    2. Otherwise the ceiling stored for `dtype` on this device: the fastest call of a matmul at
+       `shape` (default `ceiling_shape(device)`, the same for every caller), stored per device, dtype,
+       shape and torch version in `<results>/<host>/<device>/mfu_ceilings.json` with its date,
+       statistic and the machine's quietness. The first stored measurement is version 1 and stays
+       the basis: a later lesson's run does not replace it.
+    3. With none stored (or `remeasure=True`) it is measured now (again, up to `CEILING_ATTEMPTS` times,
+       while the machine is busy). It is stored only when the machine was quiet (`perflab.core.quietness`), not above the peak (spec or CPU estimate,
+       `perflab.core.hardware.ceiling_problem`), and never in place of a quieter stored one; otherwise
+       it is used for this run only and its label says why it was not stored (a busy machine makes the
+       ceiling, and so every MFU against it, suspect).
 
-    An estimated CPU peak is never the basis: it assumes every core's vector units busy at the
-    nominal clock, which no training step reaches (it only bounds the ceiling)."""
-    import time
-
+    `watch(device)` is the context manager whose `.result` is the measurement's quietness (default
+    `perflab.core.sweepnoise.watching`; tests inject one). An estimated CPU peak is never the basis:
+    it assumes every core's vector units busy at the nominal clock, which no training step reaches."""
     import torch
 
     from perflab.core.device import describe
-    from perflab.core.hardware import ceiling_problem, peaks_for
+    from perflab.core.hardware import peaks_for
 
     dev = torch.device(device) if device is not None else None
     info = describe(dev)
@@ -442,31 +484,67 @@ def mfu_basis(device, dtype: str, shape: tuple[int, int, int], *, remeasure: boo
         spec = peaks.spec
         src = spec.sources.get("peak_tflops", spec.name) if spec is not None else info.name
         return Basis(float(peaks.get(dtype) or 0), "spec peak", dtype, f"{info.name}; {src}")
+    return measured_basis(device, dtype, shape, remeasure=remeasure, watch=watch)
+
+
+def measured_basis(device, dtype: str, shape: tuple[int, int, int] | None = None, *, remeasure: bool = False,
+                   watch=None) -> Basis:
+    """Rules 2 and 3 of `mfu_basis` on any device (a GPU with a spec sheet too): the measured ceiling
+    for `dtype`, stored only when quiet, never above the peak, never in place of a quieter one.
+    Lesson 02 shows it beside the spec peak."""
+    import time
+
+    import torch
+
+    from perflab.core.device import describe
+    from perflab.core.hardware import ceiling_problem, peaks_for
+    from perflab.core.sweepnoise import (
+        bench_quietness,
+        cause_of,
+        quietness_json,
+        verdict_of,
+        watching,
+    )
+
+    dev = torch.device(device) if device is not None else None
+    info = describe(dev)
+    peaks = peaks_for(info)
+    shp: tuple[int, int, int] = (int(shape[0]), int(shape[1]), int(shape[2])) if shape is not None \
+        else ceiling_shape(dev)
     doc = stored_ceilings(info.slug)
-    key = ceiling_key(dtype, shape)
+    key = ceiling_key(dtype, shp)
     versions = doc.get(key, [])
     if versions and not remeasure:
-        v = versions[-1]
-        prev = versions[-2] if len(versions) > 1 else None
-        return Basis(float(v["tflops"]), "measured ceiling", dtype, v["what"], v["date"], tuple(v["shape"]),
-                     int(v["version"]), None,
-                     f"version {prev['version']} ({prev['tflops'] * 1e3:.4g} GFLOP/s, {prev['date']})" if prev else None)
-    from perflab.core.measure import measure_matmul
+        return _from_record(versions[-1], versions[-2] if len(versions) > 1 else None)
+    from perflab.core import measure as M
 
-    m, n, k = shape
-    r = measure_matmul(m, n, k, dtype, dev, warmup_ms=25 if dev is None or dev.type != "cuda" else 50,
-                       rep_ms=150 if dev is None or dev.type != "cuda" else 300, check=False, min_reps=3)
-    # a ceiling is what the device can do: the fastest of the timed calls (a busy machine slows the
-    # median, never the best call below what the device does)
+    m, n, k = shp
+    for _ in range(CEILING_ATTEMPTS):  # a disturbed measurement is taken again, within this budget
+        with (watch or watching)(dev if dev is not None else "cpu") as w:
+            r = M.measure_matmul(m, n, k, "fp32" if dtype == "tf32" and (dev is None or dev.type != "cuda") else dtype,
+                                 dev, warmup_ms=25 if dev is None or dev.type != "cuda" else 50,
+                                 rep_ms=150 if dev is None or dev.type != "cuda" else 300, check=False, min_reps=3)
+        q = quietness_json(bench_quietness(getattr(r, "bench", None), w))
+        if verdict_of(q) != "disturbed":
+            break
+    # a ceiling is what the device can do: the fastest of the timed calls
     tflops = 2 * m * n * k / r.min_s / 1e12
     what = f"fastest of {r.n_reps} timed {m}×{n}×{k} {dtype} matmuls"
     date = time.strftime("%Y-%m-%d %H:%M")
     problem = ceiling_problem(tflops, dtype, peaks)
-    if problem:
-        return Basis(tflops, "measured ceiling", dtype, what, date, shape, None, problem)
+    if problem is None and verdict_of(q) != "quiet":
+        problem = (f"measured while the machine was busy ({cause_of(q)}), so every MFU against it is suspect"
+                   if verdict_of(q) == "disturbed" else "the machine's quietness could not be read")
     prev = versions[-1] if versions else None
-    rec = {"version": len(versions) + 1, "tflops": tflops, "date": date, "shape": list(shape), "dtype": dtype,
-           "what": what, "torch": torch.__version__, "device": info.name}
+    if problem is None and prev is not None and _share(prev.get("quietness")) < _share(q):
+        problem = f"the stored version {prev['version']} was measured on a quieter machine"
+    if problem:
+        if prev is not None and remeasure:  # the stored ceiling stays the basis; the new figure is named
+            return _from_record(prev, versions[-2] if len(versions) > 1 else None,
+                                f"a re-measure gave {tflops * 1e3:.4g} GFLOP/s ({date}): {problem}")
+        return Basis(tflops, "measured ceiling", dtype, what, date, shp, None, problem, None, "fastest call", q)
+    rec = {"version": len(versions) + 1, "tflops": tflops, "date": date, "shape": list(shp), "dtype": dtype,
+           "what": what, "statistic": "fastest call", "quietness": q, "torch": torch.__version__, "device": info.name}
     doc[key] = [*versions, rec]
     path = _ceilings_path(info.slug)
     try:
@@ -476,14 +554,99 @@ def mfu_basis(device, dtype: str, shape: tuple[int, int, int], *, remeasure: boo
         tmp.replace(path)
     except OSError:
         pass  # a read-only results folder: the ceiling is used for this run only
-    return Basis(tflops, "measured ceiling", dtype, what, date, shape, rec["version"], None,
-                 f"version {prev['version']} ({prev['tflops'] * 1e3:.4g} GFLOP/s, {prev['date']})" if prev else None)
+    return _from_record(rec, prev)
 
 
-def utilization_text(fraction: float | None, basis: Basis | str | None = None) -> str:
-    """An MFU or HFU as a person reads it: '34.7 %'; 'unknown' without a basis; and above 100 %
-    never alone: '112 % (above 100 %: the step ran faster than the <basis>, so that basis is too low
-    for this step)'."""
+def bases_for(device, dtypes: Iterable[str], shape: tuple[int, int, int] | None = None, *, remeasure: bool = False,
+              watch=None) -> dict[str, Basis]:
+    """One basis per dtype that ran (`mfu_basis`), the denominators of `utilization`."""
+    return {d: mfu_basis(device, d, shape, remeasure=remeasure, watch=watch) for d in dict.fromkeys(dtypes)}
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """MFU and HFU of a step against one basis per dtype.
+
+        time at basis = Σ_dtype FLOPs_dtype / basis_dtype     (seconds the step would take at the bases)
+        MFU           = time at basis (model FLOPs) / step time
+        HFU           = time at basis (hardware FLOPs: recompute included) / step time
+
+    so a bf16 step whose logits stay fp32 is not measured against one rate for both. `mfu`/`hfu` are
+    None when unknown, and also when they would exceed 100 %: a step cannot run faster than its
+    ceiling, so then the ceiling is suspect (`suspect` says why) and no utilization is printed."""
+
+    step_s: float
+    mfu: float | None
+    hfu: float | None
+    model_tflops: float  # achieved, model FLOPs
+    hardware_tflops: float
+    effective_tflops: float | None  # Σ hardware FLOPs / time at basis: the FLOPs-weighted basis
+    bases: dict[str, Basis]
+    suspect: str | None = None
+
+    @property
+    def spec(self) -> bool:
+        """Every dtype against a spec-sheet peak."""
+        return bool(self.bases) and all(b.kind == "spec peak" for b in self.bases.values())
+
+    def basis_label(self) -> str:
+        if not self.bases:
+            return "no matmul-class FLOPs counted: MFU undefined"
+        s = "; ".join(b.label() for b in self.bases.values()) + (f"; {self.suspect}" if self.suspect else "")
+        if any(b.kind == "measured ceiling" for b in self.bases.values()):
+            s = "peak unknown (no spec-sheet figure for this device and dtype): MFU against the " + s
+        return s
+
+    def text(self, which: str = "mfu") -> str:
+        """'34.7 %', or why there is no figure (no basis, or a suspect ceiling)."""
+        v = getattr(self, which)
+        if v is not None:
+            return shown_utilization(v)
+        return f"not shown: {self.suspect}" if self.suspect else "unknown (no basis)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step_s": self.step_s, "mfu": self.mfu, "hfu": self.hfu, "model_tflops": self.model_tflops,
+                "hardware_tflops": self.hardware_tflops, "effective_tflops": self.effective_tflops,
+                "bases": {d: b.as_dict() for d, b in self.bases.items()}, "suspect": self.suspect,
+                "basis": self.basis_label()}
+
+
+def utilization(step_s: float, flops_by_dtype: Mapping[str, float], bases: Mapping[str, Basis],
+                hardware_by_dtype: Mapping[str, float] | None = None) -> Utilization:
+    """MFU (model FLOPs per dtype) and HFU (hardware FLOPs per dtype; default the model FLOPs) of a
+    step of `step_s` seconds, against `bases` (one per dtype, `bases_for`). The one place perflab
+    divides a step's FLOPs by a peak or ceiling."""
+    hw = dict(hardware_by_dtype if hardware_by_dtype is not None else flops_by_dtype)
+    step_s = positive_number("step_s", step_s)
+    model_t = sum(flops_by_dtype.values()) / step_s / 1e12
+    hw_t = sum(hw.values()) / step_s / 1e12
+    dtypes = [d for d in dict.fromkeys([*flops_by_dtype, *hw]) if hw.get(d, 0) > 0 or flops_by_dtype.get(d, 0) > 0]
+    used = {d: bases[d] for d in dtypes if d in bases}
+    if not dtypes or any(d not in bases or not bases[d].tflops for d in dtypes):
+        return Utilization(step_s, None, None, model_t, hw_t, None, used)
+    rate = {d: float(bases[d].tflops or 0) * 1e12 for d in dtypes}
+    t_model = sum(flops_by_dtype.get(d, 0) / rate[d] for d in dtypes)
+    t_hw = sum(hw.get(d, 0) / rate[d] for d in dtypes)
+    mfu_v, hfu_v = t_model / step_s, t_hw / step_s
+    eff = sum(hw.values()) / t_hw / 1e12 if t_hw > 0 else None
+    suspect = None
+    if max(mfu_v, hfu_v) > 1.0:
+        suspect = (f"the step ran at {hw_t * 1e3:.4g} GFLOP/s of hardware FLOPs, faster than its basis allows "
+                   f"({percent_text(hfu_v)} of it): the ceiling is suspect (too low for this step, or measured on a "
+                   "busy machine); measure it again when the machine is quiet")
+        mfu_v = hfu_v = None  # type: ignore[assignment]
+    return Utilization(step_s, mfu_v, hfu_v, model_t, hw_t, eff, used, suspect)
+
+
+def percent_text(fraction: float) -> str:
+    from perflab.core.readout import percent
+
+    return percent(fraction)
+
+
+def shown_utilization(fraction: float | None, basis: Basis | str | None = None) -> str:
+    """An MFU or HFU as a person reads it: '34.7 %'; 'unknown' without a basis; and above 100 % never
+    as a figure: a step cannot run faster than its ceiling, so that ceiling is suspect."""
     from perflab.core.readout import percent
 
     if fraction is None or not math.isfinite(fraction):
@@ -491,5 +654,5 @@ def utilization_text(fraction: float | None, basis: Basis | str | None = None) -
     if fraction <= 1.0:
         return percent(fraction)
     what = basis.label() if isinstance(basis, Basis) else (basis or "basis")
-    return (f"{percent(fraction)} (above 100 %: the step ran faster than its basis, the {what}, so that basis "
-            "is too low for this step)")
+    return (f"not shown: the step ran faster than its basis, the {what}, so that ceiling is suspect (too low for "
+            "this step, or measured on a busy machine)")

@@ -75,7 +75,7 @@ def conventions_dashboard(model: str = "gpt2-small", seq: int = 1024, batch: int
 # ---------------------------------------------------------------- a measured step
 
 
-def utilization_bars(reports: Sequence, labels: Sequence[str] | None = None, title: str = ""):
+def mfu_hfu_bars(reports: Sequence, labels: Sequence[str] | None = None, title: str = ""):
     """MFU and HFU of each measured step, against the spec (or estimated) peak and the measured ceiling."""
     import numpy as np
 
@@ -174,7 +174,7 @@ def step_dashboard(model: str = "tiny-gpt", seq: int = 64, batch: int = 4, check
     # a step is slower than its FLOPs at a matmul's rate (small ops, the LM head's softmax): remember by
     # how much on this device, so the next prediction is closer (never below the matmul bound)
     _STEP_OVER_MATMUL[str(dev)] = max(1.0, r.step_s / raw_s)
-    fig = utilization_bars([r], [f"{model} b={batch} s={seq}" + (" + ckpt" if checkpointing else "")])
+    fig = mfu_hfu_bars([r], [f"{model} b={batch} s={seq}" + (" + ckpt" if checkpointing else "")])
     cols = ["step_s", "tokens_per_s", "model_tflops", "hardware_tflops", "mfu_spec", "hfu_spec", "mfu_ceiling", "hfu_ceiling"]
     return fig, pd.DataFrame([{k: getattr(r, k) for k in cols}], index=[r.model])
 

@@ -53,6 +53,7 @@ class StepReport:
     hfu_ceiling: float | None
     loss: float | None = None
     notes: list[str] = field(default_factory=list)
+    suspect: str | None = None  # why an MFU/HFU is not shown: it came out above 100 % of its basis
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,7 +72,9 @@ class StepReport:
                 f"on {self.device_name} ({self.dtype}): {self.step_s * 1e3:.1f} ms/step, {self.tokens_per_s:,.0f} tokens/s, "
                 f"{self.model_tflops:.3g} model TFLOP/s · MFU {pct(self.mfu_spec)} / HFU {pct(self.hfu_spec)} of the "
                 f"{'estimated' if self.peak_source == 'estimate' else 'spec'} peak, "
-                f"MFU {pct(self.mfu_ceiling)} / HFU {pct(self.hfu_ceiling)} of the measured ceiling")
+                f"MFU {pct(self.mfu_ceiling)} / HFU {pct(self.hfu_ceiling)} of the measured ceiling"
+                + (f" ({self.ceiling_label})" if self.ceiling_tflops else "")
+                + (f"; n/a where {self.suspect}" if self.suspect else ""))
 
 
 def steps_frame(reports: Sequence[StepReport], labels: Sequence[str]):
@@ -95,8 +98,9 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
     """Build `cfg`'s model, time `steps` optimizer steps (after `warmup`), and report utilization.
 
     dtype: 'bf16' (autocast; the GPU default) or 'fp32' (the CPU default).
-    ceiling: True to measure (or look up) the device's matmul ceiling, False to skip it, or a
-      number in TFLOP/s to use as is.
+    ceiling: True to look up (or measure) the device's matmul ceiling by the one rule every MFU shares
+      (`perflab.flops.mfu.measured_basis`; at ceiling_size³ when given), False to skip it, or a number
+      in TFLOP/s to use as is. An MFU or HFU above 100 % of its basis is not reported (`suspect`).
     verify: count the first warm-up step's FLOPs with `perflab.flops.counting.count_flops` and check they
       equal the exact count (they must; a mismatch raises).
     """
@@ -104,7 +108,7 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
     from perflab.core.dtypes import check_supported
     from perflab.core.hardware import peaks_for
     from perflab.flops.counter import count_flops
-    from perflab.flops.mfu import matmul_ceiling
+    from perflab.flops.mfu import Basis, measured_basis, utilization
     from perflab.flops.transformer import exact_flops, exact_for_counted
     from perflab.workload.models import build_model
 
@@ -139,13 +143,18 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
     info = describe(dev)
     peaks = peaks_for(info)
     peak = peaks.get(dt.name)
-    if ceiling is True:
-        ceil = matmul_ceiling(dev, dt.name, ceiling_size)
-        ceil_t, ceil_label = ceil.tflops, ceil.label
+    if ceiling is True:  # the one rule every MFU shares (perflab.flops.mfu), at the step's size when asked
+        ceil = measured_basis(dev, dt.name, (ceiling_size, ceiling_size, ceiling_size) if ceiling_size else None)
     elif ceiling:
-        ceil_t, ceil_label = float(ceiling), "measured ceiling (given)"
+        ceil = Basis(float(ceiling), "given peak", dt.name, "measured ceiling (given)")
     else:
-        ceil_t, ceil_label = None, "not measured"
+        ceil = None
+    flops, hw = {dt.name: model_flops}, {dt.name: hw_flops}
+    kind = "spec peak" if peaks.source == "spec sheet" else "estimated peak"
+    us = utilization(step_s, flops, {dt.name: Basis(peak, kind, dt.name, peaks.source)}, hw) if peak else None
+    uc = utilization(step_s, flops, {dt.name: ceil}, hw) if ceil is not None and ceil.tflops else None
+    ceil_t, ceil_label = (ceil.tflops, ceil.label()) if ceil is not None else (None, "not measured")
+    suspect = "; ".join(u.suspect for u in (us, uc) if u is not None and u.suspect) or None
     mt, ht = model_flops / step_s / 1e12, hw_flops / step_s / 1e12
     return StepReport(
         model=cfg.name, device=str(dev), device_name=info.name, dtype=dt.name, batch=batch, seq=seq,
@@ -155,9 +164,9 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
         tokens_per_step=tokens, tokens_per_s=tokens / step_s, model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops, counted_flops_per_step=counted, model_tflops=mt, hardware_tflops=ht,
         peak_tflops=peak, peak_source=peaks.source if peak else "unknown", ceiling_tflops=ceil_t, ceiling_label=ceil_label,
-        mfu_spec=mt / peak if peak else None, hfu_spec=ht / peak if peak else None,
-        mfu_ceiling=mt / ceil_t if ceil_t else None, hfu_ceiling=ht / ceil_t if ceil_t else None,
-        loss=runner.last_loss, notes=notes)
+        mfu_spec=us.mfu if us else None, hfu_spec=us.hfu if us else None,
+        mfu_ceiling=uc.mfu if uc else None, hfu_ceiling=uc.hfu if uc else None,
+        loss=runner.last_loss, notes=notes, suspect=suspect)
 
 
 def checkpointing_comparison(cfg, **kw) -> tuple[StepReport, StepReport]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.errors import InputError
@@ -113,8 +114,10 @@ def measure_sdpa(b: int, a: int, s: int, d: int, dtype: str = "bf16", device=Non
         r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
                   label=f"sdpa b={b} a={a} s={s} d={d}")
     flops = sdpa_flops(b, a, s, d, causal)
+    quiet = getattr(r, "quietness", None)
     return {"seconds": r.median_s, "tflops": flops / r.median_s / 1e12, "flops": flops, "iqr_s": r.iqr_s,
-            "n_reps": r.n, "rel_error": rel}
+            "spread": r.iqr_s / r.median_s, "n_reps": r.n, "rel_error": rel,
+            "quietness": quiet.to_json() if quiet is not None else None}
 
 
 def sweep_head_size(h: int, *, b: int, s: int, dtype: str = "bf16", device=None, splits=None, causal: bool = False,
@@ -139,3 +142,59 @@ def sweep_head_size(h: int, *, b: int, s: int, dtype: str = "bf16", device=None,
                      lambda p: measure_sdpa(p["b"], p["a"], p["s"], p["d"], p["dtype"], dev, causal=p["causal"],
                                             warmup_ms=warmup_ms, rep_ms=rep_ms),
                      device_slug=describe(dev).slug, progress=progress)
+
+
+@dataclass
+class HeadWinner:
+    """The fastest head size of a sweep, after `perflab.core.sweepnoise`'s rule, and what can be said."""
+
+    d: int | None
+    tflops: float | None
+    text: str
+    decisive: bool  # beyond the noise of every other head size, measured on a quiet machine
+    noise: float
+
+
+def fastest_head_size(result, *, device=None, warmup_ms: float = 10, rep_ms: float = 50, retries: int = 2,
+                      measure=None) -> HeadWinner:
+    """The fastest head size of a `sweep_head_size` result. A head size far from its neighbours
+    beyond the sweep's noise, or measured while the machine was busy, is measured again (up to
+    `retries` times) before it can win; then the winner is compared with the runner-up: beyond
+    the noise, within it, or inconclusive (busy). `measure(params)` replaces the real timing (tests)."""
+    from perflab.core.sweepnoise import Measured, decide, settle
+
+    rows = {int(r["params"]["d"]): r for r in result.rows if r.get("status") == "ok"}
+    if not rows:
+        return HeadWinner(None, None, "no head size could be measured", False, float("nan"))
+
+    def m_of(r) -> Measured:
+        return Measured(float(r["tflops"]), r.get("spread"), r.get("quietness"))
+
+    def again(d, attempt: int) -> Measured:
+        p = rows[int(d)]["params"]
+        r = (measure or (lambda q: measure_sdpa(q["b"], q["a"], q["s"], q["d"], q["dtype"], device,
+                                                causal=q["causal"], warmup_ms=warmup_ms, rep_ms=rep_ms)))(p)
+        return m_of(r)
+
+    keys = sorted(rows)
+    st = settle(keys, {d: [m_of(rows[d])] for d in keys}, again, retries=retries)
+    best = st.best()
+    if best is None:
+        return HeadWinner(None, None, "no head size repeated its figure: the sweep cannot name the fastest", False,
+                          st.sigma)
+    others = [p for p in st.points if p.key != best.key and p.eligible]
+    runner_up = max(others, key=lambda p: p.value, default=None)
+    best_d = int(best.key)
+    head = f"fastest: d = {best.key} at {best.value:.4g} TFLOP/s"
+    if runner_up is None:
+        return HeadWinner(best_d, best.value, head, False, st.sigma)
+    dec = decide(best, runner_up, st.sigma, f"d = {best.key}")
+    if dec.kind == "inconclusive":
+        return HeadWinner(best_d, best.value, f"{head}; {dec.text}", False, st.sigma)
+    vs = f"the next fastest, d = {runner_up.key} ({runner_up.value:.4g} TFLOP/s)"
+    if dec.kind == "choose":
+        return HeadWinner(best_d, best.value, f"{head}, {dec.speedup:.2f}× {vs}: beyond the noise", True,
+                          st.sigma)
+    return HeadWinner(best_d, best.value,
+                      f"{head}, but only {dec.speedup:.2f}× {vs}: within the noise (a real gap needs > "
+                      f"{dec.margin:.2f}×), so the sweep cannot tell them apart", False, st.sigma)

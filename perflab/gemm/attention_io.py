@@ -176,10 +176,11 @@ def step_flops(b: int, a: int, s: int, d: int, causal: bool = False) -> dict[str
             "hardware": float(f + backward_flops(b, a, s, d, causal, recompute=True))}
 
 
-def utilization(flops: float, seconds: float, peak_tflops: float) -> float:
-    """Achieved FLOP/s over the peak, as a fraction (pass model FLOPs for MFU, hardware for HFU)."""
+def fraction_of_peak(flops: float, seconds: float, peak_tflops: float) -> float:
+    """A kernel's achieved FLOP/s over a given peak, as a fraction (a training step's MFU and HFU are
+    `perflab.flops.mfu.utilization`'s, against the basis every MFU shares)."""
     if not (seconds > 0 and peak_tflops > 0 and flops >= 0) or not math.isfinite(seconds):
-        raise InputError("utilization needs FLOPs ≥ 0, seconds > 0 and a peak > 0")
+        raise InputError("a fraction of the peak needs FLOPs ≥ 0, seconds > 0 and a peak > 0")
     return flops / seconds / (peak_tflops * 1e12)
 
 

@@ -19,7 +19,8 @@ mean = FLOPs / mean time, median = FLOPs / median time, max = FLOPs / fastest ti
 ranks by `stat` (default mean, as the published MAMF table does).
 
 When a search finishes, its best is kept per device in `<results>/<host>/<device>/mamf_ceiling.json`
-(the highest found so far per dtype); `measured_ceiling(device, dtype)` returns it (TFLOP/s) for
+(per dtype; only a best that repeated, measured on a quiet machine, not above the peak, and no less
+quietly than the stored one: `save_ceiling_record`); `measured_ceiling(device, dtype)` returns it (TFLOP/s) for
 other lessons to use as "the measured ceiling", or None when this device has not been searched.
 """
 
@@ -93,6 +94,7 @@ def measure_point(m: int, n: int, k: int, dtype: str = "bf16", device=None, *, f
 
     from perflab.core.device import pick_device
     from perflab.core.measure import tf32_mode, validate_matmul
+    from perflab.core.sweepnoise import bench_quietness, quietness_json, watching
     from perflab.core.timing import bench
 
     dev = torch.device(device) if device is not None else pick_device()
@@ -101,13 +103,14 @@ def measure_point(m: int, n: int, k: int, dtype: str = "bf16", device=None, *, f
     with ctx:
         fn, a, b = _operands(m, n, k, dt, dev)
         rel = _check(fn, a, b, dt) if check else float("nan")
-        r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=flush_l2,
-                  label=f"mamf {m}×{n}×{k} {dt.name}")
+        with watching(dev) as w:
+            r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=flush_l2,
+                      label=f"mamf {m}×{n}×{k} {dt.name}")
     flops = 2 * m * n * k
     mean_s = statistics.fmean(r.times_s)
     return {"mean_tflops": flops / mean_s / 1e12, "median_tflops": flops / r.median_s / 1e12,
             "max_tflops": flops / r.min_s / 1e12, "median_s": r.median_s, "n_reps": r.n, "rel_error": rel,
-            "flushed_l2": r.flushed_l2}
+            "flushed_l2": r.flushed_l2, "spread": r.iqr_s / r.median_s, "quietness": quietness_json(bench_quietness(r, w))}
 
 
 # ---------------------------------------------------------------- the search
@@ -129,6 +132,7 @@ class MamfResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     device_name: str = ""
     ceiling_path: Path | None = None
+    saved: dict[str, Any] | None = None  # points read back from the results file: how many, when, how quiet
 
     @property
     def frame(self):
@@ -145,7 +149,22 @@ class MamfResult:
         return {"dtype": self.dtype, "stat": self.stat, "strategy": self.strategy, "device": self.device_name,
                 "best": self.best, "grid_points": self.grid_points, "evaluated": self.evaluated,
                 "measured": self.measured, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted,
-                "results_file": str(self.path), "ceiling_file": str(self.ceiling_path) if self.ceiling_path else None}
+                "results_file": str(self.path), "ceiling_file": str(self.ceiling_path) if self.ceiling_path else None,
+                "saved": self.saved, "stored": self.stored_note()}
+
+    def saved_note(self) -> str:
+        """'' when every shape was measured now; else when (and how quietly) the saved ones were."""
+        from perflab.core.sweepnoise import saved_note
+
+        return saved_note(self.saved, self.path)
+
+    def stored_note(self) -> str | None:
+        """Whether this search's best became the device's stored ceiling, and if not, why."""
+        if self.ceiling_path is None or self.best is None:
+            return None
+        last = (_read(self.ceiling_path).get(self.dtype) or {}).get("last") or {}
+        why = last.get("questioned")
+        return f"not stored as this device's ceiling: {why}" if why else "stored as this device's measured ceiling"
 
 
 def _coarse_axis(length: int, points: int) -> tuple[list[int], int]:
@@ -163,18 +182,24 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
            device=None, strategy: str = "refine", stat: str = "mean", flush_l2: bool | None = None,
            warmup_ms: float = 20, rep_ms: float = 60, top: int = 3, coarse_points: int = 3, plane_limit: int = 1024,
            measure: Callable[[dict[str, Any]], dict[str, Any]] | None = None, path: Path | str | None = None,
-           name: str | None = None, progress: bool = True, save_ceiling: bool = True) -> MamfResult:
+           name: str | None = None, progress: bool = True, save_ceiling: bool = True, retries: int = 2) -> MamfResult:
     """Find the (m, n, k) of the grid m_values × n_values × k_values with the highest TFLOP/s.
 
     measure(params) -> {'mean_tflops', 'median_tflops', 'max_tflops', ...} replaces the real
     measurement (tests use a model landscape). path/name choose the results file (default
     <results>/<host>/<device>/mamf_<dtype>.jsonl).
+
+    Before a best is named it is measured again `retries` times (saved beside the search, in
+    `<name>_confirm.jsonl`): the first of the best few whose measurements agree within the stated noise
+    (`perflab.core.sweepnoise`) is the best, its TFLOP/s the median of them; a shape whose figure did
+    not repeat (a spike) cannot be the best. `best` carries its quietness.
     """
     import torch
 
     from perflab.core.device import describe, pick_device
     from perflab.core.dtypes import check_supported, parse_dtype
-    from perflab.core.results import run_sweep, sweep_path
+    from perflab.core.results import point_key, run_sweep, sweep_path
+    from perflab.core.sweepnoise import saved_summary
     from perflab.core.validate import positive_int
 
     if strategy not in STRATEGIES:
@@ -209,6 +234,8 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
     scores: dict[tuple[int, int, int], float] = {}
     rows: dict[tuple[int, int, int], dict[str, Any]] = {}
     state = {"measured": 0, "interrupted": False}
+    now: set[str] = set()
+    served: list[dict[str, Any]] = []
     t0 = time.perf_counter()
 
     def evaluate(indices, stage: str) -> None:
@@ -216,7 +243,9 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
         if not todo or state["interrupted"]:
             return
         pts = [{"m": axes[0][i], "n": axes[1][j], "k": axes[2][kk], "dtype": dt.name, "flush_l2": flush} for i, j, kk in todo]
-        res = run_sweep(file.stem, pts, measure_fn, path=file, progress=progress and len(pts) > 3)
+        res = run_sweep(file.stem, pts, measure_fn, path=file, progress=progress and len(pts) > 3,
+                        on_point=lambda row: now.add(point_key(row["params"])))
+        served.extend(res.rows)
         state["measured"] += res.measured
         state["interrupted"] = state["interrupted"] or res.interrupted
         by_key = {(r["params"]["m"], r["params"]["n"], r["params"]["k"]): r for r in res.rows}
@@ -228,7 +257,8 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
             ok = r.get("status") == "ok" and r.get(key) is not None
             scores[idx] = float(r[key]) if ok else -math.inf
             rows[idx] = {"m": shape[0], "n": shape[1], "k": shape[2], "stage": stage, "status": r.get("status"),
-                         **{s: r.get(f"{s}_tflops") for s in STATS}, "reason": r.get("reason")}
+                         **{s: r.get(f"{s}_tflops") for s in STATS}, "reason": r.get("reason"),
+                         "spread": r.get("spread"), "quietness": r.get("quietness")}
 
     def ranked():
         return sorted(scores, key=lambda i: (-scores[i], i))
@@ -280,19 +310,59 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
             kb = ranked()[0][2]
             evaluate(((i, j, kb) for i in range(len(axes[0])) for j in range(len(axes[1]))), "m×n plane")
             climb([1, 1, 1], "polish")
-    elapsed = time.perf_counter() - t0
     best = None
     finite = [i for i in ranked() if math.isfinite(scores[i])]
     if finite:
-        b = rows[finite[0]]
-        best = {"m": b["m"], "n": b["n"], "k": b["k"], "tflops": scores[finite[0]], "stat": stat,
-                "mean": b["mean"], "median": b["median"], "max": b["max"]}
+        best = _confirmed_best(finite[:top], rows, scores, key, stat, measure_fn, file, retries, dtype=dt.name,
+                               interrupted=state["interrupted"])
+    elapsed = time.perf_counter() - t0
     grid_points = math.prod(len(a) for a in axes)
     result = MamfResult(best, dt.name, stat, strategy, grid_points, len(scores), state["measured"], elapsed,
-                        state["interrupted"], file, list(rows.values()), info.name)  # in the order looked at
+                        state["interrupted"], file, list(rows.values()), info.name,  # in the order looked at
+                        saved=saved_summary(list({point_key(r["params"]): r for r in served}.values()), now))
     if save_ceiling and best is not None and not state["interrupted"] and path is None:
         result.ceiling_path = save_ceiling_record(result, info, axes)
     return result
+
+
+def _confirmed_best(candidates, rows, scores, key: str, stat: str, measure_fn, file: Path, retries: int, *,
+                    dtype: str, interrupted: bool) -> dict[str, Any]:
+    """The best of `candidates` (indices, best first) whose figure repeats: each is measured `retries`
+    more times; the first whose measurements agree within K·σ (σ: the points' own timing spread, at
+    least MIN_NOISE) wins with the median of them. None repeats: the first, marked unconfirmed."""
+    from perflab.core.results import run_sweep
+    from perflab.core.sweepnoise import K, Measured, Point, noise, quietness_json
+
+    sigma = noise([], [r.get("spread") for r in rows.values()])
+
+    def record(idx, pt: Point | None, confirmed: bool) -> dict[str, Any]:
+        b = rows[idx]
+        value = pt.value if pt is not None else scores[idx]
+        out = {"m": b["m"], "n": b["n"], "k": b["k"], "tflops": value, "stat": stat, "mean": b["mean"],
+               "median": b["median"], "max": b["max"], "confirmed": confirmed, "noise": sigma,
+               "measurements": len(pt.measurements) if pt is not None else 1,
+               "quietness": quietness_json(pt.quietness if pt is not None else b.get("quietness")),
+               "disturbed": bool(pt.disturbed) if pt is not None else None}
+        if stat != "max":
+            out[stat] = value
+        return out
+
+    if retries <= 0 or interrupted:
+        return record(candidates[0], None, False)
+    cfile = file.with_name(f"{file.stem}_confirm{file.suffix}")
+    for idx in candidates:
+        b = rows[idx]
+        pts = [{"m": b["m"], "n": b["n"], "k": b["k"], "dtype": dtype, "again": a}
+               for a in range(1, retries + 1)]
+        res = run_sweep(cfile.stem, pts, measure_fn, path=cfile, progress=False)
+        ms = [Measured(scores[idx], b.get("spread"), b.get("quietness"))]
+        ms += [Measured(float(r[key]), r.get("spread"), r.get("quietness")) for r in res.rows
+               if r.get("status") == "ok" and r.get(key) is not None]
+        pt = Point(idx, ms)
+        vals = [m.value for m in pt.used]
+        if len(vals) > 1 and min(vals) > 0 and math.log(max(vals) / min(vals)) <= K * sigma:
+            return record(idx, pt, True)
+    return record(candidates[0], None, False)
 
 
 # ---------------------------------------------------------------- the measured ceiling, per device
@@ -312,10 +382,17 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def save_ceiling_record(result: MamfResult, info, axes) -> Path:
-    """Keep the highest ceiling found so far for this device and dtype (and the latest search). A
-    search whose best is above the device's peak (spec sheet or CPU estimate) is kept as the latest,
-    marked `questioned`, and never becomes the stored ceiling (`perflab.core.hardware.ceiling_problem`)."""
+    """Keep this device's ceiling for the dtype, and the latest search. The search's best becomes the
+    stored ceiling only when (1) its figure repeated (`best['confirmed']`), (2) the machine was quiet
+    while it was measured (`perflab.core.quietness`), (3) it is not above the device's peak (spec sheet
+    or CPU estimate, `perflab.core.hardware.ceiling_problem`), and (4) the stored one was not measured
+    on a quieter machine (a quieter measurement is the more trustworthy one; at equal quietness the
+    later wins). Otherwise it is kept as the latest search with `questioned` saying why it was not
+    stored. The record holds the shape, dtype, statistic, date and quietness."""
     import torch
+
+    from perflab.core.hardware import ceiling_problem, peaks_for
+    from perflab.core.sweepnoise import cause_of, verdict_of
 
     if result.best is None:
         raise ValueError("save_ceiling_record needs a search that measured at least one point")
@@ -326,12 +403,19 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
            "evaluated": result.evaluated, "grid_points": result.grid_points,
            "torch_version": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname()}
     entry = doc.get(result.dtype, {})
-    from perflab.core.hardware import ceiling_problem, peaks_for
-
+    q = rec.get("quietness")
+    old = entry.get("best")
     problem = ceiling_problem(float(rec["tflops"]), result.dtype, peaks_for(info))
-    if problem:  # above the device's peak: kept as the latest search, questioned, never the stored ceiling
+    if problem is None and rec.get("confirmed") is False:
+        problem = "the best shape's figure did not repeat when measured again"
+    if problem is None and verdict_of(q) != "quiet":
+        problem = (f"measured while the machine was busy ({cause_of(q)})" if verdict_of(q) == "disturbed"
+                   else "the machine's quietness could not be read")
+    if problem is None and old and verdict_of(old.get("quietness")) == "quiet" and _share(old) < _share(rec):
+        problem = f"the stored ceiling ({old['tflops']:.4g} TFLOP/s, {old.get('date', 'undated')}) was measured on a quieter machine"
+    if problem:
         rec["questioned"] = problem
-    elif not entry.get("best") or rec["tflops"] >= entry["best"].get("tflops", 0):
+    else:
         entry["best"] = rec
     entry["last"] = rec
     doc[result.dtype] = entry
@@ -340,6 +424,11 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(path)
     return path
+
+
+def _share(rec: dict[str, Any]) -> float:
+    v = (rec.get("quietness") or {}).get("share")
+    return float(v) if isinstance(v, (int, float)) else math.inf
 
 
 def ceiling_record(device=None, dtype: str | DType = "bf16") -> dict[str, Any] | None:
@@ -361,8 +450,10 @@ def ceiling_note(device=None, dtype: str | DType = "bf16") -> str:
     info = device if isinstance(device, DeviceInfo) else describe(device)
     entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
     best, last = entry.get("best"), entry.get("last")
-    out = (f"measured ceiling stored for this device: {best['tflops']:.4g} TFLOP/s at {best['m']}×{best['n']}×"
-           f"{best['k']} ({best.get('date', 'undated')})" if best else "no measured ceiling stored for this device")
+    out = (f"measured ceiling stored for this device: {best['tflops']:.4g} TFLOP/s ({best.get('stat', 'mean')}) at "
+           f"{best['m']}×{best['n']}×{best['k']} ({best.get('date', 'undated')}; "
+           f"{(best.get('quietness') or {}).get('cause') or 'quietness not recorded'})" if best
+           else "no measured ceiling stored for this device")
     if last and last.get("questioned"):
         out += f"; the latest search ({last['tflops']:.4g} TFLOP/s) was not stored: {last['questioned']}"
     return out

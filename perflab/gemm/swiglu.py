@@ -17,7 +17,7 @@ memory-bound, scale smoothly with d_ff, and would only blur the shape effects th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,12 +127,14 @@ def make_mlp_gemms(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=N
 
 def measure_width(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=None, *, warmup_ms: float = 25,
                   rep_ms: float = 100) -> dict[str, Any]:
-    """Time the MLP's GEMMs (forward + backward) at width d_ff: seconds per step and TFLOP/s."""
+    """Time the MLP's GEMMs (forward + backward) at width d_ff: seconds per step, TFLOP/s, the timing's
+    relative spread (IQR / median) and the machine's quietness while it ran."""
     import torch
 
     from perflab.core.device import pick_device
     from perflab.core.dtypes import parse_dtype
     from perflab.core.measure import tf32_mode
+    from perflab.core.sweepnoise import bench_quietness, quietness_json, watching
     from perflab.core.timing import bench
 
     dev = torch.device(device) if device is not None else pick_device()
@@ -141,15 +143,20 @@ def measure_width(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=No
     with ctx:
         fn, check = make_mlp_gemms(tokens, h, d_ff, dt.name, dev)
         rel = check()
-        r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
-                  label=f"SwiGLU MLP h={h} d_ff={d_ff}")
+        with watching(dev) as w:
+            r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
+                      label=f"SwiGLU MLP h={h} d_ff={d_ff}")
     return {"seconds": r.median_s, "tflops": mlp_flops(tokens, h, d_ff) / r.median_s / 1e12, "iqr_s": r.iqr_s,
-            "n_reps": r.n, "rel_error": rel}
+            "spread": r.iqr_s / r.median_s, "n_reps": r.n, "rel_error": rel,
+            "quietness": quietness_json(bench_quietness(r, w))}
 
 
 @dataclass
 class SwigluSearch:
-    """A measured width search. `frame` is ranked by TFLOP/s (best first) with rank_time too."""
+    """A measured width search. `frame` is ranked by TFLOP/s (best first) with rank_time too; each
+    width's TFLOP/s is the median of its measurements that were not disturbed, after the outlier rule
+    of `perflab.core.sweepnoise` (its `status` says 'ok', 'confirmed' or 'unstable', `disturbed`
+    whether every measurement of it was)."""
 
     hidden: int
     tokens: int
@@ -159,30 +166,117 @@ class SwigluSearch:
     frame: Any  # DataFrame
     path: Any = None
     failed: list[str] = field(default_factory=list)
+    noise: float = float("nan")  # the sweep's relative noise σ
+    rule: str = ""
+    notes: list[str] = field(default_factory=list)
+    saved: dict[str, Any] | None = None  # points served from earlier results: how many, when, how quiet
+    remeasured: int = 0
 
     @property
     def best(self) -> dict[str, Any]:
-        return self.frame.iloc[0].to_dict()
+        """The fastest width that may win (an unstable point, a spike that did not repeat, may not)."""
+        ok = self.frame[self.frame["eligible"]] if "eligible" in self.frame else self.frame
+        return (ok if len(ok) else self.frame).iloc[0].to_dict()
 
     @property
     def baseline_row(self) -> dict[str, Any] | None:
         rows = self.frame[self.frame["d_ff"] == self.baseline]
         return rows.iloc[0].to_dict() if len(rows) else None
 
+    def decision(self, row: dict[str, Any] | None = None, what: str = "the fastest width"):
+        """`perflab.core.sweepnoise.Decision` of `row` (default: the best) against the baseline."""
+        from perflab.core.sweepnoise import Measured, Point, decide
+
+        row = row or self.best
+        base = self.baseline_row
+        if base is None:
+            return None
+
+        def point(r):
+            q = r.get("quietness_json")
+            return Point(int(r["d_ff"]), [Measured(float(r["tflops"]), None, q or {"verdict": r.get("quietness")})])
+
+        return decide(point(row), point(base), self.noise, what)
+
+    def finding(self) -> str:
+        """The fastest width against ⌊8/3·h⌋, in one sentence computed from both and the noise."""
+        best, base = self.best, self.baseline_row
+        if base is None:
+            return f"fastest: d_ff = {best['d_ff']} at {best['tflops']:.4g} TFLOP/s (the baseline was not measured)"
+        d = self.decision(best)
+        return (f"fastest: d_ff = {best['d_ff']} at {best['tflops']:.4g} TFLOP/s (divisible by {best['multiple_of']}); "
+                f"⌊8/3·h⌋ = {base['d_ff']} at {base['tflops']:.4g} TFLOP/s → {best['tflops'] / base['tflops']:.2f}×: "
+                + (d.text if d else ""))
+
+    def choice(self, max_params_delta_pct: float = 1.0, where: str = "") -> str:
+        """'choose d_ff = …' only when the fastest width within the parameter budget beats the
+        baseline beyond the noise; otherwise that it is within the noise, or inconclusive when the
+        machine was busy."""
+        pick = recommend(self.frame, max_params_delta_pct)
+        d = self.decision(pick, f"d_ff = {pick['d_ff']}")
+        facts = (f"  {pick['tflops']:.4g} TFLOP/s, {pick['seconds'] * 1e3:.3f} ms per MLP step (fwd+bwd GEMMs), "
+                 f"{pick['speedup_vs_baseline']:.2f}× the ⌊8/3·h⌋ width\n"
+                 f"  parameters {pick['params_delta']:+,} ({pick['params_delta_pct']:+.2f}%) against 8/3·h; "
+                 f"divisible by {pick['multiple_of']}")
+        on = f" on {where}" if where else ""
+        if d is None or d.kind == "choose":
+            return f"choose d_ff = {pick['d_ff']} for h = {self.hidden}{on}:\n{facts}"
+        if d.kind == "inconclusive":
+            return f"no choice for h = {self.hidden}{on}: {d.text}\n{facts}"
+        return (f"no width beats ⌊8/3·h⌋ = {self.baseline} beyond the noise for h = {self.hidden}{on}: {d.text}; "
+                f"keep the width your parameter budget prefers\n{facts}")
+
+    def alignment_finding(self) -> str:
+        """Whether the aligned widths (divisible by 64, else by 8) ran faster than the rest here, from
+        their median TFLOP/s and the sweep's noise."""
+        import math
+        import statistics
+
+        from perflab.core.sweepnoise import K
+
+        df = self.frame[self.frame["eligible"]] if "eligible" in self.frame else self.frame
+        for m in (64, 8):
+            aligned = df[df["multiple_of"] >= m]["tflops"]
+            rest = df[df["multiple_of"] < m]["tflops"]
+            if len(aligned) and len(rest):
+                break
+        else:
+            return "every measured width has the same alignment: nothing to compare"
+        a, b = statistics.median(aligned), statistics.median(rest)
+        margin = math.exp(K * self.noise * math.sqrt(2))
+        head = (f"widths divisible by {m} ran at a median {a:.4g} TFLOP/s against {b:.4g} for the others "
+                f"({a / b:.2f}×)")
+        if a / b > margin:
+            return f"{head}: faster, beyond the noise (> {margin:.2f}×)"
+        if b / a > margin:
+            return f"{head}: slower, beyond the noise (> {margin:.2f}×)"
+        return f"{head}: within the noise (±{margin:.2f}×), so alignment made no measurable difference here"
+
+    def saved_note(self) -> str:
+        """'' when every point was measured now; else that (and when, and how quietly) they were saved."""
+        from perflab.core.sweepnoise import saved_note
+
+        return saved_note(self.saved, self.path)
+
     def as_dict(self) -> dict[str, Any]:
         cols = ["d_ff", "tflops", "seconds", "params", "params_delta", "params_delta_pct", "ratio", "multiple_of",
-                "speedup_vs_baseline", "rank_tflops", "rank_time", "is_baseline"]
+                "speedup_vs_baseline", "rank_tflops", "rank_time", "is_baseline", "status", "eligible", "disturbed",
+                "measurements", "quietness_json"]
         base = self.baseline_row
+        d = self.decision() if base is not None else None
         return {"hidden": self.hidden, "tokens": self.tokens, "dtype": self.dtype, "device": self.device_name,
                 "eight_thirds_h": eight_thirds(self.hidden), "baseline": self.baseline,
                 "baseline_tflops": base["tflops"] if base else None, "baseline_seconds": base["seconds"] if base else None,
                 "flops_per_step": "18 · tokens · h · d_ff (3 GEMMs forward, 6 backward)",
-                "candidates": [{c: _py(r[c]) for c in cols} for r in self.frame.to_dict("records")],
+                "candidates": [{("quietness" if c == "quietness_json" else c): _py(r.get(c)) for c in cols}
+                               for r in self.frame.to_dict("records")],
+                "best": _py(self.best["d_ff"]), "decision": d.as_json() if d else None, "noise": self.noise,
+                "rule": self.rule, "notes": self.notes, "remeasured": self.remeasured, "saved": self.saved,
                 "failed": self.failed, "results_file": str(self.path) if self.path else None}
 
     def table(self, n: int | None = None):
         cols = ["d_ff", "tflops", "seconds", "speedup_vs_baseline", "params_delta", "params_delta_pct", "multiple_of",
-                "rank_time"]
+                "rank_time", "status"]
         return self.frame[cols].head(n) if n else self.frame[cols]
 
 
@@ -199,18 +293,24 @@ def _py(v):
 
 def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: int = 100, step: int = 4,
            dtype: str = "bf16", device=None, warmup_ms: float = 25, rep_ms: float = 100, repeats: int = 1,
+           retries: int = 2, fresh: bool = False, measure: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
            name: str | None = None, progress: bool = True) -> SwigluSearch:
     """Measure every candidate width (default `candidate_widths(h, radius, step)`) as a resumable sweep.
 
-    repeats > 1 measures all widths that many times, one full pass after another, and keeps each
-    width's fastest pass: a busy machine slows whole stretches of time, and interleaved passes
-    keep one slow stretch from deciding the ranking.
+    repeats > 1 measures all widths that many times, one full pass after another; each width keeps
+    the median of its passes that were not disturbed. Then `perflab.core.sweepnoise.settle`: a width
+    measured while the machine was busy, or far from its neighbours beyond the sweep's noise, is
+    measured again (up to `retries` times, each saved) before it can win. `fresh` sets the saved
+    results aside (renamed, not deleted) and measures everything again; otherwise saved points are
+    served from the file and the search says so (`saved_note`). `measure(params)` replaces the real
+    measurement (tests inject timings): it returns {'tflops', 'seconds', 'spread', 'quietness'}.
     """
     import torch
 
     from perflab.core.device import describe, pick_device
     from perflab.core.dtypes import check_supported
-    from perflab.core.results import run_sweep
+    from perflab.core.results import point_key, run_sweep, set_aside, sweep_path
+    from perflab.core.sweepnoise import Measured, saved_summary, settle
 
     dev = torch.device(device) if device is not None else pick_device()
     h, tokens = positive_int("hidden", h), positive_int("tokens", tokens)
@@ -219,29 +319,71 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
     base = baseline_width(h)
     if base not in ws:
         ws = sorted([*ws, base])
-    make_mlp_gemms(tokens, h, max(ws), dt.name, dev)  # the widest must fit before anything runs
+    measure_fn: Callable[[dict[str, Any]], dict[str, Any]]
+    if measure is None:
+        make_mlp_gemms(tokens, h, max(ws), dt.name, dev)  # the widest must fit before anything runs
+
+        def _measure_width(p: dict[str, Any]) -> dict[str, Any]:
+            return measure_width(p["tokens"], p["h"], p["d_ff"], p["dtype"], dev, warmup_ms=warmup_ms, rep_ms=rep_ms)
+        measure_fn = _measure_width
+    else:
+        measure_fn = measure
     info = describe(dev)
     repeats = positive_int("repeats", repeats, maximum=20)
+    sweep = name or f"swiglu_h{h}_t{tokens}_{dt.name}"
+    if fresh:
+        set_aside(sweep_path(sweep, info.slug))
     pts = [{"h": h, "tokens": tokens, "d_ff": w, "dtype": dt.name, **({"pass": i} if repeats > 1 else {})}
            for i in range(repeats) for w in ws]
-    res = run_sweep(name or f"swiglu_h{h}_t{tokens}_{dt.name}", pts,
-                    lambda p: measure_width(p["tokens"], p["h"], p["d_ff"], p["dtype"], dev, warmup_ms=warmup_ms,
-                                            rep_ms=rep_ms),
-                    device_slug=info.slug, progress=progress)
-    return _assemble(h, tokens, dt.name, info.name, base, res)
+    now: set[str] = set()
+
+    def seen(row: dict[str, Any]) -> None:
+        now.add(point_key(row["params"]))
+
+    res = run_sweep(sweep, pts, measure_fn, device_slug=info.slug, progress=progress, on_point=seen)
+    rows = list(res.rows)
+
+    def measured(row: dict[str, Any]) -> Measured:
+        return Measured(float(row["tflops"]), row.get("spread"), row.get("quietness"))
+
+    first: dict[int, list[Measured]] = {}
+    for r in rows:
+        if r.get("status") == "ok":
+            first.setdefault(int(r["params"]["d_ff"]), []).append(measured(r))
+
+    def again(w, attempt: int) -> Measured:
+        p = {"h": h, "tokens": tokens, "d_ff": int(w), "dtype": dt.name, "again": attempt}
+        rr = run_sweep(sweep, [p], measure_fn, device_slug=info.slug, progress=False, on_point=seen)
+        rows.extend(rr.rows)
+        r = rr.rows[0] if rr.rows else {}
+        if r.get("status") != "ok":  # a width that failed on its second try keeps its first measurements
+            return first[int(w)][0]
+        return measured(r)
+
+    settled = settle(ws, first, again, retries=retries)
+    out = _assemble(h, tokens, dt.name, info.name, base, res, settled)
+    out.saved = saved_summary(rows, now)
+    return out
 
 
-def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res) -> SwigluSearch:
+def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res, settled=None) -> SwigluSearch:
     import pandas as pd
 
+    from perflab.core.sweepnoise import RULE, quietness_json, verdict_of
     from perflab.gemm.shapes import largest_pow2_divisor
 
     df = res.ok_frame().copy() if len(res.frame) else pd.DataFrame()
     failed = list(res.messages)
-    if not len(df):
+    if not len(df) or settled is None or not settled.points:
         raise InputError(f"no width could be measured ({'; '.join(failed) or 'nothing ran'}): choose smaller sizes")
-    df = df[["d_ff", "tflops", "seconds"]].astype({"d_ff": int})
-    df = df.loc[df.groupby("d_ff")["seconds"].idxmin()].reset_index(drop=True)  # best of the passes
+    recs = []
+    for p in settled.points:
+        w = int(p.key)
+        recs.append({"d_ff": w, "tflops": p.value, "seconds": mlp_flops(tokens, h, w) / p.value / 1e12,
+                     "status": p.status, "eligible": p.eligible, "disturbed": p.disturbed,
+                     "measurements": len(p.measurements), "quietness": verdict_of(p.quietness),
+                     "quietness_json": quietness_json(p.quietness)})
+    df = pd.DataFrame(recs)
     ref = 8 * h * h
     df["params"] = 3 * h * df["d_ff"]
     df["params_delta"] = df["params"] - ref
@@ -249,22 +391,25 @@ def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res)
     df["ratio"] = df["d_ff"] / h
     df["multiple_of"] = [largest_pow2_divisor(int(w)) for w in df["d_ff"]]
     df["is_baseline"] = df["d_ff"] == base
-    base_rows = df[df["is_baseline"]]
-    base_t = float(base_rows["tflops"].iloc[0]) if len(base_rows) else float("nan")
+    base_t = next((p.value for p in settled.points if int(p.key) == base), float("nan"))
     df["speedup_vs_baseline"] = df["tflops"] / base_t
     df["rank_time"] = df["seconds"].rank(method="min").astype(int)
     df = df.sort_values(["tflops", "d_ff"], ascending=[False, True]).reset_index(drop=True)
     df["rank_tflops"] = range(1, len(df) + 1)
-    return SwigluSearch(h, tokens, dtype, device_name, base, df, res.path, failed)
+    return SwigluSearch(h, tokens, dtype, device_name, base, df, res.path, failed, settled.sigma, RULE,
+                        list(settled.notes), None, settled.remeasured)
 
 
 def recommend(frame, max_params_delta_pct: float = 1.0) -> dict[str, Any]:
     """The fastest measured width (highest TFLOP/s) whose parameter change against 8/3·h is within
-    ±max_params_delta_pct percent. `frame` is SwigluSearch.frame (or any frame with d_ff, tflops and
-    params_delta_pct)."""
+    ±max_params_delta_pct percent, among the widths that may win (not `eligible` False). `frame` is
+    SwigluSearch.frame (or any frame with d_ff, tflops and params_delta_pct). Whether it beats the
+    baseline beyond the noise is `SwigluSearch.choice`'s business."""
     if max_params_delta_pct < 0:
         raise InputError("the parameter budget must be ≥ 0 percent")
     ok = frame[frame["params_delta_pct"].abs() <= max_params_delta_pct + 1e-12]
+    if "eligible" in ok and ok["eligible"].any():
+        ok = ok[ok["eligible"]]
     if not len(ok):
         raise InputError(f"no measured width changes the parameters by at most {max_params_delta_pct}%: widen the budget")
     best = ok.sort_values(["tflops", "d_ff"], ascending=[False, True]).iloc[0]

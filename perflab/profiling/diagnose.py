@@ -19,7 +19,10 @@ Method (the same on CPU and GPU traces; "the device" is defined in `perflab.prof
    overhead (the dispatcher's and Python's cost), so it does not count as device work, and a gap
    it lies in is launch-bound unless a data, sync or collective wait also overlaps the gap.
 5. The rest is `unattributed_s` (host work perflab cannot name: Python, hooks, the profiler).
-Each cause's seconds and evidence are per step, averaged. Evidence lists the waits by name: the
+Each cause's seconds, share and evidence are per step, averaged; `median_share` is the median of each
+profiled step's share (one disturbed step does not move it), and `stability()` says whether the
+leading cause held from step to step. `versus_timed` says when the profiled step does not look like the median timed
+step (longer or shorter beyond 1.5×, or ops adding up to more than the step). Evidence lists the waits by name: the
 idle seconds each one explains (a gap's seconds go to the wait that overlaps it most) and how
 many such waits there were; for launch_bound, the tiny ops' own time.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,12 +55,14 @@ FIXES = {
 @dataclass
 class Cause:
     cause: str
-    seconds: float  # per step
-    share: float  # of the step
+    seconds: float  # per step, averaged over the profiled steps
+    share: float  # of the step (the average)
     evidence: list[dict[str, Any]]
+    median_share: float | None = None  # the median of each profiled step's share
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cause": self.cause, "seconds": self.seconds, "share": self.share, "evidence": self.evidence}
+        return {"cause": self.cause, "seconds": self.seconds, "share": self.share, "median_share": self.median_share,
+                "evidence": self.evidence}
 
 
 @dataclass
@@ -72,6 +78,37 @@ class Diagnosis:
     tiny_s: float
     step_names: list[str] = field(default_factory=list)
     step_source: str = "ProfilerStep markers"
+    step_times_s: list[float] = field(default_factory=list)  # each profiled step's length
+    top_by_step: list[str | None] = field(default_factory=list)  # each step's top cause (None: none above the threshold)
+    ops_s: float = 0.0  # the device ops' own durations added up, per step (median): more than the step when they overlap
+
+    @property
+    def stable(self) -> bool:
+        """Whether the top cause is the same in most profiled steps (one step cannot say: False)."""
+        if len(self.top_by_step) < 2:
+            return False
+        first = self.top.cause if self.top and self.top.share >= NONE_THRESHOLD else None
+        return sum(t == first for t in self.top_by_step) * 2 > len(self.top_by_step)
+
+    def stability(self) -> str:
+        """One line: whether the diagnosis held from step to step."""
+        n = len(self.top_by_step)
+        if n < 2:
+            return "one profiled step: profile several (--steps 5) to see whether the cause is stable"
+        first = self.top.cause if self.top and self.top.share >= NONE_THRESHOLD else None
+        agree = sum(t == first for t in self.top_by_step)
+        what = first or "no cause above the threshold"
+        if self.stable:
+            return f"stable: {what} leads in {agree} of {n} profiled steps"
+        seen = ", ".join(f"{t or 'none'} ×{self.top_by_step.count(t)}" for t in dict.fromkeys(self.top_by_step))
+        return (f"not stable: the leading cause changed from step to step ({seen}); profile more steps on a quiet "
+                "machine before acting on it")
+
+    def versus_timed(self, timed_step_s: float, tolerance: float = 1.5) -> str | None:
+        """A sentence when the profiled step does not look like the median timed step: its length differs
+        by more than `tolerance`× either way, or its ops add up to more than the step (they overlapped,
+        on several threads); None when they agree."""
+        return profiled_versus_timed(self.step_s, timed_step_s, self.ops_s, tolerance)
 
     @property
     def per_step(self) -> bool:
@@ -89,7 +126,9 @@ class Diagnosis:
         """The shape `perflab profile --json` prints."""
         return {"step_s": self.step_s, "device_busy": self.device_busy,
                 "causes": [c.as_dict() for c in self.causes], "trace_file": self.trace_file,
-                "steps": self.steps, "step_source": self.step_source, "per_step": self.per_step}
+                "steps": self.steps, "step_source": self.step_source, "per_step": self.per_step,
+                "step_times_s": self.step_times_s, "top_by_step": self.top_by_step, "stable": self.stable,
+                "ops_s": self.ops_s}
 
     def table(self):
         """Causes as a small DataFrame for a person."""
@@ -121,6 +160,8 @@ class Diagnosis:
             lines.append(f"{mark} {c.cause:<14} {seconds(c.seconds):>9} {percent(c.share):>6}  {ev}")
         if sig:
             lines.append(f"fix ({sig[0].cause}): {FIXES[sig[0].cause]}")
+        if self.per_step:
+            lines.append(self.stability())
         return "\n".join(lines)
 
 
@@ -157,6 +198,24 @@ def _split_tiny_runs(ops: list[Interval], tiny_s: float, min_run: int) -> tuple[
     return keep, tiny
 
 
+def profiled_versus_timed(profiled_s: float, timed_s: float, ops_s: float = 0.0, tolerance: float = 1.5) -> str | None:
+    """Why a profiled step's shares may not describe the timed steps: a sentence when the profiled
+    step is more than `tolerance`× longer or shorter than the median timed step, or when its ops add
+    up to more than the step itself (they overlapped on several threads, so their times are not
+    shares of one timeline); None when neither."""
+    from perflab.core.readout import seconds
+
+    out = []
+    if timed_s > 0 and profiled_s > 0 and max(profiled_s / timed_s, timed_s / profiled_s) > tolerance:
+        out.append(f"the profiled step took {seconds(profiled_s)} against a median timed step of {seconds(timed_s)} "
+                   f"({profiled_s / timed_s:.2f}×): the profiler's overhead or a busy machine changed the step, so its "
+                   "shares may not describe the timed steps")
+    if profiled_s > 0 and ops_s > 1.05 * profiled_s:
+        out.append(f"the profiled ops add up to {seconds(ops_s)} inside a {seconds(profiled_s)} step: they ran "
+                   "side by side on several threads, so the shares are of the step's timeline, not of the ops' sum")
+    return "; ".join(out) or None
+
+
 def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None = None, min_run: int = 8,
              slack_s: float = 50e-6) -> Diagnosis:
     """Where each step's time went, and the causes of the device's idle time (module docstring)."""
@@ -171,6 +230,7 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
     max_end = list(itertools.accumulate((w.end for w in waits), max))
     n = len(ops)
     run = tiny_runs(ops, tiny_s)
+    op_starts = [o.start for o in ops]
 
     total_step = sum(s.dur for s in t.steps)
     busy = sum(union_length(ops, s.start, s.end) for s in t.steps)
@@ -179,7 +239,12 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
     idle = unattributed = 0.0
     tiny_seen: set[int] = set()
     counted: set[tuple[str, float]] = set()
+    per_step: list[dict[str, float]] = []
+    ops_in: list[float] = []
     for s in t.steps:
+        before_step = dict(seconds)
+        i0, i1 = bisect.bisect_left(op_starts, s.start), bisect.bisect_left(op_starts, s.end)
+        ops_in.append(sum(min(o.end, s.end) - o.start for o in ops[i0:i1]))
         for g0, g1, after in gaps(ops, s.start, s.end):
             length = g1 - g0
             idle += length
@@ -219,11 +284,13 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
                 tiny_seen.update((before, after))
                 continue
             unattributed += length
+        per_step.append({c: seconds[c] - before_step.get(c, 0.0) for c in CAUSES})
     for j in sorted(tiny_seen):  # launch-bound evidence: the tiny ops around those gaps, their own time
         ev = evidence["launch_bound"][ops[j].name]
         ev[0] += ops[j].dur
         ev[1] += 1
     k = max(len(t.steps), 1)
+    durs = [s.dur for s in t.steps]
     step_s = total_step / k
     causes = []
     for c in CAUSES:
@@ -231,11 +298,18 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
             continue
         ev = sorted(({"op": name, "seconds": v[0] / k, "count": round(v[1] / k, 1) if v[1] % k else v[1] // k}
                      for name, v in evidence[c].items() if v[0] > 0), key=lambda e: -e["seconds"])[:5]
-        causes.append(Cause(c, seconds[c] / k, seconds[c] / total_step if total_step else 0.0, ev))
+        # beside the average, the median of each step's share: one disturbed step does not move it
+        med = statistics.median([p[c] / d for p, d in zip(per_step, durs, strict=True) if d > 0] or [0.0])
+        causes.append(Cause(c, seconds[c] / k, seconds[c] / total_step if total_step else 0.0, ev, med))
     causes.sort(key=lambda c: -c.seconds)
+    tops = []
+    for p, d in zip(per_step, durs, strict=True):
+        best = max(CAUSES, key=lambda c: p[c])
+        tops.append(best if d > 0 and p[best] / d >= NONE_THRESHOLD else None)
     device = "the GPU (kernels, copies, memsets)" if t.on_gpu else \
         "the main thread's compute ops (a CPU trace: ops outside data waits, syncs and collectives)"
     return Diagnosis(step_s=step_s, device_busy=busy / total_step if total_step else 0.0, causes=causes,
                      trace_file=t.path, steps=len(t.steps), device=device, idle_s=idle / k,
                      unattributed_s=unattributed / k, tiny_s=tiny_s, step_names=[s.name for s in t.steps],
-                     step_source=t.step_source)
+                     step_source=t.step_source, step_times_s=durs, top_by_step=tops,
+                     ops_s=statistics.median(ops_in) if ops_in else 0.0)

@@ -6,8 +6,9 @@
 
 Each rung's row: `rung`, `step_s` (median wall seconds of one optimizer step, data wait included),
 `tokens_per_s`, `mfu`/`hfu` (against the spec peak of the dtype that ran where the spec sheet has
-one, else against a ceiling measured for that dtype at the step's largest GEMM shape: `mfu_basis` says
-which and `mfu_basis_label` names it, `perflab.flops.mfu.mfu_basis`), `peak_bytes`, `loss` (after
+one, else against the ceiling measured for that dtype by the rule the audit and the lessons share:
+`mfu_basis` says which and `mfu_basis_label` names it with its figure and date,
+`perflab.flops.mfu.mfu_basis`; above 100 % no figure, `mfu_suspect` says why), `peak_bytes`, `loss` (after
 warmup + steps optimizer steps), `loss_delta` (against the baseline's), `parity_ok` (within the
 dtype's tolerance, `perflab.compiler.parity`), `speedup_vs_previous` (the median per-pair ratio of the
 interleaved timing) with its `interval`, `speedup_vs_baseline` (the product of the adopted rungs'
@@ -39,6 +40,7 @@ import torch.nn.functional as F
 from perflab.core.dtypes import native_bf16
 from perflab.core.errors import InputError, PerflabError
 from perflab.core.validate import positive_int
+from perflab.flops.mfu import Basis, mfu_basis
 from perflab.tune.ladder import TunePreset, parse_rungs
 from perflab.tune.ladder import preset as tune_preset
 from perflab.tune.ladder import rung as rung_of
@@ -423,58 +425,30 @@ def measure_pair(tp: TunePreset, prev: StepConfig, cand: StepConfig, *, min_pair
 # ---------------------------------------------------------------- utilization
 
 
-@dataclass(frozen=True)
-class Rates:
-    peak_tflops: float | None
-    peak_source: str
-    ceiling_tflops: float | None
-    ceiling_label: str
-    basis: Any = None  # perflab.flops.mfu.Basis: what MFU is divided by, named
-
-
-_RATES: dict[tuple[str, str, tuple[int, int, int] | None], Rates] = {}
-
-
 def step_shape(tp: TunePreset) -> tuple[int, int, int]:
     """(m, n, k) of the preset's largest GEMM at its largest micro-batch: the logits of the whole
-    global batch (tokens × padded vocabulary × hidden). A CPU ceiling measured at this shape is the
-    rate a step of this model can reach, not a large square matmul's."""
+    global batch (tokens × padded vocabulary × hidden). For the cpu preset this is
+    `perflab.flops.mfu.CEILING_SHAPE_CPU`, the shape every CPU ceiling is measured at."""
     return tp.global_batch * tp.seq, padded_vocab(tp.cfg.vocab), tp.cfg.hidden
 
 
-def rates(device: torch.device, dtype: str, shape: tuple[int, int, int] | None = None, *,
-          remeasure: bool = False) -> Rates:
-    """The basis of MFU for a step that ran in `dtype` (`perflab.flops.mfu.mfu_basis`): the spec peak
-    where the spec sheet has one, else the ceiling measured for `dtype` at `shape` (default: the cpu
-    preset's step shape), stored and versioned per device. Looked up once per process."""
-    from perflab.flops.mfu import mfu_basis
+def mfu_fields(m: Measurement, basis: Basis) -> dict[str, Any]:
+    """A rung's MFU and HFU against the basis of the dtype it ran in (`perflab.flops.mfu.utilization`),
+    as the row's fields: above 100 % no figure, and `mfu_suspect` says why."""
+    from perflab.flops.mfu import utilization
 
-    if shape is None:
-        shape = step_shape(tune_preset("cpu"))
-    key = (str(device), dtype, shape)
-    if key not in _RATES or remeasure:
-        b = mfu_basis(device, dtype, shape, remeasure=remeasure)
-        spec = b.kind == "spec peak"
-        _RATES[key] = Rates(b.tflops if spec else None, "spec sheet" if spec else "peak unknown: no spec sheet",
-                            None if spec else b.tflops, b.label(), b)
-    return _RATES[key]
-
-
-def utilization(m: Measurement, r: Rates) -> dict[str, Any]:
-    mt, ht = m.model_flops / m.step_s / 1e12, m.hardware_flops / m.step_s / 1e12
-    out = {"model_tflops": mt, "hardware_tflops": ht, "peak_tflops": r.peak_tflops, "peak_source": r.peak_source,
-           "ceiling_tflops": r.ceiling_tflops, "ceiling_label": r.ceiling_label,
-           "mfu_spec": mt / r.peak_tflops if r.peak_tflops else None,
-           "hfu_spec": ht / r.peak_tflops if r.peak_tflops else None,
-           "mfu_ceiling": mt / r.ceiling_tflops if r.ceiling_tflops else None,
-           "hfu_ceiling": ht / r.ceiling_tflops if r.ceiling_tflops else None}
-    spec = r.peak_tflops is not None
-    out["mfu"] = out["mfu_spec"] if spec else out["mfu_ceiling"]
-    out["hfu"] = out["hfu_spec"] if spec else out["hfu_ceiling"]
-    out["mfu_basis"] = "spec peak" if spec else "measured ceiling"
-    out["mfu_basis_label"] = r.basis.label() if r.basis is not None else r.ceiling_label
-    out["mfu_basis_info"] = r.basis.as_dict() if r.basis is not None else None
-    return out
+    dt = basis.dtype
+    u = utilization(m.step_s, {dt: m.model_flops}, {dt: basis}, {dt: m.hardware_flops})
+    spec = basis.kind == "spec peak"
+    return {"model_tflops": u.model_tflops, "hardware_tflops": u.hardware_tflops,
+            "peak_tflops": basis.tflops if spec else None,
+            "peak_source": "spec sheet" if spec else "peak unknown: no spec sheet",
+            "ceiling_tflops": None if spec else basis.tflops, "ceiling_label": basis.label(),
+            "mfu_spec": u.mfu if spec else None, "hfu_spec": u.hfu if spec else None,
+            "mfu_ceiling": None if spec else u.mfu, "hfu_ceiling": None if spec else u.hfu,
+            "mfu": u.mfu, "hfu": u.hfu, "mfu_suspect": u.suspect,
+            "mfu_basis": "spec peak" if spec else "measured ceiling", "mfu_basis_label": basis.label(),
+            "mfu_basis_info": basis.as_dict()}
 
 
 # ---------------------------------------------------------------- the rungs as changes
@@ -677,7 +651,7 @@ ATTACKS = {"bf16": "compute", "adamw": "optimizer", "vocab64": "compute", "sdpa"
 
 
 def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | None, base: dict | None,
-              r: Rates | None, tp: TunePreset, device: torch.device, pair: PairMeasurement | None = None
+              r: Basis | None, tp: TunePreset, device: torch.device, pair: PairMeasurement | None = None
               ) -> dict[str, Any]:
     from perflab.tune.verdict import Interval, decide, noise_allowance_s, untouched_moves
 
@@ -688,7 +662,7 @@ def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | Non
     if m is None:  # not applicable: the configuration it leaves unchanged
         assert prev is not None
         for k in ("step_s", "step_times_s", "tokens_per_s", "mfu", "hfu", "mfu_spec", "hfu_spec", "mfu_ceiling",
-                  "hfu_ceiling", "mfu_basis", "mfu_basis_label", "mfu_basis_info", "peak_tflops", "peak_source",
+                  "hfu_ceiling", "mfu_suspect", "mfu_basis", "mfu_basis_label", "mfu_basis_info", "peak_tflops", "peak_source",
                   "ceiling_tflops", "ceiling_label", "model_tflops", "hardware_tflops", "peak_bytes", "peak_how",
                   "loss", "losses", "data_wait_s", "forward_s", "backward_s", "optimizer_s", "compile_s", "breakdown",
                   "tokens_per_step"):
@@ -703,7 +677,7 @@ def _row_from(name: str, change: Change, m: Measurement | None, prev: dict | Non
                tokens_per_s=m.tokens_per_step / m.step_s, peak_bytes=m.peak_bytes, peak_how=m.peak_how,
                loss=loss, losses=m.losses, data_wait_s=m.data_wait_s, forward_s=m.forward_s,
                backward_s=m.backward_s, optimizer_s=m.optimizer_s, compile_s=m.compile_s, breakdown=m.breakdown,
-               model_flops_per_step=m.model_flops, hardware_flops_per_step=m.hardware_flops, **utilization(m, r))
+               model_flops_per_step=m.model_flops, hardware_flops_per_step=m.hardware_flops, **mfu_fields(m, r))
     tol = tolerance_for(change.config.dtype)
     b_loss = loss if base is None else base["loss"]
     row["loss_delta"] = loss - b_loss
@@ -854,7 +828,7 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
     if fresh and p.exists():
         p.rename(p.with_name(f"{p.stem}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     say = _progress_printer(progress)
-    shape = step_shape(tp)
+    bases: dict[str, Basis] = {}
     remeasured: set[str] = set()  # --fresh measures each dtype's ceiling again once (a new version)
 
     rows: list[dict[str, Any]] = []
@@ -876,7 +850,9 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
             if say:
                 say(f"[{i + 1}/{len(names)}] {name}: {rung_of(name).title} …")
             dt = change.config.dtype
-            r = rates(dev, dt, shape, remeasure=fresh and dt not in remeasured)
+            r = bases.get(dt) if not (fresh and dt not in remeasured) else None
+            if r is None:  # the one rule every MFU shares (perflab.flops.mfu.mfu_basis), once per dtype
+                r = bases[dt] = mfu_basis(dev, dt, remeasure=fresh and dt not in remeasured)
             remeasured.add(dt)
             with _quiet_compile():
                 if prev is None:

@@ -142,3 +142,25 @@ def test_the_factory_timeout_default_is_the_libraries():
     assert audit.FACTORY_TIMEOUT_S == FACTORY_TIMEOUT_S
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert f"`--factory-timeout` seconds (default {FACTORY_TIMEOUT_S:g};" in readme
+
+
+def test_audit_and_tune_report_the_same_ceiling_for_the_same_dtype(tmp_path):
+    """One MFU basis (perflab.flops.mfu.mfu_basis): once a quiet ceiling is stored for fp32 on this
+    CPU, the audit and the ladder both divide by it and both name it in their JSON."""
+    from perflab.core.quietness import MadeUpLoad, injected
+    from perflab.flops import mfu
+
+    env = {"PERFLAB_RESULTS": str(tmp_path)}
+    with pytest.MonkeyPatch.context() as mp, injected(MadeUpLoad(0.0)):  # a real measurement on a made-up quiet machine
+        mp.setenv("PERFLAB_RESULTS", str(tmp_path))
+        stored = mfu.mfu_basis("cpu", "fp32")
+    assert stored.stored and stored.kind == "measured ceiling"
+    a = perflab("audit", "--hf-config", "gpt2", *SMALL, "--seq", "8", "--steps", "2", "--no-breaks", "--device", "cpu",
+                "--json", env=env)
+    assert a.returncode == 0, a.stderr
+    t = perflab("tune", "--preset", "smoke", "--rungs", "baseline", "--json", env=env)
+    assert t.returncode == 0, t.stderr
+    audit_fp32 = json.loads(a.stdout)["mfu_bases"]["fp32"]
+    tune_fp32 = json.loads(t.stdout)["rows"][0]["mfu_basis_info"]
+    assert audit_fp32["tflops"] == tune_fp32["tflops"] == stored.tflops
+    assert audit_fp32["when"] == tune_fp32["when"] == stored.when and stored.when in audit_fp32["label"]

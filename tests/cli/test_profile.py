@@ -54,10 +54,12 @@ def test_profile_trace_diagnoses_a_plain_torch_profiler_script(tmp_path, capsys)
     assert r.returncode == 0, r.stderr[-2000:]
     assert main(["profile", "--trace", str(trace), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"step_s", "device_busy", "causes", "trace_file", "steps", "step_source", "per_step"}
+    assert set(out) == {"step_s", "device_busy", "causes", "trace_file", "steps", "step_source", "per_step",
+                        "step_times_s", "top_by_step", "stable", "ops_s"}
+    assert len(out["step_times_s"]) == len(out["top_by_step"]) == out["steps"] and isinstance(out["stable"], bool)
     assert out["trace_file"] == str(trace)
     assert out["causes"][0]["cause"] == "data_wait" and out["causes"][0]["share"] > 0.5
-    assert set(out["causes"][0]) == {"cause", "seconds", "share", "evidence"}
+    assert set(out["causes"][0]) == {"cause", "seconds", "share", "median_share", "evidence"}
     assert "DataLoader" in out["causes"][0]["evidence"][0]["op"]
     secs = [c["seconds"] for c in out["causes"]]
     assert secs == sorted(secs, reverse=True)

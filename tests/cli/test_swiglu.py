@@ -20,6 +20,15 @@ def test_swiglu_json_on_cpu(tmp_path):
         assert {"d_ff", "tflops", "seconds", "params_delta"} <= set(x)
         assert x["params_delta"] == 3 * 64 * x["d_ff"] - 8 * 64 * 64
     assert [x["tflops"] for x in c] == sorted((x["tflops"] for x in c), reverse=True)
+    assert d["saved"] is None and d["noise"] > 0 and d["rule"] and d["decision"]["kind"] in (
+        "choose", "within the noise", "inconclusive")
+    assert all("quietness" in x and x["status"] in ("ok", "confirmed", "unstable") for x in c)
+    again = perflab("swiglu", "--hidden", "64", "--tokens", "32", "--radius", "8", "--dtype", "fp32", "--device", "cpu",
+                    env={"PERFLAB_RESULTS": str(tmp_path)})
+    assert again.returncode == 0 and "measurements served from results saved 20" in again.stdout, again.stdout
+    fresh = perflab("swiglu", "--hidden", "64", "--tokens", "32", "--radius", "8", "--dtype", "fp32", "--device", "cpu",
+                    "--rep-ms", "2", "--warmup-ms", "1", "--fresh", "--json", env={"PERFLAB_RESULTS": str(tmp_path)})
+    assert fresh.returncode == 0 and json.loads(fresh.stdout)["saved"] is None, fresh.stderr
 
 
 @pytest.mark.parametrize("args,needle", [(["--hidden", "0"], "≥ 1"), (["--hidden", "64", "--tokens", "-3"], "≥ 1"),

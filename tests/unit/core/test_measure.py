@@ -219,3 +219,18 @@ def test_device_copy_against_spec():
     r = measure_copy_bandwidth(2 * 2**30, "cuda")
     if r.spec_gbps:
         assert 0 < r.spec_fraction < 1.05  # never above the datasheet; how far below depends on the load
+
+
+def test_a_matmul_timed_on_a_busy_machine_says_so_in_its_readout():
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from perflab.core.quietness import Quietness
+
+    r = measure.measure_matmul(32, 32, 32, "fp32", "cpu", rep_ms=2, warmup_ms=1, min_reps=3)
+    busy = Quietness("disturbed", 0.6, 0.2, 2, 0.24, 1, "other programs used 60 % of 2 cores")
+    shown = str(replace(r, bench=SimpleNamespace(quietness=busy)).readout())
+    assert "disturbed: other programs used 60 % of 2 cores: this rate may be the neighbours'" in shown
+    quiet = Quietness("quiet", 0.0, 0.2, 2, 0.0, 1, "")
+    assert "disturbed" not in str(replace(r, bench=SimpleNamespace(quietness=quiet)).readout())
+

@@ -167,3 +167,13 @@ def test_sweep_records_invalid_shapes(tmp_path, bad):
                   path=tmp_path / "mm.jsonl", progress=False)
     assert [row["status"] for row in r.rows] == ["ok", "invalid"]
     assert "≥ 1" in r.rows[1]["reason"]
+
+
+def test_results_set_aside_are_renamed_not_deleted(tmp_path):
+    from perflab.core.results import set_aside
+
+    f = tmp_path / "sweep.jsonl"
+    assert set_aside(f) is None
+    f.write_text("{}\n")
+    new = set_aside(f)
+    assert new is not None and not f.exists() and new.read_text() == "{}\n" and new.name.startswith("sweep.2")

@@ -245,6 +245,7 @@ def test_a_failing_part_is_recorded_the_rest_go_on_and_a_rerun_resumes(results, 
     assert doc2["parts"]["device"]["measured"] == doc["parts"]["device"]["measured"]
     assert doc2["parts"]["numa"]["resumed"] is False and doc2["parts"]["numa"]["status"] == "ok"
     assert "1 taken from an earlier run" in run_json.err and "--fresh" in run_json.err  # says so, and how to redo it
+    assert "device" in run_json.err and "served from results saved 20" in run_json.err  # with the date it was measured
     # --fresh measures again
     rc, doc3 = run_json(capsys, "--quick", "--only", "device", "--fresh", "--out", str(results / "c"))
     assert rc == 0 and doc3["parts"]["device"]["resumed"] is False

@@ -23,6 +23,7 @@ from perflab.flops.mfu import (
     published_runs,
     reproduce,
     resolve_peak,
+    run_utilization,
     utilization,
 )
 from perflab.flops.transformer import (
@@ -88,8 +89,10 @@ def test_mfu_arithmetic():
     assert achieved_tflops(1000, 6e9) == pytest.approx(6.0)
     assert mfu.mfu(1000, 6e9, 12.0) == pytest.approx(0.5)
     assert mfu.mfu(8000, 6e9, 12.0, devices=8) == pytest.approx(0.5)
-    u = utilization(1000, 6e9, peak_tflops=12, hardware_flops_per_token=8e9)
+    u = run_utilization(1000, 6e9, peak_tflops=12, hardware_flops_per_token=8e9)
     assert u.mfu == pytest.approx(0.5) and u.hfu == pytest.approx(2 / 3)
+    over = run_utilization(1000, 6e9, peak_tflops=1)  # 6 TFLOP/s on a 1 TFLOP/s peak
+    assert over.mfu is None and "suspect" in (over.suspect or "")
     for bad in (0, -1, float("inf"), "x"):
         with pytest.raises(InputError):
             mfu.mfu(bad, 1e9, 100)
@@ -207,13 +210,25 @@ CPU = torch.device("cpu")
 
 @pytest.fixture
 def timed(monkeypatch, tmp_path):
-    """measure_matmul that returns a chosen fastest time, with results in a fresh folder."""
+    """measure_matmul that returns a chosen fastest time, with results in a fresh folder; box["q"] is
+    the quietness the injected watch reports."""
     monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
-    box = {"min_s": 1e-3}
+    box = {"min_s": 1e-3, "q": {"verdict": "quiet", "share": 0.02, "cause": "machine quiet"}}
     import perflab.core.measure as M
 
     monkeypatch.setattr(M, "measure_matmul", lambda m, n, k, *a, **kw: SimpleNamespace(min_s=box["min_s"], n_reps=7))
     return box
+
+
+def _watch(box):
+    """A quietness watch that reports box["q"] (no /proc read)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def watch(device):
+        yield SimpleNamespace(result=box["q"])
+
+    return watch
 
 
 def _est(tflops):
@@ -230,31 +245,33 @@ def test_a_ceiling_above_the_peak_is_questioned():
 def test_the_first_ceiling_stays_the_basis_and_a_remeasure_is_a_named_new_version(timed, monkeypatch):
     monkeypatch.setattr(hardware, "ceiling_problem", lambda *a: None)
     shape = (64, 128, 32)
-    b1 = mfu.mfu_basis(CPU, "fp32", shape)
+    w = _watch(timed)
+    b1 = mfu.mfu_basis(CPU, "fp32", shape, watch=w)
     assert b1.kind == "measured ceiling" and b1.version == 1 and b1.shape == shape
     assert b1.tflops == pytest.approx(2 * 64 * 128 * 32 / 1e-3 / 1e12)
     assert "64×128×32 matmul" in b1.label() and "version 1" in b1.label() and b1.when
+    assert b1.statistic == "fastest call" and b1.quietness == timed["q"]
     timed["min_s"] = 0.5e-3  # another lesson's faster run does not replace it
-    assert mfu.mfu_basis(CPU, "fp32", shape).version == 1
-    b2 = mfu.mfu_basis(CPU, "fp32", shape, remeasure=True)
+    assert mfu.mfu_basis(CPU, "fp32", shape, watch=w).version == 1
+    b2 = mfu.mfu_basis(CPU, "fp32", shape, remeasure=True, watch=w)
     assert b2.version == 2 and b2.replaced and "version 1" in b2.label()
-    assert mfu.mfu_basis(CPU, "fp32", shape).tflops == pytest.approx(2 * b1.tflops)
-    assert mfu.mfu_basis(CPU, "bf16", shape).version == 1  # each dtype has its own basis
+    assert mfu.mfu_basis(CPU, "fp32", shape, watch=w).tflops == pytest.approx(2 * b1.tflops)
+    assert mfu.mfu_basis(CPU, "bf16", shape, watch=w).version == 1  # each dtype has its own basis
 
 
 def test_a_questioned_ceiling_is_used_named_and_not_stored(timed, monkeypatch):
     monkeypatch.setattr(hardware, "peaks_for", lambda info: _est(1e-9))
-    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64))
+    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=_watch(timed))
     assert b.questioned and b.version is None and "not stored" in b.label()
     assert mfu.stored_ceilings(__import__("perflab.core.device", fromlist=["x"]).describe(CPU).slug) == {}
 
 
-def test_a_utilization_above_100_percent_never_shows_without_its_reason():
+def test_a_utilization_above_100_percent_is_never_shown_and_its_ceiling_is_called_suspect():
     b = mfu.Basis(0.1, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
-    assert mfu.utilization_text(0.347, b) == "34.7 %"
-    over = mfu.utilization_text(1.04, b)
-    assert over.startswith("104 % (above 100 %") and "fp32 ceiling" in over
-    assert mfu.utilization_text(None) .startswith("unknown")
+    assert mfu.shown_utilization(0.347, b) == "34.7 %"
+    over = mfu.shown_utilization(1.04, b)
+    assert "104" not in over and "%" not in over.split("(")[0] and "suspect" in over and "fp32 ceiling" in over
+    assert mfu.shown_utilization(None) .startswith("unknown")
 
 
 def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypatch, tmp_path):
@@ -266,3 +283,101 @@ def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypat
     assert mamf.measured_ceiling("cpu", "fp32") is None
     note = mamf.ceiling_note("cpu", "fp32")
     assert note.startswith("no measured ceiling stored") and "was not stored" in note and "estimated peak" in note
+
+
+# ---------------------------------------------------------------- the one basis: storing, and the division
+
+
+def test_a_ceiling_measured_on_a_busy_machine_is_used_named_and_not_stored(timed):
+    timed["q"] = {"verdict": "disturbed", "share": 0.48, "cause": "other programs used 48 % of 2 cores"}
+    seen = []
+
+    def counting(device):
+        seen.append(device)
+        return _watch(timed)(device)
+
+    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=counting)
+    assert len(seen) == mfu.CEILING_ATTEMPTS  # measured again while the machine stayed busy
+    assert b.version is None and not b.stored
+    assert "not stored: measured while the machine was busy (other programs used 48 % of 2 cores)" in b.label()
+    slug = __import__("perflab.core.device", fromlist=["x"]).describe(CPU).slug
+    assert mfu.stored_ceilings(slug) == {}
+    timed["q"] = None  # quietness that cannot be read is not quiet either
+    assert not mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=_watch(timed)).stored
+
+
+def test_a_remeasure_never_replaces_a_quieter_ceiling(timed, monkeypatch):
+    monkeypatch.setattr(hardware, "ceiling_problem", lambda *a: None)
+    w = _watch(timed)
+    b1 = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=w)
+    timed["q"] = {"verdict": "quiet", "share": 0.08, "cause": "machine quiet"}  # quiet, but less so
+    timed["min_s"] = 0.25e-3
+    b2 = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), remeasure=True, watch=w)
+    assert b2.version == 1 and b2.tflops == b1.tflops and "quieter machine" in (b2.questioned or "")
+    timed["q"] = {"verdict": "quiet", "share": 0.0, "cause": "machine quiet"}
+    assert mfu.mfu_basis(CPU, "fp32", (64, 64, 64), remeasure=True, watch=w).version == 2
+
+
+def test_every_caller_gets_the_same_cpu_ceiling_shape():
+    assert mfu.ceiling_shape(CPU) == mfu.ceiling_shape("cpu") == mfu.CEILING_SHAPE_CPU
+    assert mfu.ceiling_shape(torch.device("cuda")) == mfu.CEILING_SHAPE_GPU
+
+
+def _spec(dt, tflops):
+    return mfu.Basis(tflops, "spec peak", dt, "datasheet")
+
+
+def test_each_dtype_is_divided_by_its_own_basis():
+    h100 = hardware.by_id("h100-sxm")
+    bf, f32 = h100.peak("bf16"), h100.peak("tf32")
+    assert bf and f32
+    flops = {"bf16": 9e12, "tf32": 1e12}
+    u = utilization(1.0, flops, {"bf16": _spec("bf16", bf), "tf32": _spec("tf32", f32)})
+    ideal = 9e12 / (bf * 1e12) + 1e12 / (f32 * 1e12)
+    assert u.mfu == pytest.approx(ideal) and u.effective_tflops == pytest.approx(10e12 / ideal / 1e12)
+    assert 10e12 / (bf * 1e12) < u.mfu < 10e12 / (f32 * 1e12)  # neither all at the bf16 peak nor the tf32 one
+    assert u.spec and "bf16 spec peak" in u.basis_label() and "tf32 spec peak" in u.basis_label()
+
+
+def test_hardware_flops_give_the_hfu_and_a_missing_basis_gives_unknown():
+    ceiling = mfu.Basis(2.0, "measured ceiling", "bf16", "fastest of 5", "2026-11-26 08:00", (8, 8, 8), 1)
+    u = utilization(1.0, {"bf16": 1e12}, {"bf16": ceiling}, {"bf16": 1.2e12})
+    assert u.mfu == pytest.approx(0.5) and u.hfu == pytest.approx(0.6)
+    assert "peak unknown" in u.basis_label() and "2000 GFLOP/s" in u.basis_label() and "2026-11-26" in u.basis_label()
+    none = utilization(0.5, {"fp8": 1e12}, {"bf16": ceiling})
+    assert none.mfu is None and none.text() == "unknown (no basis)"
+
+
+def test_no_utilization_above_100_percent_is_ever_reported():
+    low = mfu.Basis(0.001, "measured ceiling", "fp32", "fastest of 5", "2026-11-26 08:00", (8, 8, 8), 1)
+    u = utilization(0.1, {"fp32": 1e12}, {"fp32": low}, {"fp32": 1.3e12})
+    assert u.mfu is None and u.hfu is None and u.suspect and "ceiling is suspect" in u.suspect
+    assert u.text().startswith("not shown: the step ran at") and "%" not in u.text("hfu").split("(")[0]
+    assert "ceiling is suspect" in u.basis_label() and u.as_dict()["mfu"] is None
+
+
+def test_an_unknown_device_never_borrows_a_peak(timed, monkeypatch):
+    """A CPU (or any device missing from the hardware table) gets 'peak unknown' and its own measured
+    ceiling, never another device's spec peak, even where a CPU peak is estimated."""
+    for dt in ("fp32", "bf16"):
+        b = mfu.mfu_basis(CPU, dt, (8, 8, 8), watch=_watch(timed))
+        assert b.kind == "measured ceiling" and b.dtype == dt
+        u = utilization(1.0, {dt: 1e6}, {dt: b})
+        assert u.basis_label().startswith("peak unknown") and not u.spec
+
+
+def test_unknown_peak_uses_the_measured_ceiling_for_the_dtype_that_ran(timed, monkeypatch):
+    import perflab.core.measure as M
+
+    asked = []
+
+    def measure_matmul(m, n, k, dtype, *a, **kw):
+        asked.append(dtype)
+        return SimpleNamespace(min_s=1e-3, n_reps=5)
+
+    monkeypatch.setattr(M, "measure_matmul", measure_matmul)
+    bases = mfu.bases_for(CPU, ["bf16"], (8, 8, 8), watch=_watch(timed))
+    assert asked == ["bf16"] and bases["bf16"].tflops == pytest.approx(2 * 8**3 / 1e-3 / 1e12)
+    u = utilization(0.5, {"bf16": 1e3}, bases, {"bf16": 1.2e3})
+    assert u.mfu == pytest.approx(1e3 / (bases["bf16"].tflops * 1e12) / 0.5)
+    assert u.hfu == pytest.approx(1.2 * u.mfu)

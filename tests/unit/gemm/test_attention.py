@@ -41,3 +41,35 @@ def test_sweep_head_size_smoke():
                                     warmup_ms=1, progress=False)
     df = res.ok_frame()
     assert sorted(df["d"]) == [32, 64, 128] and (df["a"] * df["d"] == 128).all()
+
+
+def _heads(tflops_by_d, quiet=None):
+    from types import SimpleNamespace
+
+    q = quiet or {"verdict": "quiet", "share": 0.0, "cause": "machine quiet"}
+    rows = [{"params": {"h": 256, "a": 256 // d, "d": d, "b": 1, "s": 32, "dtype": "fp32", "causal": False},
+             "status": "ok", "tflops": t, "spread": 0.01, "quietness": q} for d, t in tflops_by_d.items()]
+    return SimpleNamespace(rows=rows)
+
+
+def test_a_head_size_spike_is_measured_again_and_does_not_win():
+    from perflab.gemm import attention
+
+    curve = {16: 1.0, 32: 1.5, 64: 2.0, 128: 2.25, 256: 2.3}
+    spiked = _heads({**curve, 32: 9.0})
+    w = attention.fastest_head_size(spiked, measure=lambda p: {"tflops": curve[p["d"]], "spread": 0.01,
+                                                                 "quietness": {"verdict": "quiet", "share": 0.0}})
+    assert w.d == 256 and "within the noise" in w.text and not w.decisive
+
+
+def test_a_clear_head_size_winner_is_named_beyond_the_noise_and_a_busy_one_is_inconclusive():
+    from perflab.gemm import attention
+
+    curve = {16: 1.0, 32: 1.5, 64: 2.0, 128: 3.0, 256: 2.0}
+    same = {"tflops": 3.0, "spread": 0.01, "quietness": {"verdict": "quiet", "share": 0.0}}
+    w = attention.fastest_head_size(_heads(curve), measure=lambda p: {**same, "tflops": curve[p["d"]]})
+    assert w.d == 128 and w.decisive and w.text.endswith("beyond the noise") and "1.50×" in w.text
+    busy = {"verdict": "disturbed", "share": 0.5, "cause": "other programs used 50 % of 2 cores"}
+    b = attention.fastest_head_size(_heads(curve, busy), measure=lambda p: {**same, "tflops": curve[p["d"]],
+                                                                            "quietness": busy})
+    assert not b.decisive and "inconclusive: the machine was busy (other programs used 50 %" in b.text

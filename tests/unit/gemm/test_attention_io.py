@@ -72,8 +72,8 @@ def test_bad_input_is_one_line():
     with pytest.raises(InputError):
         io.standard_bytes(1, 1, 64, 64, itemsize=3)
     with pytest.raises(InputError):
-        io.utilization(1e12, 0, 100)
-    assert io.utilization(1e12, 1.0, 1.0) == 1.0
+        io.fraction_of_peak(1e12, 0, 100)
+    assert io.fraction_of_peak(1e12, 1.0, 1.0) == 1.0
 
 
 def test_the_fused_kernels_rereads_are_a_fraction_d_over_2_block_m_of_standard_traffic():

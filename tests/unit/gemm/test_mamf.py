@@ -32,7 +32,11 @@ def _ctx(quick: bool, info=None) -> R.Ctx:
 def _landscape(p):
     """A smooth made-up TFLOP/s landscape with one top at m = n = 1024, k = 1536."""
     t = 1.0 - ((p["m"] - 1024) ** 2 + (p["n"] - 1024) ** 2 + (p["k"] - 1536) ** 2) / 2**24
-    return {"mean_tflops": t, "median_tflops": t, "max_tflops": t * 1.01}
+    return {"mean_tflops": t, "median_tflops": t, "max_tflops": t * 1.01, "quietness": QUIET}
+
+
+QUIET = {"verdict": "quiet", "share": 0.01, "cause": "machine quiet"}
+BUSY = {"verdict": "disturbed", "share": 0.5, "cause": "other programs used 50 % of 2 cores"}
 
 
 def _gpu_like(sms, tile, peak=989.0, bw=3350.0):
@@ -122,7 +126,8 @@ def test_the_full_mamf_part_searches_the_default_ranges_and_shows_the_stored_cei
         assert m == n == k == list(range(256, 2049, 256))  # a CPU's full default ranges, every size
         # a hundredth of the made-up landscape: 10 GFLOP/s at the top, under any CPU's estimated peak,
         # so the full search may store it (a ceiling above the peak is questioned, not stored)
-        return real(m, n, k, measure=lambda p: {key: v / 100 for key, v in _landscape(p).items()}, **kw)
+        return real(m, n, k, measure=lambda p: {key: v / 100 if key.endswith("tflops") else v
+                                                for key, v in _landscape(p).items()}, **kw)
 
     monkeypatch.setattr(mamf, "search", search)
     info = describe(CPU)
@@ -203,7 +208,7 @@ def test_search_resumes_without_measuring_again(tmp_path):
     full = mamf.search(vals, vals, vals, measure=f, path=tmp_path / "fresh.jsonl", progress=False, device="cpu")
     assert again.best == full.best and again.evaluated == full.evaluated
     assert again.measured == full.measured - 39  # nothing measured twice
-    assert calls["n"] - 1000 == again.measured
+    assert calls["n"] - 1000 == again.measured + 2  # and the best, measured twice more before it is named
 
 
 def test_failed_points_are_recorded_and_skipped(tmp_path):
@@ -244,12 +249,77 @@ def test_perflab_mamf_finds_the_brute_force_best_in_a_fraction_of_the_time(tmp_p
 def test_measured_ceiling_is_kept_per_device(monkeypatch, tmp_path):
     monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
     assert mamf.measured_ceiling("cpu", "fp32") is None
-    r = mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", rep_ms=2, warmup_ms=1, progress=False)
+    small = {k: v / 1000 for k, v in _landscape({"m": 64, "n": 64, "k": 64}).items() if k != "quietness"}
+
+    def measure(p):
+        return {**{k: v * p["m"] * p["n"] * p["k"] / 64**3 for k, v in small.items()}, "quietness": QUIET}
+
+    r = mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", measure=measure, progress=False)
     assert r.ceiling_path is not None and r.ceiling_path.parent.parent.parent == tmp_path
     assert mamf.measured_ceiling("cpu", "fp32") == pytest.approx(r.best["tflops"])
     rec = mamf.ceiling_record("cpu", "fp32")
     assert rec["m"] == r.best["m"] and rec["dtype"] == "fp32" and rec["torch_version"]
+    assert rec["stat"] == "mean" and rec["date"] and rec["quietness"] == QUIET and rec["confirmed"]
     assert mamf.measured_ceiling("cpu", "bf16") is None  # per dtype
+    assert "stored as this device's measured ceiling" in (r.stored_note() or "")
+
+
+def _search(measure, **kw):
+    return mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", measure=measure, progress=False, **kw)
+
+
+def _tiny(p, q=QUIET):
+    v = p["m"] * p["n"] * p["k"] / 1e9  # at most 0.26 GFLOP/s: under any CPU's estimated peak
+    return {"mean_tflops": v, "median_tflops": v, "max_tflops": v, "spread": 0.01, "quietness": q}
+
+
+def test_a_spike_is_measured_again_and_does_not_become_the_ceiling(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    seen: dict[tuple, int] = {}
+
+    def measure(p):
+        key = (p["m"], p["n"], p["k"])
+        seen[key] = seen.get(key, 0) + 1
+        out = _tiny(p)
+        if key == (32, 64, 32) and seen[key] == 1:  # one quiet-moment spike, 40x its real figure
+            out = {k: (v * 40 if k.endswith("tflops") else v) for k, v in out.items()}
+        return out
+
+    r = _search(measure)
+    assert seen[(32, 64, 32)] == 3 and (r.best["m"], r.best["n"], r.best["k"]) == (64, 64, 64)
+    assert r.best["confirmed"] and r.best["measurements"] == 3
+    assert mamf.measured_ceiling("cpu", "fp32") == pytest.approx(_tiny({"m": 64, "n": 64, "k": 64})["mean_tflops"])
+
+
+def test_a_ceiling_measured_on_a_busy_machine_is_not_stored_and_says_why(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    r = _search(lambda p: _tiny(p, BUSY))
+    assert r.best["disturbed"] and mamf.measured_ceiling("cpu", "fp32") is None
+    assert "measured while the machine was busy (other programs used 50 %" in (r.stored_note() or "")
+    assert "was not stored: measured while the machine was busy" in mamf.ceiling_note("cpu", "fp32")
+    nothing = _search(lambda p: {**_tiny(p), "quietness": None}, name="t_unknown")
+    assert nothing.best is not None and mamf.measured_ceiling("cpu", "fp32") is None
+
+
+def test_a_stored_ceiling_is_never_replaced_by_a_less_quiet_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    _search(lambda p: _tiny(p, {**QUIET, "share": 0.0}))
+    first = mamf.measured_ceiling("cpu", "fp32")
+    louder = _search(lambda p: {**_tiny(p, {**QUIET, "share": 0.05}), "mean_tflops": 2 * _tiny(p)["mean_tflops"]},
+                     name="t_louder")
+    assert mamf.measured_ceiling("cpu", "fp32") == first and "quieter machine" in (louder.stored_note() or "")
+    rec = mamf.ceiling_record("cpu", "fp32")
+    assert rec is not None and rec["quietness"]["share"] == 0.0
+
+
+def test_saved_shapes_say_when_they_were_measured(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    first = _search(_tiny)
+    assert first.saved is None and first.saved_note() == ""
+    again = _search(_tiny)
+    assert again.measured == 0 and again.saved_note().startswith(f"{first.evaluated} of {first.evaluated} measurements "
+                                                                 "served from results saved 20")
+    assert f"machine {first.evaluated} quiet" in again.saved_note()
 
 
 def test_measure_point_checks_and_reports_three_statistics():

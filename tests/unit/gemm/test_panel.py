@@ -82,3 +82,13 @@ def test_the_fit_table_merges_identical_fits_and_never_shows_a_negative_fixed_ti
                                 "R²", "steps in the range"]
     assert not df.duplicated(subset=list(df.columns[1:])).any() and len(df) <= 5
     assert not any(s.startswith("-") for s in df["fixed time"])
+
+
+def test_a_share_of_the_ceiling_is_never_above_100_percent():
+    from perflab.gemm.panel import ceiling_share
+
+    rec = {"tflops": 600.0, "date": "2026-11-26T08:00:00"}
+    assert ceiling_share([420.0, 540.0], rec) == "; 70 % and 90 % of the measured ceiling 600 TFLOP/s (2026-11-26)"
+    over = ceiling_share([420.0, 660.0], rec)
+    assert "%" not in over and "ceiling is suspect" in over and "2026-11-26" in over
+    assert ceiling_share([1.0], None).startswith("; no measured ceiling yet")

@@ -117,7 +117,7 @@ def test_search_on_cpu_ranks_and_reports():
     assert base["speedup_vs_baseline"] == pytest.approx(1.0) and base["params_delta"] == 3 * 64 * 170 - 8 * 64 * 64
 
 
-def test_repeats_keep_the_fastest_pass():
+def test_repeats_measure_every_width_and_the_baseline():
     s = swiglu.search(32, 16, widths=[84, 88], dtype="fp32", device="cpu", rep_ms=2, warmup_ms=1, repeats=2,
                       progress=False, name="t_repeats")
     assert sorted(s.frame["d_ff"]) == [84, 85, 88]  # the baseline ⌊8/3·32⌋ = 85 is always measured
@@ -130,3 +130,86 @@ def test_bad_inputs():
         swiglu.search(64, 0, device="cpu")
     with pytest.raises(InputError, match="GiB"):
         swiglu.search(10**6, 10**6, widths=[10**6], dtype="fp32", device="cpu")
+
+
+QUIET = {"verdict": "quiet", "share": 0.0, "cause": "machine quiet"}
+BUSY = {"verdict": "disturbed", "share": 0.5, "cause": "other programs used 50 % of 2 cores"}
+
+
+def _injected(tflops_of, quiet_of=lambda w, n: QUIET):
+    """A measure(params) with chosen TFLOP/s per width and call number, counting calls per width."""
+    calls: dict[int, int] = {}
+
+    def measure(p):
+        w = p["d_ff"]
+        calls[w] = calls.get(w, 0) + 1
+        tf = tflops_of(w, calls[w])
+        return {"tflops": tf, "seconds": swiglu.mlp_flops(p["tokens"], p["h"], w) / tf / 1e12, "spread": 0.01,
+                "quietness": quiet_of(w, calls[w])}
+
+    return measure, calls
+
+
+def _flat(w):
+    return 30.0 * (1 + 0.004 * ((w // 4) % 2))
+
+
+def test_a_single_spike_is_measured_again_and_the_search_says_within_the_noise(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    measure, calls = _injected(lambda w, n: 42.5 if (w, n) == (176, 1) else _flat(w))
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=measure, progress=False)
+    assert calls[176] == 3 and s.remeasured == 2  # the spike, measured twice more
+    assert s.best["tflops"] < 31 and s.frame.loc[s.frame["d_ff"] == 176, "tflops"].iloc[0] < 31
+    d = s.decision()
+    assert d is not None and d.kind == "within the noise"
+    text = s.choice(max_params_delta_pct=5.0)
+    assert not text.startswith("choose") and "within the noise" in text
+    assert "within the noise" in s.finding() and s.as_dict()["decision"]["kind"] == "within the noise"
+
+
+def test_a_real_step_repeats_and_is_chosen(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    measure, calls = _injected(lambda w, n: 45.0 if w == 176 else _flat(w))
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=measure, progress=False)
+    row = s.frame.set_index("d_ff").loc[176]
+    assert s.best["d_ff"] == 176 and row["status"] == "confirmed" and calls[176] == 3
+    assert s.choice(max_params_delta_pct=5.0).startswith("choose d_ff = 176 for h = 64")
+    assert s.decision().kind == "choose"
+
+
+def test_a_winner_measured_on_a_busy_machine_is_inconclusive(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    measure, calls = _injected(lambda w, n: 45.0 if w == 176 else _flat(w),
+                               lambda w, n: BUSY if w == 176 else QUIET)
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=measure, progress=False)
+    assert calls[176] == 3 and bool(s.frame.set_index("d_ff").loc[176, "disturbed"])
+    text = s.choice(max_params_delta_pct=5.0)
+    assert text.startswith("no choice for h = 64: inconclusive: the machine was busy (other programs used 50 %")
+    assert s.as_dict()["candidates"][0]["quietness"]["verdict"] == "disturbed"
+
+
+def test_saved_results_say_they_are_saved_and_fresh_measures_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    measure, calls = _injected(lambda w, n: _flat(w))
+    first = swiglu.search(64, 32, radius=8, dtype="fp32", device="cpu", measure=measure, progress=False)
+    assert first.saved is None and first.saved_note() == ""
+    again = swiglu.search(64, 32, radius=8, dtype="fp32", device="cpu", measure=measure, progress=False)
+    assert sum(calls.values()) == len(first.frame)  # nothing measured the second time
+    note = again.saved_note()
+    assert note.startswith(f"{len(first.frame)} of {len(first.frame)} measurements served from results saved 20")
+    assert f"machine {len(first.frame)} quiet" in note and "--fresh" in note
+    fresh = swiglu.search(64, 32, radius=8, dtype="fp32", device="cpu", measure=measure, fresh=True, progress=False)
+    assert fresh.saved is None and sum(calls.values()) == 2 * len(first.frame)
+    assert len(list(tmp_path.rglob("swiglu_h64_t32_fp32.*.jsonl"))) == 1  # set aside, not deleted
+
+
+def test_the_alignment_sentence_follows_the_numbers(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    flat, _ = _injected(lambda w, n: _flat(w))
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=flat, progress=False)
+    assert s.alignment_finding().startswith("widths divisible by 64 ran at a median")
+    assert "within the noise" in s.alignment_finding()
+    fast, _ = _injected(lambda w, n: 40.0 if w % 64 == 0 else 30.0)
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=fast, progress=False,
+                      name="t_aligned")
+    assert s.alignment_finding().endswith("faster, beyond the noise (> 1.04×)") and "(1.33×)" in s.alignment_finding()

@@ -168,3 +168,58 @@ def test_a_tiny_op_is_under_20_us_on_a_cpu_and_10_us_on_a_gpu():
     from perflab.profiling.diagnose import default_tiny_s
 
     assert default_tiny_s(on_gpu=False) == 20e-6 and default_tiny_s(on_gpu=True) == 10e-6
+
+
+def _steps(shapes):
+    """A CPU trace of 10 ms steps; each step is [(kind, µs)] in order: 'mm' compute, 'data' a DataLoader
+    wait, 'sync' an item() wait (the device idles under each wait)."""
+    ev, t = [], 0.0
+    names = {"data": ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation"),
+             "sync": ("aten::item", "cpu_op"), "mm": ("aten::mm", "cpu_op")}
+    for i, parts in enumerate(shapes):
+        start = t
+        for kind, us in parts:
+            name, cat = names[kind]
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": t, "dur": us})
+            t += us
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t, "dur": 100.0})
+        t += 100.0
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 1}", "pid": 1, "tid": 1,
+                   "ts": start, "dur": t - start})
+    return {"traceEvents": ev}
+
+
+LOADER = [("mm", 4000.0), ("data", 5000.0), ("mm", 900.0)]
+SYNC = [("mm", 4000.0), ("sync", 5000.0), ("mm", 900.0)]
+
+
+def test_the_same_cause_in_every_profiled_step_is_stable():
+    d = diagnose.diagnose(_steps([LOADER] * 5))
+    assert d.top.cause == "data_wait" and d.stable and d.top_by_step == ["data_wait"] * 5
+    assert d.top.median_share == pytest.approx(0.5) and d.stability().startswith("stable: data_wait leads in 5 of 5")
+    assert "stable: data_wait" in d.summary() and d.as_json()["stable"] is True
+
+
+def test_one_disturbed_step_moves_neither_the_median_share_nor_the_verdict():
+    d = diagnose.diagnose(_steps([LOADER, LOADER, SYNC, LOADER, LOADER]))
+    dw = next(c for c in d.causes if c.cause == "data_wait")
+    assert d.top.cause == "data_wait" and d.stable and dw.median_share == pytest.approx(0.5)
+    assert dw.share == pytest.approx(0.4)  # the average does move
+
+
+def test_a_cause_that_flips_between_steps_is_not_stable_and_one_step_cannot_tell():
+    d = diagnose.diagnose(_steps([LOADER, SYNC, SYNC, LOADER]))
+    assert not d.stable and d.stability().startswith("not stable: the leading cause changed from step to step")
+    one = diagnose.diagnose(_steps([LOADER]))
+    assert not one.stable and one.stability().startswith("one profiled step")
+
+
+def test_a_profiled_step_unlike_the_timed_ones_is_said_so():
+    d = diagnose.diagnose(_steps([LOADER] * 3))
+    assert d.step_s == pytest.approx(0.01) and d.versus_timed(0.0098) is None
+    slow = d.versus_timed(0.002)
+    assert slow and slow.startswith("the profiled step took 10") and "(5.00×)" in slow
+    # ops on several threads add up to more than the step: 645 ms of ops inside a 48 ms step
+    both = diagnose.profiled_versus_timed(0.048, 0.048, ops_s=0.645)
+    assert both and both.startswith("the profiled ops add up to 645 ms inside a 48") and "threads" in both
+    assert diagnose.profiled_versus_timed(0.048, 0.047, ops_s=0.040) is None

@@ -11,6 +11,7 @@ import torch
 from clirun import perflab
 
 from perflab.core.errors import InputError, PerflabError
+from perflab.flops import mfu
 from perflab.tune import ladder, runner
 
 from .helpers import CPU, SMOKE
@@ -137,7 +138,7 @@ def test_measure_config_on_numa_node_0_reports_progress(monkeypatch):
 def test_a_faster_batch_rung_over_the_budget_is_not_adopted():
     ch = runner.Change(runner.StepConfig(micro_batch=8), True, "micro-batch 2 → 8")
     base = {"rung": "baseline", "step_s": 0.02, "loss": 6.2, "parity_ok": True}
-    r = runner.rates(CPU, "fp32")
+    r = mfu.Basis(0.1, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
     budget = SMOKE.memory_budget_bytes
     assert budget is not None
     over = runner._row_from("batch", ch, _measurement(budget + 1), base, base, r, SMOKE, CPU)
@@ -289,6 +290,20 @@ def test_cli_prints_one_row_per_rung_and_bad_input_is_one_line(monkeypatch, tmp_
         assert bad.returncode == 2 and msg in bad.stderr and bad.stderr.count("\n") == 1, (args, bad.stderr)
 
 
+def test_the_ladder_and_the_audit_measure_a_cpu_ceiling_at_the_same_shape():
+    from perflab.tune.ladder import preset
+
+    assert runner.step_shape(preset("cpu")) == mfu.CEILING_SHAPE_CPU == mfu.ceiling_shape(CPU)
+
+
+def test_a_rung_faster_than_its_ceiling_shows_no_mfu_and_says_the_ceiling_is_suspect():
+    low = mfu.Basis(1e-6, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
+    f = runner.mfu_fields(_measurement(1024), low)
+    assert f["mfu"] is None and f["hfu"] is None and "ceiling is suspect" in f["mfu_suspect"]
+    ok = runner.mfu_fields(_measurement(1024), mfu.Basis(1e6, "spec peak", "fp32", "datasheet"))
+    assert 0 < ok["mfu"] < 1 and ok["mfu_suspect"] is None and ok["mfu_basis_info"]["tflops"] == 1e6
+
+
 def test_a_rung_timed_on_a_busy_machine_is_inconclusive_and_says_so(tmp_path):
     """Made-up load (counters injected): every block is disturbed, so no verdict whatever the steps
     measured; the row carries the quietness of the blocks and the reason."""
@@ -303,7 +318,7 @@ def test_a_rung_timed_on_a_busy_machine_is_inconclusive_and_says_so(tmp_path):
     assert pm.candidate.quietness.disturbed and pm.waited_s >= 0.0
     prev_row = {"rung": "baseline", "step_s": pm.candidate.step_s, "speedup_vs_baseline": 1.0, "loss": pm.candidate.loss,
                 "breakdown": {}}
-    r = runner.rates(CPU, "fp32", runner.step_shape(SMOKE))
+    r = mfu.Basis(0.1, "measured ceiling", "fp32", "fastest of 5", "2026-01-01", (1, 2, 3), 1)
     row = runner._row_from("adamw", runner.apply_rung("adamw", base, SMOKE, CPU, []), pm.candidate, prev_row,
                            None, r, SMOKE, CPU, pm)
     assert row["verdict"] == "inconclusive" and row["busy"] and row["quietness"]["verdict"] == "disturbed"

@@ -1,0 +1,187 @@
+"""Sentences that compare two measured numbers, computed from them (lesson 00's readings).
+
+A lesson never says "the columns agree" or "the best copy speed" from what *should* happen: it says
+what the numbers did, within their noise, and names a busy machine when that is why they disagree.
+
+* `host_sync_timings` times `a @ b` call by call, without and with waiting for the device; its
+  `sentence()` compares the two medians: on a CPU they should agree (every call returns when its
+  work is done), on a GPU the first is only the launch.
+* `copy_levels` splits a copy sweep into what the caches gave (the best size) and what memory gave
+  (the largest buffer past the last-level cache), so a cache result is never called memory speed.
+
+Agreement is the rule of `perflab.core.sweepnoise`: two medians agree when |ln(a / b)| ≤ K·σ·√2, σ
+the larger of their relative spreads (IQR / 1.349) and `MIN_NOISE`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perflab.core.sweepnoise import IQR_TO_SIGMA, MIN_NOISE, K, cause_of, verdict_of
+
+
+def _spread(xs: Sequence[float]) -> float:
+    """Relative spread of `xs`: IQR / median / 1.349 (a normal's σ), 0 for fewer than 4 values."""
+    if len(xs) < 4:
+        return 0.0
+    q = statistics.quantiles(xs, n=4)
+    med = statistics.median(xs)
+    return (q[2] - q[0]) / med / IQR_TO_SIGMA if med > 0 else 0.0
+
+
+def agree(a: float, b: float, sigma: float) -> bool:
+    """Do two medians agree within the noise: |ln(a / b)| ≤ K·σ·√2 (σ at least MIN_NOISE)?"""
+    return abs(math.log(a / b)) <= K * max(sigma, MIN_NOISE) * math.sqrt(2)
+
+
+@dataclass
+class HostSync:
+    """Per-call host-timer seconds of one matmul: returned (`no_sync_s`) and finished (`synced_s`)."""
+
+    n: int
+    device_type: str
+    no_sync_s: list[float]
+    synced_s: list[float]
+    bench_s: float  # perflab's own timer (events on a GPU), median seconds
+    quietness: Any = None  # the machine's quietness over both loops
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def no_sync(self) -> float:
+        return statistics.median(self.no_sync_s)
+
+    @property
+    def synced(self) -> float:
+        return statistics.median(self.synced_s)
+
+    @property
+    def sigma(self) -> float:
+        return max(_spread(self.no_sync_s), _spread(self.synced_s), MIN_NOISE)
+
+    def columns(self) -> dict[str, float]:
+        """The three timings, seconds per call (medians): what the lesson's table shows."""
+        return {"no_sync": self.no_sync, "synced": self.synced, "perflab_bench": self.bench_s}
+
+    def sentence(self) -> str:
+        """What the first two columns say, computed from them."""
+        a, b = self.no_sync * 1e3, self.synced * 1e3
+        ratio = self.synced / self.no_sync
+        if self.device_type == "cpu":
+            if agree(self.no_sync, self.synced, self.sigma):
+                return (f"The first two columns agree within the noise ({a:.3g} ms and {b:.3g} ms per call, noise "
+                        f"±{self.sigma:.0%}): on a CPU every call returns when its work is done.")
+            busy = verdict_of(self.quietness) == "disturbed"
+            why = (f"the machine was busy ({cause_of(self.quietness)}), so one loop ran slower than the other" if busy
+                   else "on a CPU every call returns when its work is done, so this gap is noise: other programs "
+                        "or the CPU's clock changed between the two loops")
+            return (f"The first two columns differ by {max(ratio, 1 / ratio):.2f}× ({a:.3g} ms and {b:.3g} ms per "
+                    f"call), beyond the noise (±{self.sigma:.0%}): {why}. Run the cell again when the machine is quiet.")
+        if ratio > 1 and not agree(self.no_sync, self.synced, self.sigma):
+            return (f"Without waiting, the host saw {a:.3g} ms per call: the launch only. Waiting for the device "
+                    f"gave {b:.3g} ms, the work ({ratio:.3g}× longer).")
+        return (f"Without waiting the host saw {a:.3g} ms per call and with waiting {b:.3g} ms: the matmul is so "
+                "small that its work takes no longer than its launch; try a larger size.")
+
+
+def host_sync_timings(n: int = 1024, device: Any = None, reps: int = 20) -> HostSync:
+    """Time an n³ fp32 matmul `reps` times call by call: until the call returns, then (after a
+    synchronize) until the device has finished it; and once with perflab's own timer. The medians
+    are robust to a burst of load during one of the loops; the spreads give the noise."""
+    import torch
+
+    from perflab.core.device import pick_device, synchronize
+    from perflab.core.sweepnoise import bench_quietness, watching
+    from perflab.core.timing import bench
+    from perflab.core.validate import positive_int
+
+    dev = torch.device(device) if device is not None else pick_device()
+    n, reps = positive_int("n", n), positive_int("reps", reps, maximum=10_000)
+    g = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(n, n, device=dev, generator=g)
+    b = torch.randn(n, n, device=dev, generator=g)
+
+    def fn():
+        return a @ b
+
+    with watching(dev) as w:
+        r = bench(fn, device=dev, rep_ms=50)  # also warms up caches and thread pools
+        synchronize(dev)
+        returned = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            returned.append(time.perf_counter() - t0)
+        synchronize(dev)
+        finished = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            synchronize(dev)
+            finished.append(time.perf_counter() - t0)
+    return HostSync(n, dev.type, returned, finished, r.median_s, bench_quietness(None, w) or getattr(r, "quietness", None))
+
+
+@dataclass(frozen=True)
+class CopyLevels:
+    """A copy sweep read by level: the best size (a cache result when it fits in the last-level cache)
+    and the largest buffer (memory speed only when it is past that cache)."""
+
+    best_bytes: int
+    best_gbps: float
+    largest_bytes: int
+    largest_gbps: float
+    cache_bytes: int | None  # the last-level cache the buffers are compared with (None: unknown)
+
+    @property
+    def best_in_cache(self) -> bool:
+        return self.cache_bytes is not None and self.best_bytes <= self.cache_bytes
+
+    @property
+    def largest_past_cache(self) -> bool:
+        return self.cache_bytes is None or self.largest_bytes > self.cache_bytes
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Two rows for a machine summary, each named for the level it measured."""
+        mib = 2**20
+        best = f"copy, fastest size ({self.best_bytes / mib:g} MiB" + (": in cache)" if self.best_in_cache else ")")
+        big = f"copy, largest buffer ({self.largest_bytes / mib:g} MiB" + (
+            ": memory)" if self.largest_past_cache else ": still in cache)")
+        return [{"quantity": best, "measured": self.best_gbps, "unit": "GB/s"},
+                {"quantity": big, "measured": self.largest_gbps, "unit": "GB/s"}]
+
+    def sentence(self) -> str:
+        mib = 2**20
+        s = (f"The fastest copy ({self.best_gbps:.3g} GB/s) was the {self.best_bytes / mib:g} MiB buffer"
+             + (", which fits in the last-level cache: a cache result, not memory speed. " if self.best_in_cache
+                else ". "))
+        if self.largest_past_cache:
+            s += (f"Memory speed is the largest buffer's: {self.largest_gbps:.3g} GB/s "
+                  f"({self.largest_bytes / mib:g} MiB), {self.best_gbps / self.largest_gbps:.2g}× below the fastest.")
+        else:
+            s += (f"Even the largest buffer ({self.largest_bytes / mib:g} MiB) fits in the last-level cache, so memory "
+                  "speed was not reached: try larger sizes.")
+        return s
+
+
+def copy_levels(nbytes: Sequence[int], gbps: Sequence[float], cache_bytes: int | None) -> CopyLevels:
+    """Read a copy sweep (buffer sizes in bytes, GB/s each) against the last-level cache size."""
+    pts = sorted((int(b), float(g)) for b, g in zip(nbytes, gbps, strict=True) if g and g > 0)
+    if not pts:
+        raise ValueError("copy_levels needs at least one measured buffer")
+    best = max(pts, key=lambda p: p[1])
+    return CopyLevels(best[0], best[1], pts[-1][0], pts[-1][1], int(cache_bytes) if cache_bytes else None)
+
+
+def last_level_cache(details: Mapping[str, Any], on_gpu: bool) -> int | None:
+    """The last-level cache a copy must pass to reach memory: the GPU's L2, or the CPU's L3 (else L2)."""
+    keys = ("l2_cache_bytes",) if on_gpu else ("l3_cache_bytes", "l2_cache_bytes", "l2_cache_per_core_bytes")
+    for k in keys:
+        v = details.get(k)
+        if v:
+            return int(v)
+    return None

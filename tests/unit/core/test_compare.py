@@ -1,0 +1,68 @@
+"""Lesson 00's sentences on injected timings: they say what the numbers did, never what should happen."""
+
+from __future__ import annotations
+
+import pytest
+
+from perflab.core.compare import HostSync, agree, copy_levels, host_sync_timings, last_level_cache
+
+BUSY = {"verdict": "disturbed", "share": 0.6, "cause": "other programs used 60 % of 2 cores"}
+
+
+def _hs(a_ms, b_ms, kind="cpu", q=None, wiggle=0.002):
+    a = [a_ms / 1e3 * (1 + wiggle * (i % 3 - 1)) for i in range(20)]
+    b = [b_ms / 1e3 * (1 + wiggle * (i % 3 - 1)) for i in range(20)]
+    return HostSync(512, kind, a, b, b_ms / 1e3, q)
+
+
+def test_equal_columns_on_a_cpu_are_said_to_agree():
+    s = _hs(21.6, 21.9).sentence()
+    assert s.startswith("The first two columns agree within the noise (21.6 ms and 21.9 ms")
+
+
+def test_columns_that_differ_on_a_cpu_are_never_said_to_agree():
+    s = _hs(21.61, 30.61).sentence()  # the figures lesson 00 once printed beside "the columns agree"
+    assert s.startswith("The first two columns differ by 1.42× (21.6 ms and 30.6 ms") and "agree" not in s
+    busy = _hs(21.61, 30.61, q=BUSY).sentence()
+    assert "the machine was busy (other programs used 60 % of 2 cores)" in busy
+
+
+def test_wide_noise_lets_close_columns_agree():
+    assert _hs(20.0, 23.0, wiggle=0.2).sentence().startswith("The first two columns agree")
+    assert agree(1.0, 1.04, 0.01) and not agree(1.0, 1.1, 0.01)
+
+
+def test_a_gpu_launch_is_named_as_the_launch():
+    s = _hs(0.01, 2.5, kind="cuda").sentence()
+    assert s.startswith("Without waiting, the host saw 0.01 ms per call: the launch only") and "250×" in s
+    assert "too small" not in s and "small" in _hs(0.01, 0.0101, kind="cuda").sentence()
+
+
+def test_host_sync_timings_measures_both_loops_on_this_cpu():
+    hs = host_sync_timings(32, "cpu", reps=4)
+    assert len(hs.no_sync_s) == len(hs.synced_s) == 4 and set(hs.columns()) == {"no_sync", "synced", "perflab_bench"}
+    assert hs.sentence().startswith("The first two columns")  # which way depends on the machine: not asserted
+
+
+MIB = 2**20
+
+
+def test_the_best_copy_in_cache_is_not_called_memory_speed():
+    lv = copy_levels([1 * MIB, 8 * MIB, 256 * MIB], [176.0, 60.0, 11.0], cache_bytes=32 * MIB)
+    assert lv.best_in_cache and lv.largest_past_cache
+    s = lv.sentence()
+    assert "fits in the last-level cache: a cache result, not memory speed" in s and "largest buffer's: 11 GB/s" in s
+    assert [r["quantity"] for r in lv.rows()] == ["copy, fastest size (1 MiB: in cache)",
+                                                  "copy, largest buffer (256 MiB: memory)"]
+
+
+def test_a_sweep_that_never_left_the_cache_says_so():
+    lv = copy_levels([1 * MIB, 4 * MIB], [50.0, 40.0], cache_bytes=32 * MIB)
+    assert not lv.largest_past_cache and "memory speed was not reached" in lv.sentence()
+    with pytest.raises(ValueError):
+        copy_levels([], [], None)
+
+
+def test_the_last_level_cache_is_l3_on_a_cpu_and_l2_on_a_gpu():
+    assert last_level_cache({"l3_cache_bytes": 32, "l2_cache_bytes": 2}, on_gpu=False) == 32
+    assert last_level_cache({"l2_cache_bytes": 50}, on_gpu=True) == 50 and last_level_cache({}, on_gpu=False) is None
