@@ -13,8 +13,10 @@ operating system's counters when the measurement starts and when it ends:
   `/proc/stat`, through `psutil.cpu_times(percpu=True)`; steal time, which a virtual machine's host
   takes, counts as busy), minus the CPU time of this process and its children (`psutil`). What is
   left is the others' CPU time, `others_cpu_s`. Its share is others' time ÷ (wall time × cores the
-  measurement could use). When the measurement uses fewer cores than it may run on (`cores=`), the
-  others are taken to use the free cores first: only their time beyond those cores counts.
+  measurement could use: by default torch's intra-op threads, or `cores=`). When the measurement
+  uses fewer cores than it may run on, the others are taken to use the free cores first: only their
+  time beyond those cores counts (a one-thread timing on two cores is not disturbed by one busy
+  neighbour, though they still share caches and memory bandwidth).
 * **Resolution**: the kernel counts CPU time in clock ticks (1/100 s on Linux), so a window's
   difference of two readings can be off by up to one tick per core. Others' time counts as a
   disturbance only when it exceeds that slack (one tick per watched core and one for this process);
@@ -267,6 +269,16 @@ def _busy(c: Any) -> float:
     return float(total)
 
 
+def _compute_threads(n_cores: int) -> int:
+    """Cores a measurement computes on by default: torch's intra-op threads when torch is loaded, at
+    most the cores this process may run on; otherwise all of them."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            return max(1, min(n_cores, int(torch.get_num_threads())))
+    return n_cores
+
+
 def _own_threads(proc: Any) -> int | None:
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -342,8 +354,8 @@ class Watch:
                  sampler: Sampler | None = None) -> None:
         self.device = str(device)
         aff = affinity()
-        if cores is None:
-            self._watched, self._used = aff, len(aff)
+        if cores is None:  # the threads torch computes with (a one-thread timing leaves the other cores free)
+            self._watched, self._used = aff, _compute_threads(len(aff))
         elif isinstance(cores, int):
             self._watched, self._used = aff, max(1, min(int(cores), len(aff)))
         else:

@@ -165,3 +165,22 @@ def test_the_systems_counters_give_a_verdict_and_no_user_or_command():
     if r.share is not None:
         assert 0.0 <= r.share <= 1.0
     assert "pytest" not in r.cause and "python" not in r.cause
+
+
+def test_by_default_a_watch_counts_the_cores_torch_computes_on(monkeypatch):
+    """A one-thread timing on two cores beside one busy neighbour is not disturbed (the neighbour has a
+    core of its own); a timing on both cores is. The cores come from torch's thread count."""
+    import torch
+
+    from perflab.core import quietness as q
+
+    monkeypatch.setattr(q, "affinity", lambda: (0, 1))
+    clock = iter(range(0, 100, 1))
+    verdicts = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+        load = q.MadeUpLoad(0.5, own_cores=threads, clock=lambda: float(next(clock)))
+        with q.watch("cpu", sampler=load) as w:
+            pass
+        verdicts[threads] = (w.result.verdict, w.result.cores)
+    assert verdicts == {1: ("quiet", 1), 2: ("disturbed", 2)}
