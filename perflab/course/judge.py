@@ -200,7 +200,7 @@ def _qualified(fn: Any) -> tuple[str, str] | None:
     return mod, qual
 
 
-ANSWER_PACKAGES = ("perflab.", "torch.utils.flop_counter")
+ANSWER_PACKAGES = ("perflab.", "torch.utils.flop_counter", "torch.distributed._tools")
 
 
 def forbidden_of(lab: Any) -> list[tuple[str, str]]:
