@@ -32,9 +32,10 @@ Why the plan differs from llm-foundry's rows (`foundry_side_by_side` gives the f
 * **MFU.** llm-foundry counts attention whole (2·2·d·s² per layer forward, as if not causal) and
   6 FLOPs per parameter per token; the plan counts the operators torch runs. `mfu_foundry` is the
   plan's tokens/s in llm-foundry's convention, so the two MFUs compare like for like.
-* **Memory.** The table gives none; it says each run fitted an 80 GB H100. The plan's peak for the
-  same micro-batch is above that: it keeps GPT-2's unfused LayerNorm and GELU inputs and fp32 logits
-  for the loss, which MPT's fused kernels do not keep.
+* **Memory.** The table gives none; each run fitted an 80 GB H100. The plan's peak for the same
+  micro-batch can be above that (MPT-760m at 24 × 2048 tokens: about 97 GB): it keeps GPT-2's unfused
+  LayerNorm inputs and the fp32 logits of the loss (b·s·50368 values), which MPT's fused kernels
+  (low-precision LayerNorm, fused cross-entropy) do not keep.
 """
 
 from __future__ import annotations
