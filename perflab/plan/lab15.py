@@ -206,12 +206,12 @@ def _forbidden() -> tuple:
     and the step it plans (whose "optimizer state" is optimizer_bytes' answer), the memory lesson's
     bytes per parameter, lab 12's model-state bytes (twice this lab's), and torch's trackers and SAC
     estimator, which the answers are checked against (its greedy order is recompute_policy's answer).
-    `OpChoice` stays whole: the operators reach the learner as OpChoice objects."""
+    `OpChoice` stays whole: the operators reach the learner as OpChoice objects. Lab 12's answer is named
+    (module, function), not imported: a topic does not import another topic's lab."""
     import importlib
 
     from perflab.memory import estimate
     from perflab.plan import recompute, run, step
-    from perflab.shard import lab12
 
     tools = []  # the classes, not their modules: the modules' enums and helpers serve torch itself
     for module, name in (("sac_estimator", "SACEstimator"), ("mem_tracker", "MemTracker"),
@@ -222,7 +222,7 @@ def _forbidden() -> tuple:
             continue
     return (recompute.choose, recompute.greedy_order, run.plan, run._one, run._auto, run._suggestions, step.run_step,
             step._run, estimate.bytes_per_param, estimate.optimizer_of, estimate.model_state_bytes, estimate.estimate,
-            estimate.step_phases, lab12.reference_fsdp_bytes, *tools)
+            estimate.step_phases, ("perflab.shard.lab12", "reference_fsdp_bytes"), *tools)
 
 
 FORBIDDEN = _forbidden()
