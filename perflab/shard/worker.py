@@ -300,7 +300,7 @@ def tp_step_peak(ctx, model, cfg, batch: int, seq: int, steps: int = 2) -> tuple
     data = make_batches(cfg, batch, seq, n=1, seed=0, device=ctx.device)[0]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tracker = MemTracker()
-    tracker.track_external(model, opt, data)
+    tracker.track_external(model, opt, *data)
     with tracker:
         for step in range(steps):
             if step == steps - 1:
