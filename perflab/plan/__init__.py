@@ -8,14 +8,16 @@
   free the most memory per second of recompute, chosen to fit a budget
 - `run`: `plan(...)`: the per-GPU peak by part, whether it fits and what to change, step time,
   tokens/s and MFU; its JSON and table
-- `published`: torchtitan's published Llama 3.1 8B run (lesson 12's data) beside the plan
+- `published`: torchtitan's published Llama 3.1 8B run (lesson 12's data) and MosaicML llm-foundry's
+  MPT throughput table beside the plan
 - `plots`: the lesson's figure (memory by part against the GPU's) and its panel
 - `lab15`: the lab's checks
 
 Uses other topics' formulas, never their figures, widgets or lab checks: perflab.audit (the target:
 a factory or a Hugging Face config), perflab.distributed (lesson 06's bus factors and link table),
 perflab.flops (the FLOP count of an operator), perflab.shard (lesson 12's tensor-parallel plan of
-perflab's Transformer and its checks).
+perflab's Transformer and its checks), perflab.memory (the memory lesson's bytes per parameter, named
+among lab 15's forbidden answers).
 """
 
 from perflab._lazy import lazy_modules

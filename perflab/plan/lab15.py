@@ -199,7 +199,33 @@ def check_recompute_policy(student, live: dict[str, Any] | None = None) -> bool:
 # --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("optimizer_bytes", "recompute_policy")
 REFERENCES = {"optimizer_bytes": reference_optimizer_bytes, "recompute_policy": reference_recompute_policy}
-FORBIDDEN: tuple = ()  # the operators reach the answer as perflab.plan.recompute.OpChoice: that module stays importable
+
+
+def _forbidden() -> tuple:
+    """What computes this lab's answers, disarmed in the grader's worker: the planner's recompute choice
+    and the step it plans (whose "optimizer state" is optimizer_bytes' answer), the memory lesson's
+    bytes per parameter, lab 12's model-state bytes (twice this lab's), and torch's trackers and SAC
+    estimator, which the answers are checked against (its greedy order is recompute_policy's answer).
+    `OpChoice` stays whole: the operators reach the learner as OpChoice objects. Lab 12's answer is named
+    (module, function), not imported: a topic does not import another topic's lab."""
+    import importlib
+
+    from perflab.memory import estimate
+    from perflab.plan import recompute, run, step
+
+    tools = []  # the classes, not their modules: the modules' enums and helpers serve torch itself
+    for module, name in (("sac_estimator", "SACEstimator"), ("mem_tracker", "MemTracker"),
+                         ("fsdp2_mem_tracker", "FSDPMemTracker"), ("runtime_estimator", "RuntimeEstimator")):
+        try:
+            tools.append(getattr(importlib.import_module(f"torch.distributed._tools.{module}"), name))
+        except Exception:  # noqa: BLE001 - a torch without it: nothing of it to call
+            continue
+    return (recompute.choose, recompute.greedy_order, run.plan, run._one, run._auto, run._suggestions, step.run_step,
+            step._run, estimate.bytes_per_param, estimate.optimizer_of, estimate.model_state_bytes, estimate.estimate,
+            estimate.step_phases, ("perflab.shard.lab12", "reference_fsdp_bytes"), *tools)
+
+
+FORBIDDEN = _forbidden()
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:

@@ -306,7 +306,7 @@ def tp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
     rows, checks = [], []
     for r in results:
         rows.append({"rank": r["rank"], "param_bytes": r["param_bytes"], "grad_bytes": None, "optim_bytes": None,
-                     "peak_bytes": None, "comm_calls": r["comm_calls"], "comm_bytes": r["comm_bytes"], "idle_s": None,
+                     "peak_bytes": r.get("peak_bytes"), "comm_calls": r["comm_calls"], "comm_bytes": r["comm_bytes"], "idle_s": None,
                      "predicted_param_bytes": pb, "predicted_grad_bytes": None, "predicted_optim_bytes": None,
                      "predicted_peak_bytes": None, "predicted_comm_calls": comm["calls"],
                      "predicted_comm_bytes": comm["bytes"], "predicted_idle_s": None})

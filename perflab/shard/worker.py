@@ -278,11 +278,40 @@ def tp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32) -> dict[str
     bbytes = sum(c["bytes"] for b in per_block_bwd for c in b.values())
     diff = float((y.detach() - ref).abs().max())
     gdiff = float((xt.grad - ref_grad).abs().max())  # type: ignore[operator]  # xt requires grad
-    return {"rank": ctx.rank, "param_bytes": param_bytes, "per_block": per_block, "per_block_backward": per_block_bwd,
+    model.zero_grad(set_to_none=True)
+    peak, peak_parts = tp_step_peak(ctx, model, cfg, batch, seq)
+    return {"rank": ctx.rank, "param_bytes": param_bytes, "peak_bytes": peak, "peak_parts": peak_parts, "per_block": per_block, "per_block_backward": per_block_bwd,
             "forward_calls": calls, "forward_bytes": nbytes, "backward_calls": bcalls, "backward_bytes": bbytes,
             "comm_calls": calls + bcalls, "comm_bytes": nbytes + bbytes, "max_abs_diff": diff,
             "ref_max_abs": float(ref.abs().max()), "grad_max_abs_diff": gdiff,
             "ref_grad_max_abs": float(ref_grad.abs().max()), "forward_s": seconds, "backward_s": backward_s}
+
+
+def tp_step_peak(ctx, model, cfg, batch: int, seq: int, steps: int = 2) -> tuple[int, dict[str, int]]:
+    """The whole model, its blocks tensor-parallel, trained `steps` AdamW steps on one batch (the same on
+    every rank: tensor-parallel ranks share their input): the peak of the last step and its parts by kind,
+    as torch's MemTracker saw this rank's tensors (the FSDP check's tracker, without FSDP)."""
+    import torch
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from perflab.workload.train import make_batches, model_loss
+
+    ctx.step("tensor-parallel training step")
+    data = make_batches(cfg, batch, seq, n=1, seed=0, device=ctx.device)[0]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tracker = MemTracker()
+    tracker.track_external(model, opt, *data)
+    with tracker:
+        for step in range(steps):
+            if step == steps - 1:
+                tracker.reset_mod_stats()
+            model_loss(model, data).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    snap = tracker.get_tracker_snapshot("peak")
+    dev_snap = next(iter(snap.values())) if snap else {}
+    parts = {str(getattr(k, "value", k)).split(".")[-1].lower(): int(v) for k, v in dev_snap.items()}
+    return parts.pop("total", 0), parts
 
 
 # ----------------------------------------------------------------------------- pipeline

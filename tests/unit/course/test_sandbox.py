@@ -213,6 +213,10 @@ def class_of(tmp: Path) -> tuple[Path, Path, dict[str, list[str]]]:
     write(subs / "huge" / "07_shuffle.ipynb", notebook([SETUP, STUB, "x = '" + "a" * (judge.MAX_NOTEBOOK_BYTES + 10) + "'"]))
     write(subs / "cells" / "07_shuffle.ipynb", notebook([SETUP, STUB] + ["1"] * (judge.MAX_NOTEBOOK_CELLS + 1)))
     forgeries.update({k: [] for k in ("links", "borrows", "huge", "cells")})
+    # lab 15 as shipped, its solution and its stub handed in (graded with the class: done, and not done)
+    write(course / "15_at_scale.ipynb", json.loads((LABS / "15_at_scale.ipynb").read_text()))
+    write(subs / "lin" / "15_at_scale.ipynb", json.loads((LABS / "solutions" / "15_at_scale.ipynb").read_text()))
+    write(subs / "sam" / "15_at_scale.ipynb", json.loads((LABS / "15_at_scale.ipynb").read_text()))
     return course, subs, forgeries
 
 
@@ -280,7 +284,7 @@ def left_behind(since: float, marker: str, learners) -> list[str]:
     return out
 
 
-TIMEOUT = 60
+TIMEOUT = 120  # lab 15's solution plans its step under torch's trackers in the kernel, on a busy machine
 
 
 @needs_sandbox
@@ -289,7 +293,7 @@ def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path):
     course, subs, forgeries = class_of(tmp_path)
     env_before, pyc_before, subs_before = environment_state(), bytecode_state(), tree_state(subs)
     t0 = time.time()
-    book = gb.grade_folder(subs, course=course, labs=["07"], timeout=TIMEOUT, jobs=2,
+    book = gb.grade_folder(subs, course=course, labs=["07", "15"], timeout=TIMEOUT, jobs=2,
                            limits=gb.Limits(memory_bytes=3 * 2**30), secret="corpus")
     got = {r.learner: r for r in book.records}
     time.sleep(1)
@@ -307,6 +311,8 @@ def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path):
                              isolation=gb.Isolation(BOX, tuple(map(str, gb.hidden_from_learners(subs, {})))))
         assert (got[who].outcome, got[who].message) == (alone.outcome, alone.message), who
     assert got["ada"].outcome == "done" and got["tom"].outcome == "done" and got["stan"].outcome == "not done"
+    assert got["lin"].outcome == "done", got["lin"].message  # lab 15: its solution, then its stub
+    assert got["sam"].outcome == "not done" and "recompute policy" in got["sam"].message, got["sam"].message
     # the refusals say why
     assert "symbolic link" in got["links"].message and "symbolic link" in got["borrows"].message
     assert "MiB" in got["huge"].message and "cells" in got["cells"].message
@@ -340,6 +346,34 @@ def confined_verdict(lab: str, nb: dict) -> tuple[str, str]:
                          hidden=[str(p) for p in gb.hidden_from_learners(LABS, {})])
 
 
+# lab 15: each forgery answers one question honestly and takes the other from what perflab or torch computes
+LAB15_OPT = "def optimizer_bytes(params, gpus, fsdp):\n    return 8 * params / (gpus if fsdp else 1)\n"
+LAB15_POLICY = ("def recompute_policy(ops, need_bytes, n_blocks):\n"
+                "    order = sorted(ops, key=lambda o: o.bytes_per_block / o.seconds_per_block, reverse=True)\n"
+                "    out, freed = [], 0\n    for o in order:\n        if freed >= need_bytes:\n            break\n"
+                "        out.append(o.name)\n        freed += o.bytes_per_block * n_blocks\n    return out\n")
+LAB15_BACK_DOORS = [
+    ("15_at_scale", "optimizer_bytes as half of lab 12's model-state bytes",
+     [LAB15_POLICY + "from perflab.shard import lab12 as l12\n\ndef optimizer_bytes(params, gpus, fsdp):\n"
+      "    return l12.reference_fsdp_bytes(params, gpus if fsdp else 1) / 2\n"]),
+    ("15_at_scale", "optimizer_bytes from the memory lesson's bytes per parameter",
+     [LAB15_POLICY + "from perflab.memory.estimate import bytes_per_param\n\ndef optimizer_bytes(params, gpus, fsdp):\n"
+      "    return bytes_per_param('fp32', 'adamw')['optimizer_states'] * params / (gpus if fsdp else 1)\n"]),
+    ("15_at_scale", "recompute_policy from the planner's own choice",
+     [LAB15_OPT + "from perflab.plan import recompute\n\ndef recompute_policy(ops, need_bytes, n_blocks):\n"
+      "    order = sorted(ops, key=lambda o: o.bytes_per_second, reverse=True)\n"
+      "    return [o.name for o in recompute.choose(order, need_bytes, n_blocks)]\n"]),
+    ("15_at_scale", "recompute_policy from torch's SAC estimator's greedy order",
+     [LAB15_OPT + "from torch.distributed._tools.sac_estimator import SACEstimator, SACStats\n\n"
+      "def recompute_policy(ops, need_bytes, n_blocks):\n"
+      "    stats = SACStats([o.name for o in ops], [o.seconds_per_block for o in ops], [o.bytes_per_block for o in ops],\n"
+      "                     [], [], list(range(len(ops))), [], False)\n"
+      "    out, freed = [], 0\n"
+      "    for m in SACEstimator()._get_greedy_order_meta(stats).msps_meta:\n"
+      "        if freed >= need_bytes:\n            break\n"
+      "        out.append(ops[m.op_idx].name)\n        freed += m.memory * n_blocks\n    return out\n"]),
+]
+
 BACK_DOORS = [
     ("06_ring_allreduce", "perflab's own ring, renamed",
      ["from perflab.distributed import collectives\n\n"
@@ -362,6 +396,7 @@ BACK_DOORS = [
       "    for k in range(0, 3):\n        for combo in itertools.combinations(NAMES, k):\n"
       "            if report.synthetic_evidence(list(combo), sig) == evidence:\n                return list(combo)\n"
       "    return []"]),
+    *LAB15_BACK_DOORS,
 ]
 
 
@@ -372,6 +407,23 @@ def test_perflabs_own_answers_are_out_of_reach(lab, what, cells):
         pytest.skip(f"no lab {lab} in this course")
     outcome, message = confined_verdict(lab, forged(lab, *cells))
     assert outcome in NOT_DONE and message, (what, outcome, message)
+
+
+def test_lab_15s_back_doors_would_be_done_were_they_not_closed():
+    """Each of lab 15's forgeries answers rightly when nothing is disarmed: closing them is what the
+    sandboxed corpus tests."""
+    import random
+
+    from perflab.core import grading
+    from perflab.plan import lab15
+
+    for _, what, (cell,) in LAB15_BACK_DOORS:
+        grading.reset()
+        ns: dict = {}
+        exec(cell, ns)  # noqa: S102 - the forgery's own cell
+        assert lab15.check_optimizer_bytes(ns["optimizer_bytes"]) and lab15.check_recompute_policy(ns["recompute_policy"])
+        lab15.judge(ns, random.Random(0))
+        assert set(grading._RESULTS.values()) == {"passed"}, (what, grading._RESULTS)
 
 
 @needs_sandbox

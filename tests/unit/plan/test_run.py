@@ -70,7 +70,7 @@ def test_bad_input_is_one_line():
 def test_the_plans_memory_matches_lesson_12s_ranks_within_10_percent():
     """FSDP2 and tensor parallelism on 2 gloo ranks (lesson 12's worker, real tensors, torch's tracker on
     every rank) against the plan of the same step on a fake group of 2: the FSDP peak, and the
-    tensor-parallel blocks' parameter shard."""
+    tensor-parallel blocks' parameter shard and the tensor-parallel step's peak."""
     import torch
 
     from perflab.plan.step import find_blocks
@@ -90,6 +90,8 @@ def test_the_plans_memory_matches_lesson_12s_ranks_within_10_percent():
     blocks_planned = tp.parts["parameters"] - 4 * outside  # fp32; the embeddings and the last norm are replicated
     for row in measured["tp"].rows:
         assert blocks_planned == pytest.approx(row["param_bytes"], rel=0.10)
+        # the whole step's peak on each rank (torch's MemTracker on the real tensors of the same step)
+        assert row["peak_bytes"] and tp.peak_bytes == pytest.approx(row["peak_bytes"], rel=0.10), (tp.parts, row)
 
 
 @pytest.mark.slow
