@@ -95,8 +95,11 @@ def _under(p: Path, top: Path) -> bool:
 
 
 def _system(h: Path) -> bool:
-    """Whether hiding `h` would hide the system itself: `/`, or a folder holding the Python install."""
-    return h == Path("/") or _under(_real(sys.base_prefix), h) or _under(_real(sys.executable), h)
+    """Whether hiding `h` would hide the system itself: `/`, or a folder holding the Python install
+    (the base one: a virtual environment, even one of copied binaries inside the checkout, is put
+    back by `needed`, so the checkout around it is still hidden, its `.git` with it)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return h == Path("/") or _under(_real(sys.base_prefix), h) or _under(_real(base), h)
 
 
 @functools.cache
