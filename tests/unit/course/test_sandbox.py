@@ -48,6 +48,20 @@ def test_the_command_hides_what_it_is_told_and_puts_the_environment_back(tmp_pat
     assert cmd[-3:] == ["--", "python", "x.py"]
 
 
+def test_a_virtual_environment_inside_the_checkout_does_not_keep_the_checkout_in_view(monkeypatch, tmp_path):
+    """A venv of copied binaries (`python -m venv --copies .venv`) in the checkout: the checkout is
+    still hidden (its `.git` holds the solutions), the environment alone put back."""
+    checkout = Path(__import__("perflab").__file__).resolve().parents[1]
+    venv = checkout / ".venv"
+    monkeypatch.setattr(sandbox.sys, "executable", str(venv / "bin" / "python"))
+    monkeypatch.setattr(sandbox.sys, "prefix", str(venv))
+    monkeypatch.setattr(sandbox.sys, "_base_executable", "/usr/bin/python3", raising=False)
+    monkeypatch.setattr(sandbox.sys, "base_prefix", "/usr")
+    cmd = sandbox.Sandbox("bwrap").command(["true"], hidden=[checkout])
+    pairs = list(zip(cmd, cmd[1:]))
+    assert ("--tmpfs", str(checkout)) in pairs and ("--ro-bind", str(venv)) in pairs
+
+
 def test_without_bwrap_there_is_no_sandbox_and_the_reason_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     sandbox.unavailable.cache_clear()
@@ -382,6 +396,33 @@ def test_lab_12s_conventions_are_accepted_in_any_case_by_the_judge_as_by_the_che
     assert confined_verdict("12_sharding", nb)[0] == "done"
 
 
+def after_the_fact(alias: str) -> dict:
+    """Lab 11's solution with its predictions taken out of the plan's cell and written again below the
+    cell that measured the plan, that cell calling the measurement through `alias` (a name that is
+    not `run_ladder`)."""
+    nb = json.loads((LABS / "solutions" / "11_capstone.ipynb").read_text())
+    cells = nb["cells"]
+    at = next(i for i, c in enumerate(cells) if "my_predictions = " in "".join(c["source"]))
+    src = "".join(cells[at]["source"]).splitlines()
+    line = next(ln for ln in src if ln.startswith("my_predictions = "))
+    cells[at]["source"] = "\n".join(ln for ln in src if ln != line)
+    measured = next(i for i, c in enumerate(cells) if "runner.run_ladder(tp, plan" in "".join(c["source"]))
+    cells[measured]["source"] = "".join(cells[measured]["source"]).replace("runner.run_ladder(tp, plan", "_measure(tp, plan")
+    code = lambda s: {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": s}  # noqa: E731
+    cells.insert(measured + 1, code(line))  # the predictions, once the plan is measured
+    cells.insert(measured, code(alias))  # the measuring call, hidden behind another name
+    return nb
+
+
+@needs_sandbox
+@pytest.mark.parametrize("alias", ["_measure = runner.run_ladder", "from perflab.tune.runner import run_ladder as _measure",
+                                   "_measure = getattr(runner, 'run_' + 'ladder')",
+                                   "_measure = runner.__dict__['run_' + 'ladder']"])
+def test_lab_11s_predictions_written_after_the_measurement_are_wrong(alias):
+    outcome, message = confined_verdict("11_capstone", after_the_fact(alias))
+    assert outcome == "wrong" and "after the measurement" in message, (alias, outcome, message)
+
+
 def test_lab_11s_measuring_call_is_found_by_what_it_calls():
     cells = ["plan = ['adamw']", "_measure = runner.run_ladder", "def go(p):\n    return _measure(tp, p)",
              "result = go(plan)", "my_predictions = {'adamw': 1.1}"]
@@ -392,6 +433,12 @@ def test_lab_11s_measuring_call_is_found_by_what_it_calls():
     assert answers.first_cell_calling("run_ladder", using="plan") == 3
     nb["cells"][1]["source"] = "_measure = getattr(runner, 'run_ladder')"
     assert answers.first_cell_calling("run_ladder", using="plan") == 3
+    for opaque in ("getattr(runner, 'run_' + 'ladder')", "runner.__dict__['run_' + 'ladder']",
+                   "eval('runner.run_' + 'ladder')", "operator.attrgetter('run_' + 'ladder')(runner)"):
+        nb["cells"][1]["source"] = f"import operator\n_measure = {opaque}"
+        assert answers.first_cell_calling("run_ladder", using="plan") == 3, opaque
+    nb["cells"][1]["source"] = "_measure = print"  # a call that measures nothing
+    assert answers.first_cell_calling("run_ladder", using="plan") is None
 
 
 def test_an_answer_too_large_for_the_grader_is_refused_before_it_is_built():
