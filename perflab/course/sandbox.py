@@ -86,8 +86,13 @@ def needed() -> list[Path]:
     environment (its prefix and its interpreter's) and the perflab package."""
     import perflab
 
-    return [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
-            Path(perflab.__file__).resolve().parent]
+    out = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
+           Path(perflab.__file__).resolve().parent]
+    venv = Path(sys.executable).parent.parent  # under `python -S` (the judge) sys.prefix is the base one
+    if (venv / "pyvenv.cfg").is_file():
+        out.append(venv)
+    out += [Path(p) for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")]
+    return list(dict.fromkeys(out))
 
 
 def _real(p: Path | str) -> Path:
