@@ -370,11 +370,9 @@ def removed_checks(nb: Any, lab: Lab) -> list[str]:
 
 
 def read_predictions(results: Path) -> list[dict[str, Any]]:
-    path = results / "predictions.jsonl"
     out: list[dict[str, Any]] = []
-    if not path.is_file():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
+    data = read_left(results / "predictions.jsonl", 2**20)
+    for line in (data or b"").decode(errors="replace").splitlines():
         try:
             item = json.loads(line)
         except ValueError:
@@ -424,6 +422,8 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
     src, dst = work / _safe_name(sub.path.name), tmp / "executed.ipynb"
     nbformat.write(nb, str(src))
     run_env = dict(os.environ if env is None else env)
+    if iso.sandbox is not None:  # the teacher's credentials stay out of the learner's kernel
+        run_env = {k: v for k, v in run_env.items() if not CREDENTIAL.search(k)}
     run_env.update(PERFLAB_RESULTS=str(results), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                    PYTHONUNBUFFERED="1", PERFLAB_LEARNER=sub.learner)
     if iso.sandbox is not None:  # the home it sees is its own: Jupyter's runtime files, IPython's, matplotlib's
@@ -448,8 +448,11 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
         log.close()
     rec.seconds = time.monotonic() - t0
     rec.predictions = read_predictions(results) if sub.lab.predicts else []
+    from perflab.course.judge import MAX_NOTEBOOK_BYTES
+
+    executed = read_left(dst, MAX_NOTEBOOK_BYTES + 2**20)  # a notebook's bound, and its outputs
     try:
-        done = load_notebook(dst)[0] if dst.is_file() else None
+        done = load_notebook(executed)[0] if executed is not None else None
     except Exception:  # the runner was killed while writing it
         done = None
     if timed_out:
@@ -468,6 +471,11 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
     shutil.rmtree(box, ignore_errors=True)
     rec.message = clean(rec.message)
     return rec
+
+
+# environment variables that carry a credential of the grading user: never given to a learner's kernel
+CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|_KEY|^KEY|APIKEY|SSH_|GPG_|DBUS|"
+                        r"KRB5|DOCKER_HOST", re.I)
 
 
 def _safe_name(name: str) -> str:
@@ -530,12 +538,29 @@ def _running_cell(nb: Any) -> str:
     return ""
 
 
-def _last_line(path: Path) -> str:
+def read_left(path: Path, limit: int) -> bytes | None:
+    """A file the learner's sandbox could write (its results, the executed notebook, the runner's
+    log), read by the unconfined grader: only a regular file, never through a symbolic link (which
+    would point at a file of the grader's own view: a FIFO that blocks, /proc/kcore), at most `limit`
+    bytes (the last ones). None where it is not such a file."""
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines()
-                 if ln.strip() and "WARNING | Kernel is running over TCP" not in ln]
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        f.seek(max(0, st.st_size - limit))
+        return f.read(limit)
+
+
+def _last_line(path: Path) -> str:
+    data = read_left(path, 2**20)
+    if data is None:
         return "no output"
+    lines = [ln for ln in data.decode(errors="replace").splitlines()
+             if ln.strip() and "WARNING | Kernel is running over TCP" not in ln]
     errors = [ln for ln in lines if re.search(r"(Error|Exception|died)\b", ln)]
     return first_line((errors or lines or ["no output"])[-1])[:200]
 
@@ -702,12 +727,13 @@ def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course:
 
 def hidden_from_learners(root: Path | str, labs: dict[str, Lab]) -> list[Path]:
     """What no learner's process may see: the submissions, the course's labs (and their solutions),
-    the checkout's tests and the checkout itself, the grader's working folder (the sandbox puts the
+    the checkout's tests and the checkout itself, the grader's working folder and home (the sandbox puts the
     Python environment and the perflab package back, read-only)."""
     import perflab
 
     checkout = Path(perflab.__file__).resolve().parents[1]
-    out = [Path(root).resolve(), Path.cwd().resolve(), checkout / "labs", checkout / "tests", checkout]
+    out = [Path(root).resolve(), Path.cwd().resolve(), checkout / "labs", checkout / "tests", checkout,
+           Path.home().resolve()]  # the grader's home: its keys and tokens (kept in view where Python is installed there)
     out += [lab.path.parent.resolve() for lab in labs.values()]
     return list(dict.fromkeys(out))
 

@@ -442,7 +442,9 @@ class Answers(Mapping[str, Any]):
         """The first cell (0-based, among all cells) that calls `function`, with the name `using`
         among its arguments when given. Found by what is called, not by its name: an alias
         (`m = runner.run_ladder`, `from … import run_ladder as m`, `getattr(runner, "run_ladder")`,
-        a `partial`, a function or lambda that calls it) calls it too."""
+        a `partial`, a function or lambda that calls it) calls it too, and so does whatever goes
+        through a name the source does not spell out (`getattr(runner, "run_" + "ladder")`, `eval`, a
+        module's `__dict__`: see `_opaque`)."""
         trees = []
         for src in _cells(self.nb):
             try:
@@ -454,7 +456,8 @@ class Answers(Mapping[str, Any]):
         def mentions(node: ast.AST) -> bool:
             for n in ast.walk(node):
                 if (isinstance(n, ast.Name) and n.id in aliases) or (isinstance(n, ast.Attribute) and n.attr in aliases) \
-                        or (isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in aliases):
+                        or (isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in aliases) \
+                        or _opaque(n):
                     return True
             return False
 
@@ -530,6 +533,28 @@ class Answers(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.names)
+
+
+OPAQUE_CALLS = frozenset({"getattr", "vars", "eval", "exec", "compile", "__import__", "import_module",
+                          "attrgetter", "methodcaller", "globals", "locals"})
+
+
+def _opaque(node: ast.AST) -> bool:
+    """Whether `node` may reach any function under a name the source does not show: a `getattr` (or
+    `attrgetter`, `import_module`, ...) on a name that is not a plain string, `eval`/`exec`, a
+    module's `__dict__`. Counted as calling it: a cell that might measure is taken to measure."""
+    if isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__"):
+        return True
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    if name not in OPAQUE_CALLS:
+        return False
+    if name in ("eval", "exec", "compile", "vars", "globals", "locals"):
+        return True
+    keys = node.args[1:2] if name == "getattr" else node.args[:1]
+    return not keys or not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys)
 
 
 def _stub(name: str) -> Callable[..., Any]:

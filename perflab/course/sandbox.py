@@ -7,7 +7,8 @@
 * the course's labs and solutions, its tests, the submissions and the grader's working folder
   hidden (an empty tmpfs over each; the Python environment and the perflab package put back,
   read-only, where they lie inside one);
-* a fresh, private `/tmp` and `/dev`, and only the learner's own folder writable;
+* a fresh, private `/tmp`, `/dev` and `/run` (no socket of the system's daemons under `/run`: the
+  Docker daemon's, D-Bus', an SSH agent's), and only the learner's own folder writable;
 * its own PID namespace (no other process visible, so none to read, trace or kill; every process
   ends with the sandbox's first one, however it was forked or `setsid`), its own IPC and UTS
   namespaces, a new session (no terminal to type into), no capabilities;
@@ -18,7 +19,10 @@
     box = find()                  # None where bwrap is missing or cannot make namespaces here
     argv = box.command(["python", "x.py"], writable=[folder], hidden=[labs, submissions])
 
-What it does not stop: a learner's code still runs as the grading user (without capabilities), so
+What it does not stop: a Unix socket left in view elsewhere than `/run` and `/tmp` can still be
+connected to (a socket ignores the read-only mount and the network namespace); files of the grading
+user that are readable and not hidden (its home is hidden unless the Python install lives in it, as
+with pyenv: then `~/.ssh`, `~/.aws` and the like are readable); a learner's code still runs as the grading user (without capabilities), so
 with a root grader the process limit (RLIMIT_NPROC) is not enforced by the kernel; it may use its
 share of CPU and memory up to the limits; and it can read what the read-only view shows (the
 system, the Python environment, perflab's own modules; the in-process audit hook of the answer
@@ -51,7 +55,7 @@ class Sandbox:
         """`cmd` run confined: `writable` folders bound read-write, `readable` ones read-only (where a
         hidden folder or the private /tmp covers them), `hidden` ones replaced by an empty folder."""
         args = [self.tool, "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+                "--tmpfs", "/tmp", "--tmpfs", "/run", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
                 "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         keep = [_real(p) for p in needed()]
         hide: list[Path] = []
@@ -82,8 +86,13 @@ def needed() -> list[Path]:
     environment (its prefix and its interpreter's) and the perflab package."""
     import perflab
 
-    return [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
-            Path(perflab.__file__).resolve().parent]
+    out = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
+           Path(perflab.__file__).resolve().parent]
+    venv = Path(sys.executable).parent.parent  # under `python -S` (the judge) sys.prefix is the base one
+    if (venv / "pyvenv.cfg").is_file():
+        out.append(venv)
+    out += [Path(p) for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")]
+    return list(dict.fromkeys(out))
 
 
 def _real(p: Path | str) -> Path:
@@ -95,8 +104,11 @@ def _under(p: Path, top: Path) -> bool:
 
 
 def _system(h: Path) -> bool:
-    """Whether hiding `h` would hide the system itself: `/`, or a folder holding the Python install."""
-    return h == Path("/") or _under(_real(sys.base_prefix), h) or _under(_real(sys.executable), h)
+    """Whether hiding `h` would hide the system itself: `/`, or a folder holding the Python install
+    (the base one: a virtual environment, even one of copied binaries inside the checkout, is put
+    back by `needed`, so the checkout around it is still hidden, its `.git` with it)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return h == Path("/") or _under(_real(sys.base_prefix), h) or _under(_real(base), h)
 
 
 @functools.cache

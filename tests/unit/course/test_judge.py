@@ -2,8 +2,12 @@
 right ones are, and the learner's answers are taken from the notebook's source by name.
 
 Each forgery is a shipped lab notebook with cells added, as a learner would submit it. The judge
-grades it the way `perflab grade` does after the kernel run, which can only lower a grade (the
-kernel-side forgeries also go through the whole `perflab grade` in tests/unit/course/test_gradebook.py)."""
+grades it the way `perflab grade` does after the kernel run, which can only lower a grade: its answer
+worker confined by the sandbox where one is available (as `perflab grade` confines it; a root CI
+machine has bubblewrap). The lab-07 forgeries also go through a whole sandboxed class grading, kernel
+included, in tests/unit/course/test_sandbox.py (a class grading of all of them would start a kernel of
+each lab for each: several times slower than this judge-only path, which costs what the unconfined
+one did)."""
 
 from __future__ import annotations
 
@@ -37,8 +41,15 @@ def forged(lab: str, *cells: str, base: dict | None = None) -> dict:
 
 
 def grade(lab: str, nb: dict, learner: str = "mallory") -> tuple[str, str]:
+    """The judge's verdict, its answer worker confined as `perflab grade` confines it (where the
+    sandbox is available; else unconfined, as `--no-sandbox` grades)."""
+    from perflab.course import gradebook as gb
+    from perflab.course import sandbox
+
+    box = sandbox.find()
+    hidden = [str(p) for p in gb.hidden_from_learners(LABS, {})] if box else []
     return judge.verdict(nb, shipped(lab), learner=learner, secret="corpus", course_dirs=[str(LABS)],
-                         memory_bytes=4 * 2**30, cpu_s=120)
+                         memory_bytes=4 * 2**30, cpu_s=120, sandbox=box, hidden=hidden)
 
 
 def grade_apart(lab: str, nb: dict, tmp_path: Path, learner: str = "mallory") -> tuple[str, str]:

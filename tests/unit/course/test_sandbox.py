@@ -5,7 +5,40 @@ Each forgery is graded anything but `done`; after the class is graded no file ou
 folders changed, no file appeared in the environment (site-packages, perflab's `__pycache__`), no
 process of the run is left, and each honest learner's grade is the one it gets when graded alone.
 The kernel-side forgeries go through one class grading (a small lab, so that it stays quick); the
-answer-side ones (perflab's answers outside FORBIDDEN) through the judge, confined the same way."""
+answer-side ones (perflab's answers outside FORBIDDEN, lab 11's predictions) through the judge, its
+answer worker confined the same way. The judge's own corpus (tests/unit/course/test_judge.py) is
+graded with its worker confined too, and its lab-07 forgeries also go through this class.
+
+The forgeries by class (learner folder, or test):
+
+| class                                   | forgeries                                                        |
+|-----------------------------------------|------------------------------------------------------------------|
+| tampering before the judge reads        | rewrites_its_submission, overwrites_another, restores_later,     |
+|                                         | deletes_the_class, reads_another_learner                         |
+| poison that outlives the learner        | writes_a_pth, rewrites_a_pyc, writes_into_the_course,            |
+|                                         | writes_the_teachers_home                                         |
+| reading the grader                      | reads_the_graders_memory (environ), reads_the_graders_mem (mem), |
+|                                         | reads_the_teachers_token, talks_to_a_daemon (a socket in /run)   |
+| left-behind processes (double fork)     | kills_the_workers, serves_answers_over_a_socket, many_sleepers,  |
+|                                         | forks_in_the_worker                                              |
+| around the audit hook                   | runs_cat_around_the_hook (subprocess.sys), reads_*_by_dir_fd,    |
+|                                         | reads_the_solution_with_torch (torch.from_file),                 |
+|                                         | finds_the_answer_in_tests, links (a symlink to the solution),    |
+|                                         | borrows (a folder linked to another learner's), judge_0..5       |
+| perflab's answers outside FORBIDDEN     | test_perflabs_own_answers_are_out_of_reach: labs 06, 12 (×2),    |
+|                                         | 01 (FlopCounterMode), 14 (brute force)                           |
+| lab 11 predictions after the fact       | test_lab_11s_predictions_written_after_the_measurement_are_wrong |
+|                                         | (four aliases of run_ladder)                                     |
+| denial of service                       | kills_its_grandparent, crafts_an_answer_frame, huge (over 16     |
+|                                         | MiB, as the 46 MB notebook), cells, exits_the_worker             |
+| smaller faults                          | forges_predictions (lab 07), =1+1 (with escape sequences in its  |
+|                                         | error), test_lab_12s_conventions_... ("Step" is done), tom       |
+|                                         | (an honest answer importing torch)                               |
+
+Checked after the class: no process of the run left, no file changed outside the run's folders
+(site-packages, the checkout, perflab's bytecode), the submissions as handed in, the honest learners
+(ada, stan, tom) graded as when each is graded alone, no credential of the teacher in the gradebook,
+no learner reached the daemon's socket."""
 
 from __future__ import annotations
 
@@ -22,6 +55,7 @@ import pytest
 from perflab.course import gradebook as gb
 from perflab.course import judge, sandbox
 
+from .test_judge import FORGERIES as JUDGE_FORGERIES
 from .test_judge import RIGHT_LCG
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,6 +82,31 @@ def test_the_command_hides_what_it_is_told_and_puts_the_environment_back(tmp_pat
     assert cmd[-3:] == ["--", "python", "x.py"]
 
 
+def test_a_virtual_environment_inside_the_checkout_does_not_keep_the_checkout_in_view(monkeypatch, tmp_path):
+    """A venv of copied binaries (`python -m venv --copies .venv`) in the checkout: the checkout is
+    still hidden (its `.git` holds the solutions), the environment alone put back."""
+    checkout = Path(__import__("perflab").__file__).resolve().parents[1]
+    venv = checkout / ".venv"
+    monkeypatch.setattr(sandbox.sys, "executable", str(venv / "bin" / "python"))
+    monkeypatch.setattr(sandbox.sys, "prefix", str(venv))
+    monkeypatch.setattr(sandbox.sys, "_base_executable", "/usr/bin/python3", raising=False)
+    monkeypatch.setattr(sandbox.sys, "base_prefix", "/usr")
+    cmd = sandbox.Sandbox("bwrap").command(["true"], hidden=[checkout])
+    pairs = list(zip(cmd, cmd[1:]))
+    assert ("--tmpfs", str(checkout)) in pairs and ("--ro-bind", str(venv)) in pairs
+
+
+def test_the_environment_is_put_back_also_from_a_python_started_with_dash_S(monkeypatch, tmp_path):
+    """The judge runs `python -I -S`: its sys.prefix is the base install's, not the venv's; the venv
+    (where torch lies) is still put back for the worker it confines."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    monkeypatch.setattr(sandbox.sys, "executable", str(venv / "bin" / "python"))
+    monkeypatch.setattr(sandbox.sys, "prefix", "/usr")
+    assert venv in sandbox.needed()
+
+
 def test_without_bwrap_there_is_no_sandbox_and_the_reason_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     sandbox.unavailable.cache_clear()
@@ -65,6 +124,19 @@ def test_gradebook_cells_that_a_spreadsheet_would_run_are_quoted_and_text_is_cle
     assert gb.spreadsheet_safe("+cmd") == "'+cmd" and gb.spreadsheet_safe("@SUM(A1)") == "'@SUM(A1)"
     assert gb.spreadsheet_safe("\t=1") == "'=1" and gb.spreadsheet_safe(3.5) == 3.5
     assert gb.clean("red \x1b[31mtext\x1b[0m\x07 \x1b]0;title\x07end") == "red text end"
+
+
+def test_what_a_sandbox_left_is_read_only_as_a_bounded_regular_file(tmp_path):
+    """The executed notebook, the runner's log and the predictions lie in folders the learner's
+    sandbox writes: replaced by a link (to a file of the grader's view) or a FIFO, they are not read."""
+    (tmp_path / "secret").write_text("the grader's")
+    (tmp_path / "executed.ipynb").symlink_to(tmp_path / "secret")
+    os.mkfifo(tmp_path / "runner.log")  # would block a reader forever
+    (tmp_path / "predictions.jsonl").write_text("x" * 100 + "\nlast")
+    assert gb.read_left(tmp_path / "executed.ipynb", 100) is None
+    assert gb.read_left(tmp_path / "runner.log", 100) is None and gb._last_line(tmp_path / "runner.log") == "no output"
+    assert gb.read_left(tmp_path / "predictions.jsonl", 5) == b"\nlast"
+    assert gb.read_left(tmp_path / "missing", 5) is None
 
 
 @needs_sandbox
@@ -90,6 +162,7 @@ STUB = ('def lcg_index(i, n, a, c, x0):\n    """Entry i of the LCG permutation o
         '    raise NotImplementedError\n\n\nlab.check_index(lcg_index)')
 RIGHT = RIGHT_LCG.strip() + "\n\n\nlab.check_index(lcg_index)"
 SOLUTION = LABS / "solutions" / "07_shuffle.ipynb"
+DAEMON = Path("/run") / f"perflab-corpus-{os.getpid()}.sock"  # a system daemon's socket, as docker's is
 TESTS_WITH_ANSWER = ROOT / "tests" / "unit" / "course" / "test_judge.py"  # holds a right lcg_index
 # the answer taken from a file: the right function's source between two markers of the file
 FROM_FILE = ('def lcg_index(i, n, a, c, x0):\n    src = _read()\n    body = src[src.index("def lcg_index"):]\n'
@@ -188,6 +261,11 @@ def kernel_forgeries(subs: Path, victim: Path) -> dict[str, list[str]]:
                                      "    except OSError:\n        pass\nassert not os.path.exists('/etc/perflab-poison')"],
         "forks_in_the_worker": ["def lcg_index(i, n, a, c, x0):\n    import os\n    if os.fork() == 0:\n"
                                 "        os._exit(0)\n    return 0"],
+        "reads_the_graders_mem": ["import os\nseen = []\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n"
+                                  "        try:\n            open(f'/proc/{p}/mem', 'rb').close()\n            seen.append(p)\n"
+                                  "        except OSError:\n            pass\nassert len(seen) <= 4, 'read the grader'"],
+        "reads_the_teachers_token": ["import os\nraise ValueError('token ' + os.environ.get('PERFLAB_CORPUS_TOKEN', 'none'))"],
+        "talks_to_a_daemon": [f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(DAEMON)!r})\ns.sendall(b'x')"],
         "many_sleepers": [daemon("import time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(300)\n"
                                  "        os._exit(0)\ntime.sleep(300)")],
     }
@@ -204,6 +282,8 @@ def class_of(tmp: Path) -> tuple[Path, Path, dict[str, list[str]]]:
     write(subs / "tom" / "07_shuffle.ipynb", notebook([SETUP, "import torch\n\n" + RIGHT.replace(
         "    m = lab.modulus(n)", "    import torch\n    m = int(torch.tensor(lab.modulus(n)))")]))  # honest, with torch
     forgeries = kernel_forgeries(subs, victim)
+    for k, (_lab, _what, cells) in enumerate(f for f in JUDGE_FORGERIES if f[0] == "07_shuffle"):
+        forgeries[f"judge_{k}"] = cells  # the judge's corpus (test_judge.py), through the whole grader
     for who, cells in forgeries.items():
         write(subs / who / "07_shuffle.ipynb", notebook([SETUP, STUB, *cells]))
     # a symbolic link to the solution, a folder that links to another learner's, a huge and a many-celled notebook
@@ -289,21 +369,35 @@ TIMEOUT = 120  # lab 15's solution plans its step under torch's trackers in the 
 
 @needs_sandbox
 @pytest.mark.slow
-def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path):
+def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("PERFLAB_CORPUS_TOKEN", "s3cr3t-of-the-teacher")
     course, subs, forgeries = class_of(tmp_path)
+    daemon_socket = socket.socket(socket.AF_UNIX)
+    daemon_socket.bind(str(DAEMON))
+    daemon_socket.listen()
+    daemon_socket.setblocking(False)
     env_before, pyc_before, subs_before = environment_state(), bytecode_state(), tree_state(subs)
     t0 = time.time()
     book = gb.grade_folder(subs, course=course, labs=["07", "15"], timeout=TIMEOUT, jobs=2,
                            limits=gb.Limits(memory_bytes=3 * 2**30), secret="corpus")
     got = {r.learner: r for r in book.records}
     time.sleep(1)
+    try:
+        with pytest.raises(BlockingIOError):
+            daemon_socket.accept()  # no learner reached it
+    finally:
+        daemon_socket.close()
+        DAEMON.unlink()
+    assert "s3cr3t" not in book.csv_text() and "token none" in got["reads_the_teachers_token"].message
     assert not left_behind(t0, str(tmp_path), set(forgeries)), left_behind(t0, str(tmp_path), set(forgeries))
     assert book.isolated
     # every forgery graded anything but done, each with a message
     for who in forgeries:
         assert who in got, (who, book.notes)
         assert got[who].outcome in NOT_DONE and got[who].message, (who, got[who].outcome, got[who].message)
-    assert len(forgeries) >= 28
+    assert len(forgeries) >= 36  # with the judge-side ones below (5 back doors, 4 of lab 11): 46 in sandboxed mode
     # the honest learners, as when each is graded alone
     for who in ("ada", "stan", "tom"):
         alone = gb.grade_one(gb.Submission(who, gb.course_labs(course)["07"], subs / who / "07_shuffle.ipynb"),
@@ -434,6 +528,33 @@ def test_lab_12s_conventions_are_accepted_in_any_case_by_the_judge_as_by_the_che
     assert confined_verdict("12_sharding", nb)[0] == "done"
 
 
+def after_the_fact(alias: str) -> dict:
+    """Lab 11's solution with its predictions taken out of the plan's cell and written again below the
+    cell that measured the plan, that cell calling the measurement through `alias` (a name that is
+    not `run_ladder`)."""
+    nb = json.loads((LABS / "solutions" / "11_capstone.ipynb").read_text())
+    cells = nb["cells"]
+    at = next(i for i, c in enumerate(cells) if "my_predictions = " in "".join(c["source"]))
+    src = "".join(cells[at]["source"]).splitlines()
+    line = next(ln for ln in src if ln.startswith("my_predictions = "))
+    cells[at]["source"] = "\n".join(ln for ln in src if ln != line)
+    measured = next(i for i, c in enumerate(cells) if "runner.run_ladder(tp, plan" in "".join(c["source"]))
+    cells[measured]["source"] = "".join(cells[measured]["source"]).replace("runner.run_ladder(tp, plan", "_measure(tp, plan")
+    code = lambda s: {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": s}  # noqa: E731
+    cells.insert(measured + 1, code(line))  # the predictions, once the plan is measured
+    cells.insert(measured, code(alias))  # the measuring call, hidden behind another name
+    return nb
+
+
+@needs_sandbox
+@pytest.mark.parametrize("alias", ["_measure = runner.run_ladder", "from perflab.tune.runner import run_ladder as _measure",
+                                   "_measure = getattr(runner, 'run_' + 'ladder')",
+                                   "_measure = runner.__dict__['run_' + 'ladder']"])
+def test_lab_11s_predictions_written_after_the_measurement_are_wrong(alias):
+    outcome, message = confined_verdict("11_capstone", after_the_fact(alias))
+    assert outcome == "wrong" and "after the measurement" in message, (alias, outcome, message)
+
+
 def test_lab_11s_measuring_call_is_found_by_what_it_calls():
     cells = ["plan = ['adamw']", "_measure = runner.run_ladder", "def go(p):\n    return _measure(tp, p)",
              "result = go(plan)", "my_predictions = {'adamw': 1.1}"]
@@ -444,6 +565,12 @@ def test_lab_11s_measuring_call_is_found_by_what_it_calls():
     assert answers.first_cell_calling("run_ladder", using="plan") == 3
     nb["cells"][1]["source"] = "_measure = getattr(runner, 'run_ladder')"
     assert answers.first_cell_calling("run_ladder", using="plan") == 3
+    for opaque in ("getattr(runner, 'run_' + 'ladder')", "runner.__dict__['run_' + 'ladder']",
+                   "eval('runner.run_' + 'ladder')", "operator.attrgetter('run_' + 'ladder')(runner)"):
+        nb["cells"][1]["source"] = f"import operator\n_measure = {opaque}"
+        assert answers.first_cell_calling("run_ladder", using="plan") == 3, opaque
+    nb["cells"][1]["source"] = "_measure = print"  # a call that measures nothing
+    assert answers.first_cell_calling("run_ladder", using="plan") is None
 
 
 def test_an_answer_too_large_for_the_grader_is_refused_before_it_is_built():
