@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
-from perflab.commands._args import emit, positive_int
+from perflab.commands._args import emit, positive_float, positive_int
+from perflab.commands.audit import FACTORY_TIMEOUT_S
 
 
 def register(sub) -> None:
@@ -16,6 +17,8 @@ def register(sub) -> None:
     p.add_argument("--hf-config", metavar="TYPE_OR_PATH",
                    help="a Hugging Face model from its config instead (a model type or a local config.json)")
     p.add_argument("--hf-set", nargs="+", default=[], metavar="KEY=VALUE", help="config overrides for --hf-config")
+    p.add_argument("--factory-timeout", type=positive_float, default=FACTORY_TIMEOUT_S, metavar="SECONDS",
+                   help=f"give up on a factory that has not returned after SECONDS (default {FACTORY_TIMEOUT_S:g})")
     p.add_argument("--gpu", default="h100", help="the GPU: h100, h200, a100, b200 or an id of perflab's hardware table "
                                                  "(default h100: the SXM part)")
     p.add_argument("--gpus", type=positive_int, default=8, help="GPUs in the job (default 8)")
@@ -44,7 +47,7 @@ def run(args) -> int:
     from perflab.plan.run import plan
 
     spec = SimpleNamespace(target=args.target, hf_config=args.hf_config, hf_set=args.hf_set, batch=args.micro_batch,
-                           seq=args.seq)
+                           seq=args.seq, factory_timeout=args.factory_timeout)
     if args.target and (args.micro_batch != 1 or args.seq != 2048):
         from perflab.core.errors import InputError
 

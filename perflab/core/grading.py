@@ -42,8 +42,8 @@ class LabCheckError(PerflabError, AssertionError):
     """The learner's answer is wrong; the message says how."""
 
 
-_RESULTS: dict[str, str] = {}  # check name -> 'passed' | 'not done' | 'wrong'
-_STATE_MARK = {"passed": "✓", "not done": "…", "wrong": "✗"}
+_RESULTS: dict[str, str] = {}  # check name -> 'passed' | 'not done' | 'wrong' | 'inconclusive'
+_STATE_MARK = {"passed": "✓", "not done": "…", "wrong": "✗", "inconclusive": "?"}
 
 
 # --- a wrong answer in a notebook: one short error, no traceback -------------------------------
@@ -171,6 +171,15 @@ NOT_DONE = object()  # what `attempt` returns for a stub
 def _not_done(name: str) -> None:
     _RESULTS[name] = "not done"
     print(f"… {name}: not done yet — fill in the function and run this cell again.")
+
+
+def inconclusive(name: str, why: str) -> bool:
+    """Record `name` as inconclusive: what it needed was measured while the machine was busy, so no
+    verdict is drawn from it either way (`why` says what was disturbed and what to do). A summary that
+    requires every check lets it through with a note: a busy machine is not the learner's mistake."""
+    _RESULTS[name] = "inconclusive"
+    print(f"? {name}: inconclusive: {why}")
+    return False
 
 
 def fail(name: str, message: str) -> LabCheckError:
@@ -322,7 +331,7 @@ def summary(require_all: bool = False) -> Summary:
     """Each check's state, as a table in a notebook; with `require_all`, raise unless every one passed."""
     out = Summary(_RESULTS)
     if require_all:
-        missing = [k for k, v in _RESULTS.items() if v != "passed"]
+        missing = [k for k, v in _RESULTS.items() if v not in ("passed", "inconclusive")]
         if missing or not _RESULTS:
             raise LabCheckError(f"not every check passed: {', '.join(missing) or 'no checks ran'}")
     return out

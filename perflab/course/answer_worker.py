@@ -186,6 +186,9 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
 
     own = str(os.getpid())
     proc = re.compile(r"/proc/([0-9]+)/")
+    # a process's scheduling counters (pid, state, CPU times: what perflab's quietness reads to tell
+    # others' CPU time from its own) hold no memory, environment or command line
+    counters = re.compile(r"/proc/[0-9]+/(task/[0-9]+/)?stat")
     real = os.path.realpath
     deny = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                       "os.forkpty", "os.kill", "os.killpg", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym",
@@ -208,7 +211,7 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
             if not os.path.isabs(name) and os.path.basename(name) in names:  # os.open(name, dir_fd=…)
                 stop(_EXIT_BLOCKED, event, args)
             other = proc.match(p)
-            if other and other.group(1) != own:  # another process's memory, files or environment
+            if other and other.group(1) != own and not counters.fullmatch(p):  # another's memory, files, environment
                 stop(_EXIT_BLOCKED, event, args)
         elif event == "import":
             name = args[0]

@@ -636,6 +636,9 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
     if not states:
         return "not done", "no check ran"
     todo = [k for k, v in states.items() if v != "passed"]
+    if todo and all(states[k] == "inconclusive" for k in todo):
+        return "not done", (f"inconclusive: {', '.join(todo)} measured while the machine was busy; grade again "
+                            "when it is quiet")
     if todo:
         return "not done", f"{len(todo)} of {len(states)} checks not done: {', '.join(todo)}"
     return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed, graded apart from the notebook"

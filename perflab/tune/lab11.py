@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.grading import LabCheckError, record
+from perflab.core.grading import LabCheckError, inconclusive, record
 from perflab.tune.ladder import RUNG_NAMES, parse_rungs
 
 
@@ -115,6 +115,9 @@ def check_result(plan: Sequence[str] | None, result, *, target: float, budget: i
                "the machine was too noisy to tell within the rung's time budget")
         noisy = (f" {', '.join(undecided)} stayed inconclusive ({why}): run the cell again when the machine is "
                  "quieter, with `runner.run_ladder(..., fresh=True)` to measure again." if undecided else "")
+        if busy:  # no verdict from a disturbed measurement, either way
+            return inconclusive(name, f"your ladder ends {sp:.2f}× faster than the baseline (target {target:g}×), "
+                                      f"but{noisy}")
         raise LabCheckError(f"{name}: your ladder ends {sp:.2f}× faster than the baseline; the target is {target:g}×."
                             + noisy + (table or " Add the rungs that attack the baseline's largest waterfall "
                                                 "categories."))

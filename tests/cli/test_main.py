@@ -57,8 +57,11 @@ def test_mamf_json_on_cpu(tmp_path):
     entry = json.loads(open(d["ceiling_file"]).read())["fp32"]
     if "best" in entry:  # stored as this device's fp32 ceiling
         assert entry["best"]["tflops"] == b["tflops"]
-    else:  # above this CPU's estimated peak (a tiny matmul in cache, a boost clock above the one read): questioned
-        assert entry["last"]["tflops"] == b["tflops"] and "cannot exceed the peak" in entry["last"]["questioned"]
+    else:  # not stored, and the record says why (gemm.mamf.save_ceiling_record's four rules)
+        why = entry["last"]["questioned"]
+        assert entry["last"]["tflops"] == b["tflops"]
+        assert any(w in why for w in ("cannot exceed the peak", "did not repeat", "the machine was busy",
+                                      "quietness could not be read", "quieter machine")), why
     # resumable: the same command measures nothing new
     again = json.loads(perflab_cli(*args, env=env).stdout)
     assert again["measured"] == 0 and again["best"] == b

@@ -272,3 +272,17 @@ def test_the_learner_is_the_graders_name_for_them(monkeypatch):
     quiz = grading.MultipleChoice("q", ["one?", "two?"], ["x", "y", "z"], correct=[0, 1])
     assert quiz.answer_key() == grading.MultipleChoice("q", ["one?", "two?"], ["x", "y", "z"], [0, 1],
                                                        user="ada").answer_key()
+
+
+def test_an_inconclusive_check_is_neither_passed_nor_wrong_and_a_full_summary_lets_it_through(capsys):
+    from perflab.core import grading as g
+
+    g.reset()
+    g.record("measured", True)
+    assert g.inconclusive("timed", "the machine was busy") is False
+    assert "? timed: inconclusive: the machine was busy" in capsys.readouterr().out
+    assert dict(g.summary(require_all=True)) == {"measured": "passed", "timed": "inconclusive"}
+    g.record("other", False)
+    with pytest.raises(g.LabCheckError, match="not every check passed: other"):
+        g.summary(require_all=True)
+    g.reset()

@@ -33,16 +33,6 @@ def _ctx_report(quick):
     return R.Ctx(torch.device("cpu"), describe("cpu"), quick)
 
 
-def test_matmul_bf16_8192_agrees_with_triton():
-    triton_testing = pytest.importorskip("triton.testing")
-    from perflab.core.measure import make_matmul, measure_matmul
-
-    r = measure_matmul(8192, 8192, 8192, "bf16", "cuda", warmup_ms=100, rep_ms=1000)
-    fn, _, _ = make_matmul(8192, 8192, 8192, "bf16", "cuda")
-    ms = triton_testing.do_bench(fn, warmup=100, rep=1000, return_mode="median")
-    assert r.median_s * 1e3 == pytest.approx(ms, rel=0.03)
-
-
 def test_fp8_sizes_must_be_multiples_of_16(monkeypatch):
     _accept_fp8(monkeypatch)
     with pytest.raises(InputError, match="^m=40 must be a multiple of 16: try 32 or 48$"):

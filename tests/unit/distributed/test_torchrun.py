@@ -59,7 +59,9 @@ def test_the_fixed_comm_run_passes_fixed_to_its_ranks(monkeypatch, tmp_path):
     assert seen == {"module": "perflab.profiling.comm_worker", "nproc": 2, "backend": "gloo",
                     "args": ["--preset", "tiny-gpt", "--steps", 2, "--batch", 4, "--seq", 64, "--trace-out",
                              str(path.resolve()), "--fixed"]}
-    assert (run.fixed, run.wall_s, run.info) == (True, [0.25, 0.5], {"ranks": 2, "backend": "gloo", "launch_s": 3.5})
+    info = {k: v for k, v in run.info.items() if k not in ("quietness", "waited_s")}  # the machine's, not the run's
+    assert (run.fixed, run.wall_s, info) == (True, [0.25, 0.5], {"ranks": 2, "backend": "gloo", "launch_s": 3.5})
+    assert run.info["quietness"]["verdict"] in ("quiet", "disturbed", "unknown") and run.info["waited_s"] >= 0
     assert run.diagnosis.top is not None and run.diagnosis.top.cause == "communication"
 
 
