@@ -632,7 +632,13 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
             from perflab.distributed import torchrun
 
             torchrun.CONFINE = None
-    states = dict(grading.summary())
+    return outcome_of(dict(grading.summary()))
+
+
+def outcome_of(states: Mapping[str, str]) -> tuple[str, str]:
+    """(outcome, message) from the judge's checks' states: done only when every check passed; a check
+    left inconclusive by a busy machine is no verdict either way, so the learner is 'not done' with a
+    message that says to grade again when the machine is quiet."""
     if not states:
         return "not done", "no check ran"
     todo = [k for k, v in states.items() if v != "passed"]

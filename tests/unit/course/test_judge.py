@@ -249,3 +249,13 @@ def test_the_references_are_the_labs_answers():
         assert lab01.REFERENCES["mlp_train_flops"](b, i, h, o) == lab01.counted_train_step(b, i, h, o)
     assert lab12.REFERENCES["bubble"](4, 8) == pytest.approx(3 / 11)
     assert lab12.REFERENCES["fsdp_bytes"](10**6, 4) == 4 * 10**6
+
+
+def test_the_outcome_is_done_only_when_every_check_passed_and_says_when_a_busy_machine_left_one_open():
+    from perflab.course.judge import outcome_of
+
+    assert outcome_of({}) == ("not done", "no check ran")
+    assert outcome_of({"a": "passed", "b": "passed"})[0] == "done"
+    assert outcome_of({"a": "passed", "b": "wrong"}) == ("not done", "1 of 2 checks not done: b")
+    out, why = outcome_of({"a": "passed", "b": "inconclusive"})
+    assert out == "not done" and why.startswith("inconclusive: b measured while the machine was busy")
