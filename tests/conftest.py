@@ -93,3 +93,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def watch_all_cores(monkeypatch):
+    """Watches count every core this process may run on as the measurement's, whatever torch's thread
+    count (one per xdist worker): the made-up loads of these tests say what share of *all* cores others
+    take."""
+    from perflab.core import quietness
+
+    monkeypatch.setattr(quietness, "_compute_threads", lambda n: n)

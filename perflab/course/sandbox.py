@@ -60,9 +60,10 @@ class Sandbox:
         keep = [_real(p) for p in needed()]
         hide: list[Path] = []
         for h in sorted({_real(h) for h in hidden}, key=lambda p: len(p.parts)):
-            if h.is_dir() and not _system(h) and not _under(h, Path("/tmp")) and not any(_under(h, o) for o in hide):
+            if h.is_dir() and not _system(h) and not any(_under(h, o) for o in [*hide, *PRIVATE]):
                 hide.append(h)
-        back = [k for k in keep if any(_under(k, h) for h in hide)]  # the environment, inside a hidden folder
+        # the environment, where a hidden folder or the private /tmp and /run cover it (a checkout under /tmp)
+        back = [k for k in keep if any(_under(k, h) for h in [*hide, *PRIVATE])]
         for h in hide:
             args += ["--tmpfs", str(h)]
         for k in back:
@@ -79,6 +80,9 @@ class Sandbox:
         if cwd is not None:
             args += ["--chdir", str(_real(cwd))]
         return [*args, "--", *cmd]
+
+
+PRIVATE = (Path("/tmp"), Path("/run"))  # each confined process gets empty ones of its own
 
 
 def needed() -> list[Path]:

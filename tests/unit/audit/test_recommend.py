@@ -1,5 +1,6 @@
 """--try: each rung measured on the learner's step with loss parity; HFU counts recompute; energy says why not."""
 
+import pytest
 import torch
 
 from perflab.audit import recommend
@@ -24,6 +25,7 @@ def test_try_measures_rungs_with_parity_and_restores_the_weights():
     assert all(torch.equal(v, init[k]) for k, v in t.model.state_dict().items())
 
 
+@pytest.mark.usefixtures("watch_all_cores")
 def test_a_rung_tried_while_the_machine_was_busy_is_neither_kept_nor_dropped():
     from perflab.core.quietness import MadeUpLoad, injected
 

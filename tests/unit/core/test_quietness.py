@@ -161,7 +161,7 @@ def test_the_systems_counters_give_a_verdict_and_no_user_or_command():
     with watch("cpu") as w:
         time.sleep(0.1)
     r = w.result
-    assert r.verdict in q.VERDICTS and r.wall_s >= 0.1 and r.cores == len(q.affinity())
+    assert r.verdict in q.VERDICTS and r.wall_s >= 0.1 and 1 <= r.cores <= len(q.affinity())
     if r.share is not None:
         assert 0.0 <= r.share <= 1.0
     assert "pytest" not in r.cause and "python" not in r.cause

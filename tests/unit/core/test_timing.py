@@ -158,6 +158,7 @@ def test_a_slow_call_is_not_run_five_times_just_to_estimate_it():
     assert res.median_s >= 0.03  # a sleep is never shorter; how much longer depends on the machine's load
 
 
+@pytest.mark.usefixtures("watch_all_cores")
 def test_bench_records_the_machines_quietness_and_shows_it_only_when_disturbed():
     from perflab.core.quietness import MadeUpLoad, injected
 

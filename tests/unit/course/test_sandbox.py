@@ -66,6 +66,11 @@ needs_sandbox = pytest.mark.skipif(BOX is None, reason=f"no sandbox here: {sandb
 
 
 # ----------------------------------------------------------------------------- the command
+def _hidden(folder: Path, pairs) -> bool:
+    """Covered by an empty folder of its own, or by the private /tmp or /run (a checkout under /tmp)."""
+    return ("--tmpfs", str(folder)) in pairs or any(p == folder or p in folder.parents for p in sandbox.PRIVATE)
+
+
 def test_the_command_hides_what_it_is_told_and_puts_the_environment_back(tmp_path):
     box = sandbox.Sandbox("/usr/bin/bwrap")
     checkout = Path(__import__("perflab").__file__).resolve().parents[1]
@@ -75,7 +80,7 @@ def test_the_command_hides_what_it_is_told_and_puts_the_environment_back(tmp_pat
     for flag in ("--unshare-pid", "--unshare-net", "--die-with-parent", "--new-session"):
         assert flag in cmd
     pairs = list(zip(cmd, cmd[1:]))
-    assert ("--tmpfs", str(checkout)) in pairs  # the checkout hidden, its labs with it
+    assert _hidden(checkout, pairs)  # the checkout hidden, its labs with it
     assert ("--tmpfs", "/") not in pairs and ("--tmpfs", str(tmp_path)) not in pairs  # the system; /tmp is private
     assert ("--ro-bind", str(checkout / "perflab")) in pairs  # perflab put back, read-only
     assert ("--bind", str(tmp_path)) in pairs and ("--chdir", str(tmp_path)) in pairs
@@ -93,7 +98,7 @@ def test_a_virtual_environment_inside_the_checkout_does_not_keep_the_checkout_in
     monkeypatch.setattr(sandbox.sys, "base_prefix", "/usr")
     cmd = sandbox.Sandbox("bwrap").command(["true"], hidden=[checkout])
     pairs = list(zip(cmd, cmd[1:]))
-    assert ("--tmpfs", str(checkout)) in pairs and ("--ro-bind", str(venv)) in pairs
+    assert _hidden(checkout, pairs) and ("--ro-bind", str(venv)) in pairs
 
 
 def test_the_environment_is_put_back_also_from_a_python_started_with_dash_S(monkeypatch, tmp_path):
@@ -582,3 +587,17 @@ def test_an_answer_too_large_for_the_grader_is_refused_before_it_is_built():
         judge.decode(list(range(judge.MAX_ANSWER_ITEMS + 1)))
     with pytest.raises(ValueError, match="cells"):
         judge.read_notebook(json.dumps({"cells": [{}] * (judge.MAX_NOTEBOOK_CELLS + 1)}))
+
+
+def test_an_environment_under_tmp_is_put_back_over_the_private_tmp(monkeypatch):
+    """A checkout cloned under /tmp (its venv and perflab there): the private /tmp hides it, so the
+    environment and perflab must be bound again after it, or the confined Python cannot start."""
+    venv = Path("/tmp/clone/.venv")
+    monkeypatch.setattr(sandbox, "needed", lambda: [venv, Path("/tmp/clone/perflab"), Path("/usr")])
+    monkeypatch.setattr(sandbox, "_real", lambda p: Path(p))
+    cmd = sandbox.Sandbox("bwrap").command(["true"], hidden=[Path("/tmp/clone")])
+    pairs = list(zip(cmd, cmd[1:]))
+    assert ("--tmpfs", "/tmp/clone") not in pairs  # the private /tmp already hides it
+    assert ("--ro-bind", str(venv)) in pairs and ("--ro-bind", "/tmp/clone/perflab") in pairs
+    assert cmd.index("/tmp") < cmd.index(str(venv))  # bound after the private /tmp is mounted
+    assert ("--ro-bind", "/usr") not in pairs

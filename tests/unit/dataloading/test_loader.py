@@ -38,6 +38,7 @@ def test_a_sweep_point_records_each_worker_count_with_its_quietness():
         assert r["quietness"]["verdict"] in ("quiet", "disturbed", "unknown")
 
 
+@pytest.mark.usefixtures("watch_all_cores")
 def test_a_measured_loop_takes_its_turn_on_the_device_and_records_the_machines_quietness(monkeypatch):
     from perflab.core.quietness import MadeUpLoad, injected
 

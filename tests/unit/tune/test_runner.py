@@ -304,6 +304,7 @@ def test_a_rung_faster_than_its_ceiling_shows_no_mfu_and_says_the_ceiling_is_sus
     assert 0 < ok["mfu"] < 1 and ok["mfu_suspect"] is None and ok["mfu_basis_info"]["tflops"] == 1e6
 
 
+@pytest.mark.usefixtures("watch_all_cores")
 def test_a_rung_timed_on_a_busy_machine_is_inconclusive_and_says_so(tmp_path):
     """Made-up load (counters injected): every block is disturbed, so no verdict whatever the steps
     measured; the row carries the quietness of the blocks and the reason."""

@@ -40,6 +40,7 @@ def test_hooks_and_phases():
         r.step(make_batches(cfg, 2, 16, n=2))  # grad_accum=1 takes one micro-batch
 
 
+@pytest.mark.usefixtures("watch_all_cores")
 def test_a_run_records_the_machines_quietness_over_its_timed_steps():
     from perflab.core.quietness import MadeUpLoad, injected
 
