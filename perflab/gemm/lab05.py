@@ -99,7 +99,10 @@ def check_params_delta(student: Callable[..., int]) -> Verdict:
 def check_pick(student: Callable[..., int], frame) -> Verdict:
     """Check `pick_width(frame, max_params_delta_pct)` on the learner's measured frame, for several budgets:
     0.5, 1 and 2%, the largest change measured, and exactly the change of the fastest width (the
-    budget's edge: ≤ includes it)."""
+    budget's edge: ≤ includes it). A sweep's frame is given with only the widths that may win: a point
+    that did not repeat when measured again (`eligible` False) is no evidence for a choice."""
+    if "eligible" in frame and frame["eligible"].any():
+        frame = frame[frame["eligible"]].reset_index(drop=True)
     fastest = frame.sort_values(["tflops", "d_ff"], ascending=[False, True]).iloc[0]
     budgets = sorted({0.5, 1.0, 2.0, float(frame["params_delta_pct"].abs().max()), abs(float(fastest["params_delta_pct"]))})
     cases = []

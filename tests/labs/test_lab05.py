@@ -120,3 +120,22 @@ def test_mutant_is_rejected_with_a_hint_naming_the_mistake(check, mutant, keywor
 def test_reference_solution_passes():
     assert lab.check_candidates(candidate_widths) and lab.check_params_delta(params_delta)
     assert lab.check_pick(pick_width, frame())
+
+
+def test_pick_width_is_checked_on_the_widths_that_may_win():
+    """A spike that did not repeat (eligible False) is left out of the frame the learner's function sees,
+    as the recommendation leaves it out: the plain 'fastest within the budget' answer is right."""
+    import pandas as pd
+
+    from perflab.core import grading
+
+    grading.reset()
+    frame = pd.DataFrame({"d_ff": [160, 176, 192], "tflops": [9.0, 2.0, 1.0], "params_delta_pct": [0.0, 0.5, 1.0],
+                          "eligible": [False, True, True]})
+
+    def fastest(frame, max_params_delta_pct):
+        ok = frame[frame["params_delta_pct"].abs() <= max_params_delta_pct]
+        return int(ok.sort_values(["tflops", "d_ff"], ascending=[False, True])["d_ff"].iloc[0])
+
+    assert lab.check_pick(fastest, frame)
+    grading.reset()
