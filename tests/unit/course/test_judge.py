@@ -207,7 +207,8 @@ SLOW_SOLUTIONS = ["01_flops", "02_mfu", "03_memory", "06_ring_allreduce", "09_di
 def test_every_solution_is_done_and_every_stub_is_not(lab, tmp_path):
     timed = lab in ("02_mfu", "03_memory", "11_capstone")  # measured by the judge: graded as perflab grade does
     outcome, message = grade_apart(lab, solution(lab), tmp_path, "ada") if timed else grade(lab, solution(lab), "ada")
-    assert outcome == "done", (lab, outcome, message)
+    busy = timed and outcome == "not done" and message.startswith("inconclusive:") and "machine was busy" in message
+    assert outcome == "done" or busy, (lab, outcome, message)  # a busy machine gives no verdict either way
     if lab in FAST_SOLUTIONS:
         assert grade(lab, shipped(lab))[0] == "not done"
 
