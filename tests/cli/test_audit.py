@@ -147,12 +147,16 @@ def test_the_factory_timeout_default_is_the_libraries():
 def test_audit_and_tune_report_the_same_ceiling_for_the_same_dtype(tmp_path):
     """One MFU basis (perflab.flops.mfu.mfu_basis): once a quiet ceiling is stored for fp32 on this
     CPU, the audit and the ladder both divide by it and both name it in their JSON."""
+    from perflab.core import hardware
     from perflab.core.quietness import MadeUpLoad, injected
     from perflab.flops import mfu
 
     env = {"PERFLAB_RESULTS": str(tmp_path)}
     with pytest.MonkeyPatch.context() as mp, injected(MadeUpLoad(0.0)):  # a real measurement on a made-up quiet machine
         mp.setenv("PERFLAB_RESULTS", str(tmp_path))
+        # whether the timed figure lies below this CPU's estimated peak (read from a clock that may be
+        # below boost) is tested in tests/unit/flops/test_mfu.py; here it is stored whatever it is
+        mp.setattr(hardware, "ceiling_problem", lambda *a: None)
         stored = mfu.mfu_basis("cpu", "fp32")
     assert stored.stored and stored.kind == "measured ceiling"
     a = perflab("audit", "--hf-config", "gpt2", *SMALL, "--seq", "8", "--steps", "2", "--no-breaks", "--device", "cpu",
