@@ -257,24 +257,38 @@ def barrier_with_slow_ranks(rank: int, n: int, delay_s: float = 0.2, group=None)
     Times are seconds since this rank left an initial barrier: `arrive` ≈ r·delay, `leave` ≈
     (n−1)·delay for everyone (nobody leaves before the slowest arrives), `waited` = leave − arrive.
     """
+    import socket
+
     import torch.distributed as dist
 
     dist.barrier(group=group)
-    t0 = time.perf_counter()
+    t0 = time.monotonic()  # one clock for every process on this host (CLOCK_MONOTONIC)
     time.sleep(rank * delay_s)  # the "work": rank r is r·delay late
-    arrive = time.perf_counter() - t0
+    arrive_clock = time.monotonic()
     dist.barrier(group=group)
-    leave = time.perf_counter() - t0
-    return {"rank": rank, "work_s": rank * delay_s, "arrive_s": arrive, "leave_s": leave, "waited_s": leave - arrive}
+    leave_clock = time.monotonic()
+    return {"rank": rank, "work_s": rank * delay_s, "arrive_s": arrive_clock - t0, "leave_s": leave_clock - t0,
+            "waited_s": leave_clock - arrive_clock, "host": socket.gethostname(), "arrive_clock_s": arrive_clock,
+            "leave_clock_s": leave_clock}
 
 
-def barrier_ok(rows: list[dict[str, float]], delay_s: float, slack_s: float = 0.05) -> bool:
-    """Nobody left before the slowest rank arrived (within `slack_s` for the initial barrier's skew)."""
+def barrier_ok(rows: list[dict[str, Any]], delay_s: float, slack_s: float = 0.05) -> bool:
+    """Nobody left before the slowest rank arrived, and the slowest rank did arrive (n−1)·delay late.
+
+    Ranks on one host also read one system-wide clock (`arrive_clock_s`, `leave_clock_s`:
+    `time.monotonic`), so "left after the last arrival" is checked exactly there, however late the
+    operating system scheduled a rank on a busy machine. Across hosts each rank's times count from
+    its own exit of the initial barrier, and `slack_s` allows for that barrier's skew."""
     if not rows:
         return False
-    slowest = max(r["arrive_s"] for r in rows)
     n = len(rows)
-    return all(r["leave_s"] >= slowest - slack_s for r in rows) and slowest >= (n - 1) * delay_s * 0.95
+    slowest = max(r["arrive_s"] for r in rows)
+    if all("arrive_clock_s" in r and "leave_clock_s" in r for r in rows) and len({r.get("host") for r in rows}) == 1:
+        last = max(r["arrive_clock_s"] for r in rows)
+        left_after = all(r["leave_clock_s"] >= last for r in rows)
+    else:
+        left_after = all(r["leave_s"] >= slowest - slack_s for r in rows)
+    return left_after and slowest >= (n - 1) * delay_s * 0.95
 
 
 # ----------------------------------------------------------------------------- the ring all-reduce

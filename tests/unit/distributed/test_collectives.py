@@ -106,6 +106,24 @@ def test_barrier_verdict():
     early = [dict(g) for g in good]
     early[0]["leave_s"] = 0.1  # rank 0 left before rank 3 arrived: not a barrier
     assert not C.barrier_ok(early, 0.2)
+    assert not C.barrier_ok(good[:3], 0.3)  # the slowest rank did not work (n−1)·delay: it was not slow
+
+
+def test_barrier_verdict_on_one_hosts_clock_ignores_late_scheduling():
+    """On one host the ranks share a clock: rank 0, scheduled 0.3 s late after the initial barrier
+    (so its own times are shifted), still passes when everyone left after the last arrival."""
+    rows = []
+    for r in range(4):
+        start = 100.0 + (0.3 if r == 0 else 0.0)  # rank 0 left the initial barrier late
+        arrive = start + 0.2 * r
+        rows.append({"rank": r, "arrive_s": arrive - start, "leave_s": 100.65 - start, "host": "h",
+                     "arrive_clock_s": arrive, "leave_clock_s": 100.65})
+    per_rank = [{k: r[k] for k in ("rank", "arrive_s", "leave_s")} for r in rows]
+    assert not C.barrier_ok(per_rank, 0.2)  # each rank's own clock makes rank 0 look as if it left early
+    assert C.barrier_ok(rows, 0.2)
+    assert not C.barrier_ok([{**r, "host": f"h{r['rank']}"} for r in rows], 0.2)  # hosts apart: own clocks again
+    rows[1]["leave_clock_s"] = 100.5  # left before rank 3 arrived on the shared clock
+    assert not C.barrier_ok(rows, 0.2)
 
 
 def test_unsupported_detection():
@@ -213,7 +231,7 @@ def test_every_primitive_gloo_2_ranks():
     for r in rep.ring_rows():  # uneven chunks: 1000 = 500 + 500 here; bytes as scheduled
         assert r["bytes_sent"] == r["bytes_exact"] == C.ring_bytes_sent(1000, 2, 4)[r["rank"]]
     timing = rep.barrier_rows()
-    assert C.barrier_ok(timing, 0.15) and timing[0]["waited_s"] > timing[1]["waited_s"]
+    assert C.barrier_ok(timing, 0.15) and len({r["host"] for r in timing}) == 1  # checked on the shared clock
     # demos show what each rank held: broadcast from rank 0
     t = C.demo_table(rep.results, "broadcast")
     assert list(t["after"]) == ["[1, 2]", "[1, 2]"] and t["ok"].all()
