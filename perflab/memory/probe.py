@@ -419,7 +419,7 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
     creates the optimizer's states, so the second iteration is the steady state. Rows hold bytes
     allocated since the start (`allocated_bytes` at the phase's end, `peak_bytes` inside it, and
     `start_bytes`); GPU rows add `reserved_bytes` and `device_used_bytes` (NVML), CPU rows add
-    `rss_bytes`, `rss_peak_bytes` and `python_heap_peak_bytes` (tracemalloc).
+    `rss_bytes`, `rss_peak_bytes` and `python_heap_peak_bytes` (tracemalloc's peak above the phase's start).
     """
     import torch
 
@@ -489,13 +489,16 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
 
             reset_rss_peak()
             row["rss_start_bytes"] = rss_bytes()
+            heap_start = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
             assert cpu is not None  # set up above for every device but cuda
             with cpu.phase(f"{name}#{iteration}"):
                 yield
             row["rss_bytes"] = rss_bytes()
             row["rss_peak_bytes"] = rss_peak_bytes()
-            row["python_heap_peak_bytes"] = tracemalloc.get_traced_memory()[1]
+            # above the phase's start, as peak_bytes − start_bytes is: the heap already held (the model's
+            # Python objects, earlier phases' records) is not this phase's
+            row["python_heap_peak_bytes"] = tracemalloc.get_traced_memory()[1] - heap_start
         row["seconds"] = time.perf_counter() - t0
         rows.append(row)
 
