@@ -256,6 +256,8 @@ def barrier_with_slow_ranks(rank: int, n: int, delay_s: float = 0.2, group=None)
 
     Times are seconds since this rank left an initial barrier: `arrive` ≈ r·delay, `leave` ≈
     (n−1)·delay for everyone (nobody leaves before the slowest arrives), `waited` = leave − arrive.
+    `arrive_clock_s` and `leave_clock_s` are the same instants on the host's monotonic clock, with
+    `host`, so `barrier_ok` can compare ranks of one host on one clock.
     """
     import socket
 
