@@ -251,7 +251,7 @@ def check_all(rank: int, n: int, *, device="cpu", demo_k: int = 2, check_k: int 
     return out
 
 
-def barrier_with_slow_ranks(rank: int, n: int, delay_s: float = 0.2, group=None) -> dict[str, float]:
+def barrier_with_slow_ranks(rank: int, n: int, delay_s: float = 0.2, group=None) -> dict[str, Any]:
     """Rank r works r·delay seconds, then waits at a barrier: what did the barrier cost each rank?
 
     Times are seconds since this rank left an initial barrier: `arrive` ≈ r·delay, `leave` ≈
@@ -487,7 +487,7 @@ class CollectivesRun:
             df.loc[df["primitive"] == "barrier", "ok"] = bool(df.loc[df["primitive"] == "barrier", "ok"].all() and ok)
         return df
 
-    def barrier_rows(self) -> list[dict[str, float]]:
+    def barrier_rows(self) -> list[dict[str, Any]]:
         return [r["barrier_timing"] for r in self.results if r and "barrier_timing" in r]
 
     def ring_rows(self) -> list[dict[str, Any]]:
