@@ -727,7 +727,8 @@ def key_figures(phases: dict[str, Any]) -> dict[str, Any]:
     at, me, au = ins.get("attention", {}), ins.get("memory", {}), ins.get("audit", {})
     nb = phases.get("notebooks", {}).get("figures", {})
     return {
-        "timer_over_do_bench": mm.get("ratio"), "matmul_tflops": mm.get("tflops"), "matmul_peak_tflops": mm.get("peak_tflops"),
+        "timer_over_do_bench": mm.get("ratio"), "matmul_tflops": mm.get("tflops"), "matmul_burst_tflops": mm.get("burst_tflops"),
+        "matmul_sm_clock_mhz": mm.get("sm_clock_mhz_median"), "matmul_peak_tflops": mm.get("peak_tflops"),
         "matmul_peak_fraction": mm.get("peak_fraction"), "device_copy_gbps": cp.get("gbps"),
         "device_copy_over_do_bench": cp.get("ratio"), "pinned_gbps": hc.get("pinned_gbps"),
         "pageable_gbps": hc.get("pageable_gbps"), "attention_triton_s": at.get("triton_s"), "attention_sdpa_s": at.get("sdpa_s"),
@@ -759,19 +760,97 @@ def _probe_matmul(cuda: bool, small: bool) -> dict[str, Any]:
     import triton.testing
 
     n = 2048 if small else 8192
-    r = measure_matmul(n, n, n, "bf16", "cuda", warmup_ms=100, rep_ms=1000)
     fn, _, _ = make_matmul(n, n, n, "bf16", "cuda")
-    ms = _do_bench(triton.testing, fn, 100, 1000)
+    burst = _burst_tflops(torch, fn, matmul_flops(n, n, n))  # first, while the GPU is still cool and idle
+    r = measure_matmul(n, n, n, "bf16", "cuda", warmup_ms=100, rep_ms=1000)
+    clocks = _sm_clock_during(lambda: _do_bench(triton.testing, fn, 100, 1000))
+    ms = clocks.pop("value")
     theirs = ms / 1e3
     ratio = r.median_s / theirs
     fig = {"size": n, "dtype": "bf16", "perflab_median_s": r.median_s, "do_bench_median_s": theirs, "ratio": ratio,
            "tflops": r.tflops, "do_bench_tflops": matmul_flops(n, n, n) / theirs / 1e12, "peak_tflops": r.peak_tflops,
-           "peak_source": r.peak_source, "peak_fraction": r.peak_fraction, "rel_error": r.rel_error, "n_reps": r.n_reps}
+           "peak_source": r.peak_source, "peak_fraction": r.peak_fraction, "rel_error": r.rel_error, "n_reps": r.n_reps,
+           "burst_tflops": burst, "burst": "10 products after 3 warm-ups on an idle GPU, timed together with CUDA events",
+           "sustained_over_burst": r.tflops / burst if burst else None, **clocks}
     checks = [within("timer within 3 % of do_bench", ratio, 0.97, 1.03, "perflab median / do_bench median"),
               within("TFLOP/s at most the peak", r.peak_fraction, 0.0, 1.0, "measured / spec peak")
               if r.peak_fraction is not None else {"check": "peak known", "value": None, "ok": False,
                                                    "what": f"no spec peak for this device ({r.peak_source})"}]
+    if r.peak_tflops and not small:
+        # others measure a short burst: about 790 of 989 TFLOP/s on an H100 SXM (0.80; Bekman's MAMF, the
+        # published table of lesson 00). A sustained second is lower where the power cap pulls the SM
+        # clock down (an H200 at 700 W: 788 → 672 TFLOP/s, 1980 → about 1470 MHz), so the burst is held
+        # to the published fraction and the sustained figure is reported beside it with its clock.
+        checks.append(within("burst at least 70 % of the spec peak", burst / r.peak_tflops if burst else None, 0.70, 1.0,
+                             "burst TFLOP/s / spec peak (others measure about 0.80)"))
     return {"figures": fig, "checks": checks}
+
+
+def _burst_tflops(torch, fn, flops: float, warmup: int = 3, calls: int = 10) -> float | None:
+    """TFLOP/s of `calls` back-to-back products after `warmup`, timed together with CUDA events: the
+    short burst others publish, before a power cap brings the clocks down."""
+    import time
+
+    time.sleep(1.0)  # let an earlier load's clocks and power settle
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end)
+    return flops * calls / (ms / 1e3) / 1e12 if ms > 0 else None
+
+
+def _sm_clock_during(work) -> dict[str, Any]:
+    """Run `work()` while NVML samples the SM clock, the power draw and the clock-event reasons every
+    0.1 s: {'value': work's result, 'sm_clock_mhz_median', 'sm_clock_mhz_max', 'power_w_median',
+    'clock_reasons'} (the figures None where NVML answers nothing)."""
+    import statistics
+    import threading
+
+    rows: list[tuple[float, float, int]] = []
+    stop = threading.Event()
+    h = pynvml = None
+    try:
+        import pynvml as _nv
+
+        _nv.nvmlInit()
+        pynvml, h = _nv, _nv.nvmlDeviceGetHandleByIndex(0)
+    except Exception:
+        pass
+
+    def sample() -> None:
+        get = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        while not stop.is_set():
+            try:
+                rows.append((float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),  # type: ignore[union-attr]
+                             pynvml.nvmlDeviceGetPowerUsage(h) / 1e3, int(get(h)) if get else 0))  # type: ignore[union-attr]
+            except Exception:
+                return
+            stop.wait(0.1)
+
+    th = threading.Thread(target=sample, daemon=True) if h is not None else None
+    if th:
+        th.start()
+    try:
+        value = work()
+    finally:
+        stop.set()
+        if th:
+            th.join(timeout=2)
+    names = {0x04: "power cap", 0x20: "thermal (software)", 0x40: "thermal (hardware)", 0x08: "hardware slowdown"}
+    bits = 0
+    for _, _, b in rows:
+        bits |= b
+    return {"value": value, "sm_clock_mhz_median": statistics.median(c for c, _, _ in rows) if rows else None,
+            "sm_clock_mhz_max": max(c for c, _, _ in rows) if rows else None,
+            "power_w_median": statistics.median(p for _, p, _ in rows) if rows else None,
+            "clock_reasons": [n for m, n in names.items() if bits & m]}
 
 
 def _do_bench(testing, fn, warmup: int, rep: int) -> float:
@@ -866,13 +945,34 @@ def _probe_memory(cuda: bool, small: bool) -> dict[str, Any]:
                             "perflab_measured_peak_bytes": rep.peak_bytes},
                 "reason": "no CUDA GPU: tiny-gpt's step measured on the CPU by perflab's own probe; "
                           "torch.cuda.max_memory_allocated needs a GPU"}
+    import gc
+
+    from perflab.workload.models import build_model
+    from perflab.workload.train import make_batches, model_loss
+
     name, batch = ("tiny-gpt", 2) if small else ("gpt2-small", 4)
+    cfg = preset(name)
+    # perflab's prediction, and its own phase-by-phase reading (it resets the peak counter at every
+    # phase, so torch's counter read around this call would hold only the last phase's peak)
+    rep = measure_step_phases(cfg, batch=batch, device="cuda")
+    gc.collect()
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.empty_cache()
+    # the independent reading: two plain training steps written here, torch's peak counter reset once
+    # before them (cuBLAS's workspaces, taken by the call above, are already in `base`, as they are in
+    # the prediction's starting point)
     base = torch.cuda.memory_allocated()
-    rep = measure_step_phases(preset(name), batch=batch, device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+    model = build_model(cfg, device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = make_batches(cfg, batch, cfg.seq_len, device="cuda")[0]
+    for _ in range(2):
+        model_loss(model, data).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
+    del model, opt, data
     err = rep.predicted_peak_bytes / peak - 1 if peak else None
     fig = {"model": name, "batch": batch, "dtype": "fp32", "optimizer": "adamw",
            "predicted_peak_bytes": rep.predicted_peak_bytes, "max_memory_allocated_bytes": peak,
