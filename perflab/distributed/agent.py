@@ -7,7 +7,9 @@ small machine, all ranks at once); here the agent imports torch once and forks t
 then run the module or script as `__main__` (runpy), as `python -m` would. A 2-rank job that does
 nothing starts in about 2.5 s instead of 6 s on 2 cores.
 
-Forking is safe because the agent never touches a GPU or a thread pool before it forks. The
+Forking is safe because the agent never touches a thread pool before it forks, and it is used for
+CPU ranks only: torchrun's own `LaunchConfig` asks `torch.cuda.is_available()`, after which a forked
+child cannot use CUDA, so `launch` execs GPU ranks with plain torchrun (`torchrun.launch_agent`). The
 agents themselves can start warm too (`ForkedAgent`): forked from a server process that imported
 torch once (multiprocessing's forkserver), where the calling program's `__main__` is safe for
 multiprocessing to import again (`can_fork_agents`); otherwise they are plain processes. `launch`

@@ -373,11 +373,16 @@ def _short(text: str | None, limit: int = 160) -> str:
 
 
 # ----------------------------------------------------------------------------- launching
-def launch_agent() -> str:
+def launch_agent(device: str = "cpu") -> str:
     """The agent `launch` starts: torchrun's own, with ranks forked from it (`perflab.distributed.agent`:
-    torch is imported once per node, not once per rank) on Linux; plain `torch.distributed.run`
-    elsewhere or when PERFLAB_LAUNCH=torchrun."""
-    if os.environ.get("PERFLAB_LAUNCH", "").lower() == "torchrun" or not sys.platform.startswith("linux"):
+    torch is imported once per node, not once per rank) for CPU ranks on Linux; plain
+    `torch.distributed.run` for ranks on a GPU, elsewhere, or when PERFLAB_LAUNCH=torchrun.
+
+    GPU ranks are never forked: torchrun's `LaunchConfig` asks `torch.cuda.is_available()` in the
+    agent, which marks the process so that every child it forks raises "Cannot re-initialize CUDA in
+    forked subprocess" at its first CUDA call (seen on an H200 with torch 2.11)."""
+    if (os.environ.get("PERFLAB_LAUNCH", "").lower() == "torchrun" or not sys.platform.startswith("linux")
+            or device == "cuda"):
         return "torch.distributed.run"
     return "perflab.distributed.agent"
 
@@ -438,7 +443,7 @@ def _launch(target: str, nproc: int, nnodes: int, args: list[Any] | tuple[Any, .
     envs = worker_env(run_dir, choice.name, env)
     commands = [torchrun_command(target, nproc, [str(a) for a in args], nnodes=nnodes,
                                  rdzv_endpoint=str(run_dir / "rendezvous"), rdzv_id=run_dir.name,
-                                 log_dir=run_dir / "logs" / f"node{i}", agent=launch_agent())
+                                 log_dir=run_dir / "logs" / f"node{i}", agent=launch_agent(choice.device))
                 for i in range(nnodes)]
     procs: list[_Process] = []
     logs = []

@@ -344,6 +344,15 @@ def test_a_rank_that_hangs_ends_the_run_at_the_timeout():
     assert_all_gone(res)
 
 
+def test_gpu_ranks_are_never_forked(monkeypatch):
+    """torchrun's LaunchConfig asks torch.cuda.is_available() in the agent; a rank forked after that
+    cannot use CUDA, so GPU ranks are exec'd by plain torchrun even where CPU ranks are forked."""
+    monkeypatch.setenv("PERFLAB_LAUNCH", "fork")
+    assert dist.launch_agent("cuda") == "torch.distributed.run"
+    if sys.platform.startswith("linux"):
+        assert dist.launch_agent("cpu") == "perflab.distributed.agent"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", ["perflab.distributed.agent", "torch.distributed.run"])
 def test_a_plain_script_and_its_failure(tmp_path, monkeypatch, agent):
