@@ -164,7 +164,12 @@ def test_gpu_trace_faults_and_hta(fault, tmp_path):
     d = run.diagnosis
     assert load(run.trace_path).on_gpu and "GPU" in d.device
     if fault == "none":
-        assert d.significant(NONE_THRESHOLD) == [], d.summary()
+        # tiny-gpt's healthy step is too small for a GPU: its kernels are shorter than their launches
+        # (an H200 with torch 2.11: a 6.5 ms step, the device busy 7.9 % of it, launch_bound 78 %). The
+        # diagnosis says so, and names none of the planted faults' causes.
+        found = {c.cause for c in d.significant(NONE_THRESHOLD)}
+        assert found <= {"launch_bound"}, d.summary()
+        assert not found or d.device_busy < 0.5, d.summary()
     else:
         assert d.top.cause == EXPECTED[fault], d.summary()
 
