@@ -155,13 +155,17 @@ class CopyLevels:
                 {"quantity": big, "measured": self.largest_gbps, "unit": "GB/s"}]
 
     def sentence(self) -> str:
+        from perflab.core.readout import num
+
         mib = 2**20
-        s = (f"The fastest copy ({self.best_gbps:.3g} GB/s) was the {self.best_bytes / mib:g} MiB buffer"
+        s = (f"The fastest copy ({num(self.best_gbps)} GB/s) was the {self.best_bytes / mib:g} MiB buffer"
              + (", which fits in the last-level cache: a cache result, not memory speed. " if self.best_in_cache
                 else ". "))
-        if self.largest_past_cache:
-            s += (f"Memory speed is the largest buffer's: {self.largest_gbps:.3g} GB/s "
-                  f"({self.largest_bytes / mib:g} MiB), {self.best_gbps / self.largest_gbps:.2g}× below the fastest.")
+        if self.largest_past_cache and self.largest_bytes == self.best_bytes:
+            s += "It is also the largest buffer, past the last-level cache: that is memory speed."
+        elif self.largest_past_cache:
+            s += (f"Memory speed is the largest buffer's: {num(self.largest_gbps)} GB/s "
+                  f"({self.largest_bytes / mib:g} MiB), {num(self.best_gbps / self.largest_gbps, 2)}× slower than the fastest.")
         else:
             s += (f"Even the largest buffer ({self.largest_bytes / mib:g} MiB) fits in the last-level cache, so memory "
                   "speed was not reached: try larger sizes.")

@@ -51,9 +51,18 @@ def test_the_best_copy_in_cache_is_not_called_memory_speed():
     lv = copy_levels([1 * MIB, 8 * MIB, 256 * MIB], [176.0, 60.0, 11.0], cache_bytes=32 * MIB)
     assert lv.best_in_cache and lv.largest_past_cache
     s = lv.sentence()
-    assert "fits in the last-level cache: a cache result, not memory speed" in s and "largest buffer's: 11 GB/s" in s
+    assert "fits in the last-level cache: a cache result, not memory speed" in s and "largest buffer's: 11.0 GB/s" in s
     assert [r["quantity"] for r in lv.rows()] == ["copy, fastest size (1 MiB: in cache)",
                                                   "copy, largest buffer (256 MiB: memory)"]
+
+
+def test_a_gpu_sweep_whose_largest_buffer_is_fastest_reads_as_memory_speed():
+    # an H200's copy sweep (lesson 00, torch 2.11): 2 MiB in its 60 MiB L2 is slow (launch-bound), and
+    # the largest buffer, 2048 MiB, is both the fastest and past the cache
+    lv = copy_levels([2 * MIB, 64 * MIB, 2048 * MIB], [175.0, 3775.0, 4243.0], cache_bytes=60 * MIB)
+    s = lv.sentence()
+    assert "The fastest copy (4,243 GB/s) was the 2048 MiB buffer." in s and "that is memory speed" in s, s
+    assert "1× below" not in s and "e+03" not in s
 
 
 def test_a_sweep_that_never_left_the_cache_says_so():
