@@ -112,9 +112,10 @@ class Reference:
 
     @property
     def label(self) -> str:
-        """e.g. 'NVIDIA H100 80GB HBM3 · driver 550.54 · CUDA 12.4 · torch 2.4.0 · 2025-01-10 (reference)'."""
+        """e.g. 'measured by this course on NVIDIA H100 80GB HBM3 · driver 550.54 · CUDA 12.4 · torch 2.4.0 ·
+        2025-01-10 (reference data)'."""
         p = self.provenance
-        parts = [p.get("device", "?")]
+        parts = [f"measured by this course on {p.get('device', '?')}"]
         if p.get("driver_version"):
             parts.append(f"driver {p['driver_version']}")
         if p.get("cuda_version"):

@@ -42,7 +42,7 @@ def test_a_reference_label_names_the_driver_and_cuda():
 
     r = Reference("waves", {"device": "NVIDIA H100 80GB HBM3", "driver_version": "550.54", "cuda_version": "12.4",
                             "torch_version": "2.4.0", "date": "2025-01-10T10:00:00+00:00"}, {}, [])
-    assert r.label == "NVIDIA H100 80GB HBM3 · driver 550.54 · CUDA 12.4 · torch 2.4.0 · 2025-01-10 (reference data)"
+    assert r.label == "measured by this course on NVIDIA H100 80GB HBM3 · driver 550.54 · CUDA 12.4 · torch 2.4.0 · 2025-01-10 (reference data)"
 
 
 def test_an_unknown_reference_kind_is_refused_before_anything_is_measured(tmp_path):
