@@ -69,7 +69,7 @@ test-browser: setup
 test-fast: setup
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks"
 
-# On a GPU box: the whole GPU check (tools/gpu_check.py; README, "GPU"), with the box's own python3
+# On a GPU box: the whole GPU check (tools/gpu_check; README, "GPU"), with the box's own python3
 # and torch, no network and no .venv: the wheels of .whl/ (make gpu-wheels, on a machine with an index)
 # go into a folder of the check's own; the tests marked gpu one at a time, the instruments against
 # independent ones, the reference data, then every lesson and lab solution at full size, within
@@ -78,12 +78,12 @@ GPU_BUDGET ?= 420
 GPU_OUT ?= results/gpu-check
 test-gpu:
 	@$(PYTHON) -c "import importlib.util as u, sys; t = u.find_spec('torch') and __import__('torch'); sys.exit(0 if t and t.cuda.is_available() else 'make test-gpu needs a CUDA GPU and a torch that sees it: $(PYTHON) has none (make gpu-rehearsal runs the check here)')"
-	$(PYTHON) tools/gpu_check.py --out $(GPU_OUT) --budget $(GPU_BUDGET)
+	$(PYTHON) tools/gpu_check --out $(GPU_OUT) --budget $(GPU_BUDGET)
 
 # The GPU check rehearsed on this machine, in a fresh temporary folder: every phase runs the part a CPU
 # can and says what it left out (tests/repo/test_gpu_check.py runs it too).
 gpu-rehearsal: setup
-	$(PY) tools/gpu_check.py --rehearsal --out $$(mktemp -d) --budget 300
+	$(PY) tools/gpu_check --rehearsal --out $$(mktemp -d) --budget 300
 
 # The wheels an offline GPU box lacks to run the notebooks (papermill, ipykernel, ipywidgets, nbclient,
 # ipyexperiments and what they need that the box lacks; never torch) into the git-ignored .whl/, for
@@ -126,7 +126,7 @@ wheelhouse:
 		$(if $(filter 3.%,$(PY)),--python $(PY))
 
 # The learners' copy of the course: no labs/solutions/, outputs cleared; a folder and a zip in
-# $(RELEASE_DIR) (perflab/course/release.py; tests/repo/test_release.py proves no solution code is in it).
+# $(RELEASE_DIR) (perflab/classroom/release.py; tests/repo/test_release.py proves no solution code is in it).
 RELEASE_DIR ?= dist/release
 release: setup
 	$(PY) -m perflab release $(RELEASE_DIR)

@@ -15,7 +15,7 @@ packages those need (pip's resolver works that out here, from the same index, fo
 or exactly the names of `--box-freeze` (`python3 -m pip freeze` run on the box). The `pynvml` wheel
 is dropped too: it is a deprecation shim over nvidia-ml-py that makes every `import torch` warn.
 
-On the box, `python3 tools/gpu_check.py` installs the folder into a target folder of its own output
+On the box, `python3 tools/gpu_check` installs the folder into a target folder of its own output
 (`pip install --no-index --no-deps --target`), never into the box's Python: README, "GPU".
 Standard library only.
 """
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(w.stat().st_size for w in wheels)
     print(f"[gpu-wheels] left out (the box has them): {', '.join(gone) or 'none'}")
     print(f"[gpu-wheels] {dest}: {len(wheels)} wheels, {size / 1e6:.0f} MB, for CPython {args.python} on "
-          f"manylinux {args.arch}; on the box: python3 tools/gpu_check.py --out DIR")
+          f"manylinux {args.arch}; on the box: python3 tools/gpu_check --out DIR")
     return 0
 
 
