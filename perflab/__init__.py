@@ -11,11 +11,12 @@ The package is laid out as the course is (README, "How the code is laid out"); i
 down this list:
 
 - `cli`, `commands`: the `perflab` command line
+- `classroom`: the teacher's grading of a class's labs, and the learners' copy of the course
 - `course`: what only notebooks need (lesson start, widgets, shared plots, reference data)
-- one package per lesson topic: `flops` (01–02), `memory` (03), `gemm` (04–05), `dist` (06),
-  `pipeline` (07), `numa` (08), `profiling` (09), `compiler` (10), `tune` (11), `shard` (12), `hunt` (14),
-  `plan` (15)
-- `workload`: the models and the timed training step several lessons share
+- one package per lesson topic: `flops` (01–02), `memory` (03), `gemm` (04, 04b, 05), `distributed` (06),
+  `dataloading` (07), `numa` (08), `profiling` (09), `compiler` (10), `tune` and `audit` (11), `shard` (12),
+  `attention` (13), `hunt` (14), `plan` (15)
+- `workload`: the models and the timed training step several lessons share; `grading`: the labs' tutor
 - `core`: measuring anything on any device (device, hardware, dtypes, timing, results, errors)
 """
 
@@ -23,6 +24,7 @@ from perflab._lazy import lazy_modules
 
 __version__ = "0.1.0"
 
-PACKAGES = ("core", "workload", "flops", "memory", "gemm", "distributed", "dataloading", "numa", "profiling",
-            "compiler", "shard", "tune", "audit", "hunt", "plan", "course", "commands", "cli")
+PACKAGES = ("core", "grading", "workload", "flops", "memory", "gemm", "attention", "distributed", "dataloading",
+            "numa", "profiling", "compiler", "shard", "tune", "audit", "hunt", "plan", "course", "classroom", "commands",
+            "cli")
 __getattr__, __dir__ = lazy_modules(__name__, PACKAGES)

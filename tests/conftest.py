@@ -54,7 +54,7 @@ def _isolated_results(tmp_path_factory):
 def _fresh_grading_and_figures():
     """Every test starts with no recorded lab checks and leaves no open figure (a lab's checks record
     their verdicts in one module-level table; a test must not read another's)."""
-    from perflab.core import grading
+    from perflab.grading import checks as grading
 
     grading.reset()
     yield

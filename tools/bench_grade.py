@@ -28,7 +28,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import perflab
-    from perflab.course import gradebook as gb
+    from perflab.classroom import gradebook as gb
 
     course = Path(args.course)
     lab = gb.pick_labs(gb.course_labs(course), [args.lab])

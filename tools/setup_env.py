@@ -231,7 +231,7 @@ def finish_chromium_install(proc: subprocess.Popen | None, started: float) -> No
 
 
 def install_bubblewrap() -> None:
-    """bubblewrap for `perflab grade`'s sandbox (perflab/course/sandbox.py), where this user can install
+    """bubblewrap for `perflab grade`'s sandbox (perflab/classroom/sandbox.py), where this user can install
     it: root with apt-get (a CI machine, a container), so that the grader's tests run confined there.
     Quiet, bounded in time, and never a failure: without it `perflab grade` says what to install."""
     if shutil.which("bwrap") or not sys.platform.startswith("linux"):

@@ -38,10 +38,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from perflab.attention import flash
+    from perflab.attention import formulas as io
     from perflab.core.errors import InputError, UnsupportedError
     from perflab.core.readout import nbytes, num
-    from perflab.gemm import attention_io as io
-    from perflab.gemm import flash
     from perflab.gemm import triton_matmul as tm
 
     b, a, s, d = args.batch, args.heads, args.seq, args.head_dim

@@ -1,9 +1,9 @@
 """`perflab grade`: run a class's lab notebooks in fresh kernels, grade each learner's answers in a
-judge process apart from them (perflab/course/judge.py), and write one gradebook.
+judge process apart from them (perflab/classroom/judge.py), and write one gradebook.
 
     perflab grade SUBMISSIONS [--labs 01,07] [--timeout S] [--jobs N] [--csv FILE] [--json] [--no-sandbox]
 
-Each learner's processes run confined by bubblewrap (perflab/course/sandbox.py); where it is not
+Each learner's processes run confined by bubblewrap (perflab/classroom/sandbox.py); where it is not
 installed (or cannot run), grading stops in one line unless `--no-sandbox` is given, and then every
 report says that the grades are not isolated.
 """
@@ -34,8 +34,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perflab.course import gradebook as G
-    from perflab.course.sandbox import protect
+    from perflab.classroom import gradebook as G
+    from perflab.classroom.sandbox import protect
 
     protect()  # the learners' processes run as this user: keep them out of this one's memory and pipes
 

@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perflab.course import release as R
+    from perflab.classroom import release as R
 
     folder, zpath = R.build_release(args.out)
     files = sum(1 for p in folder.rglob("*") if p.is_file())

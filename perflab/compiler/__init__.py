@@ -13,6 +13,8 @@
 - `lab10`: the lab's checks (remove a model's graph breaks, same logits)
 - `explain`: lesson 10's explain steps, computed from the measurement (speed, recompiles)
 - `panel`: lesson 10's panel (mode, dtype, dynamic shapes → call times and recompiles)
+- `fused`: the fused bias + GeLU in Triton, checked in the interpreter, compiled for sm_90, timed on a
+  GPU (its kernel is in `perflab.gemm.triton_kernels`, run by perflab.gemm's Triton runtime)
 
 The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise torch's default
 (`/tmp/torchinductor_$USER`); `speed.cache_dir()` says which and `speed.clear_cache()` empties it.
@@ -20,5 +22,5 @@ The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise to
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("models", "breaks", "speed", "parity", "checkpointing", "plots", "lab10", "explain", "panel")
+MODULES = ("models", "breaks", "speed", "parity", "checkpointing", "plots", "lab10", "explain", "panel", "fused")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

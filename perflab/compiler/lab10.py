@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from perflab.compiler import breaks, models, parity
-from perflab.core.grading import LabCheckError, Verdict, record
+from perflab.grading.checks import LabCheckError, Verdict, record
 
 DIMS = dict(vocab=64, hidden=32, heads=2, layers=1, d_ff=64, seq_len=16)
 SEED = 10
@@ -80,7 +80,7 @@ def _passed(name: str, what: str) -> Verdict:
 
 def check_rope(student: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Verdict:
     """`student(x, angles)` must equal `models.rope_complex(x, angles)` within the fp32 tolerance."""
-    from perflab.core.labguard import refuse_perflab
+    from perflab.grading.guard import refuse_perflab
 
     name, tol = "rope_real", tolerance()
     g = torch.Generator().manual_seed(SEED)
@@ -117,7 +117,7 @@ def check_model(model_cls: Callable[..., torch.nn.Module]) -> Verdict:
     name, tol = "no graph breaks", tolerance()
     original = given_model()
     original.verbose = False  # the original's print is a break of its own, not output
-    from perflab.core.labguard import refuse_perflab
+    from perflab.grading.guard import refuse_perflab
 
     try:
         mine = model_cls(**DIMS)
@@ -176,7 +176,7 @@ def check_model(model_cls: Callable[..., torch.nn.Module]) -> Verdict:
                          "one past the rescale threshold")
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("rope_real", "MyLM")
 REFERENCES = {"rope_real": models.rope_complex}
 # FixedLM is not disarmed (BrokenLM builds on the same blocks): probe_model refuses a model built on it
@@ -187,7 +187,7 @@ HELPERS = ("tolerance", "given_model", "inputs", "loud_weights", "loud_inputs", 
 def probe_model(model_cls, state_dicts: list[dict], xs: list[torch.Tensor]) -> dict:
     """Run in the learner's confined process: build `model_cls(**DIMS)`, count its graph breaks, and
     return its logits for each (weights, inputs) pair, for the grader to compare in its own process."""
-    from perflab.core.labguard import uses_perflab
+    from perflab.grading.guard import uses_perflab
 
     hits = uses_perflab(model_cls, [models.FixedLM])
     if hits:

@@ -14,8 +14,6 @@ nothing else from perflab.
 - `sweepnoise`: a sweep's noise and outlier rule, and when its winner beats the baseline
 - `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
 - `roofline`: the roofline model and arithmetic intensity
-- `grading`: what every lab check uses (raise on a wrong answer, "not done yet" for a stub)
-- `labguard`: refuse a lab answer that calls perflab's own solution; name a known mistake
 - `compare`: sentences that compare two measured numbers, computed from them (lesson 00)
 - `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
 - `readout`: numbers and results formatted for a person (rounded, with units and the spread)
@@ -24,5 +22,5 @@ nothing else from perflab.
 from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results",
-           "sweepnoise", "measure", "compare", "roofline", "grading", "denormals", "readout", "labguard")
+           "sweepnoise", "measure", "compare", "roofline", "denormals", "readout")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -9,18 +9,12 @@ notebook cleaning. It may use every topic package; nothing below imports it.
 - `report`: `perflab report`, this machine measured the way the lessons measure it, and two reports compared
 - `report_html`: a report as one standalone HTML page, its figures embedded
 - `audit_html`: `perflab audit --html`, an audit as one such page, with its waterfall and roofline figures
-- `gradebook`: `perflab grade`, a class's lab notebooks run in fresh kernels, one gradebook
-- `judge`: the grade of one submission, from its answers run apart from the learner's kernel
-- `answer_worker`: the confined process in which the judge runs a learner's answer functions
-- `sandbox`: each learner's processes confined by the operating system (bubblewrap)
-- `release`: `perflab release`, the course for learners: no solutions, no outputs
 - `predict`: the learner's prediction written down before a measurement, compared and summarised
 - `gpu_figures`: published GPU figures with their source, shown beside (never mixed with) a measurement
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "audit_html", "gradebook",
-           "release", "predict", "gpu_figures", "judge", "answer_worker",
-           "sandbox")
+MODULES = ("notebook", "widgets", "plots", "reference", "nbclean", "report", "report_html", "audit_html", "predict",
+           "gpu_figures")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

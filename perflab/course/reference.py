@@ -224,9 +224,9 @@ def record(kind: str, device=None, *, smoke: bool = False, root: Path | str | No
         return record_reference("waves", rows, device=dev, params={**p, "sms": sms}, root=root,
                                 summary={"best_fit": fit.best, "fits": fit.table.head(5).to_dict("records")})
     if kind == "heads":
-        from perflab.gemm import attention
+        from perflab.gemm import heads
 
-        res = attention.sweep_head_size(p["h"], b=p["b"], s=p["s"], dtype=p["dtype"], device=dev, min_d=p["min_d"],
+        res = heads.sweep_head_size(p["h"], b=p["b"], s=p["s"], dtype=p["dtype"], device=dev, min_d=p["min_d"],
                                         max_d=p["max_d"], name="reference_heads", progress=progress, **fast)
         df = res.ok_frame()
         rows = df.loc[:, ["h", "a", "d", "b", "s", "dtype", "seconds", "tflops"]].to_dict("records")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perflab.core.grading import NOT_PASSED, PASSED, LabCheckError, Verdict
-from perflab.core.labguard import grade_known
 from perflab.dataloading.shuffle import LCGPermutation
+from perflab.grading.checks import NOT_PASSED, PASSED, LabCheckError, Verdict
+from perflab.grading.guard import grade_known
 
 CASES = [(1, 0), (2, 1), (5, 2), (8, 3), (13, 4), (64, 5), (100, 6), (129, 7)]
 
@@ -112,7 +112,7 @@ def index_or_none(student: Callable[..., int], **kw):
         return None
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 reference_index = _walked(lambda i, n, a, c, x0: _state(i, modulus(n), a, c, x0),
                           lambda y, n, a, c, x0: _state(y, modulus(n), a, c, x0))
 LEARNER_ANSWERS = ("lcg_index",)
@@ -133,7 +133,7 @@ def grading_inputs(rng) -> list[dict]:
 
 
 def judge(answers, rng) -> None:
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     if check_index(answers["lcg_index"]):
         hidden("lcg_index on the grading inputs", answers["lcg_index"], reference_index, grading_inputs(rng))

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.core.grading import LabCheckError, Verdict, record
-from perflab.core.labguard import grade_known
+from perflab.grading.checks import LabCheckError, Verdict, record
+from perflab.grading.guard import grade_known
 
 HEADER = '''"""Written by perflab.distributed.lab06 from the learner's notebook cell."""
 import math
@@ -175,7 +175,7 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
     return record(name, True)
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 def reference_ring_bytes(numel: int, world_size: int, itemsize: int) -> float:
     from perflab.distributed.collectives import ring_bytes_formula
 
@@ -205,7 +205,7 @@ FORBIDDEN = _forbidden()
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     ring = [dict(numel=draw_int(rng, 1, 10**8), world_size=draw_int(rng, 1, 512), itemsize=rng.choice([1, 2, 4, 8]))
             for _ in range(8)]
@@ -218,7 +218,7 @@ def judge(answers, rng, *, nproc: int = 2) -> None:
     """The two formulas on the lab's cases and the grading inputs; the ring itself is run on `nproc`
     ranks from its source (read from the notebook, not from the learner's kernel), each rank checked
     against dist.all_reduce, on sizes drawn per learner."""
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     for name, check in (("ring_bytes_per_rank", check_ring_bytes), ("busbw_gbps", check_busbw)):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from perflab.core.grading import Verdict, grade
 from perflab.flops.counting import torch_flop_count
+from perflab.grading.checks import Verdict, grade
 
 # Shapes with every size different (a formula that swaps two sizes fails), odd and non-power-of-two
 # sizes, a batch of 1, and one layer narrower than its input.
@@ -109,7 +109,7 @@ def check_tflops(achieved_tflops) -> Verdict:
                  hint="TFLOP/s = FLOPs / seconds / 1e12, with 2·m·n·k FLOPs")
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("mlp_forward_flops", "mlp_train_flops", "achieved_tflops")  # the learner's functions, by name
 REFERENCES = {"mlp_forward_flops": reference_forward, "mlp_train_flops": reference_train_step,
               "achieved_tflops": reference_tflops}
@@ -126,7 +126,7 @@ FORBIDDEN = _forbidden()
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
     """Inputs drawn per learner by the grader (none of them in the lab)."""
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     dims = [dict(batch=draw_int(rng, 1, 512), d_in=draw_int(rng, 1, 8192), d_hidden=draw_int(rng, 1, 8192),
                  d_out=draw_int(rng, 1, 4096)) for _ in range(6)]
@@ -137,7 +137,7 @@ def grading_inputs(rng) -> dict[str, list[dict]]:
 
 def judge(answers, rng) -> None:
     """The lab's checks on the learner's functions, then the grading inputs against the references."""
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     for name, check in (("mlp_forward_flops", check_forward), ("mlp_train_flops", check_train_step),

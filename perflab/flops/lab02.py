@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from perflab.core.errors import PerflabError
-from perflab.core.grading import NOT_DONE, Verdict, attempt, fail, grade, record
+from perflab.grading.checks import NOT_DONE, Verdict, attempt, fail, grade, record
 
 
 def _palm(n_params, layers, heads, head_dim, seq):
@@ -189,7 +189,7 @@ def check_step_mfu(value, *, tokens_per_s: float, model: str, seq: int, peak_tfl
     raise fail(name, f"you computed {v:.4g}. Hint: {hint}")
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("palm_flops_per_token", "mfu", "tokens_per_second")
 
 
@@ -214,7 +214,7 @@ FORBIDDEN = _forbidden()
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     palm = [dict(n_params=draw_int(rng, 10**5, 10**12), layers=draw_int(rng, 1, 128), heads=draw_int(rng, 1, 128),
                  head_dim=draw_int(rng, 8, 256), seq=draw_int(rng, 1, 32768)) for _ in range(5)]
@@ -228,8 +228,8 @@ def judge(answers, rng, *, model: str = "tiny-gpt", batch: int = 4, seq: int = 6
     function in its own process against perflab's measurement taken here; the step's MFU and HFU
     through the learner's `mfu` with that tokens/s (a sped-up clock in the learner's process gives a
     tokens/s that perflab's own measurement refutes)."""
-    from perflab.core.grading import hidden
     from perflab.flops.transformer import exact_flops
+    from perflab.grading.checks import hidden
     from perflab.workload.models import preset
 
     drawn = grading_inputs(rng)

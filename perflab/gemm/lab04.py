@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perflab.core.grading import Verdict, grade
 from perflab.gemm import shapes
+from perflab.grading.checks import Verdict, grade
 
 # Exact multiples and one past them (the ragged edge), sizes smaller than a tile, non-square tiles
 # with m and n on different sides of a multiple, and non-power-of-two sizes.
@@ -141,7 +141,7 @@ def compare(predicted: Sequence[int] | None, measured: Sequence[int], step: int)
     return pd.DataFrame(rows, columns=["predicted cliff", "nearest measured drop", "within one step"])
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 def reference_tiles(m: int, n: int, tile_m: int, tile_n: int) -> int:
     return shapes.tile_count(m, n, tile_m, tile_n)
 
@@ -161,7 +161,7 @@ HELPERS = ("prediction_or_none", "measured_drops", "compare", "cliff_cases")
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     tiles = [dict(m=draw_int(rng, 1, 20000), n=draw_int(rng, 1, 20000), tile_m=rng.choice([16, 32, 64, 128, 256]),
                   tile_n=rng.choice([16, 32, 64, 128, 256])) for _ in range(8)]
@@ -177,7 +177,7 @@ def grading_inputs(rng) -> dict[str, list[dict]]:
 
 
 def judge(answers, rng) -> None:
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     if check_tiles(answers["tiles"]):

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.grading import NOT_DONE, LabCheckError, attempt, record
+from perflab.grading.checks import NOT_DONE, LabCheckError, attempt, record
 
 PROBLEM = {"m": 3072, "n": 1408, "k": 4096, "gpu": "h100-sxm", "dtype": "fp16"}
 TARGET = "sm_90"
@@ -177,7 +177,7 @@ def check_config_choice(student: Callable[..., dict[str, Any]]) -> bool:
     return True
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("pick_config",)
 REFERENCES = {"pick_config": best_of_search}
 FORBIDDEN = (best_of_search, grade_config)

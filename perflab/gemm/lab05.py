@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from perflab.core.grading import Verdict, grade
 from perflab.gemm import swiglu
+from perflab.grading.checks import Verdict, grade
 
 _FORBIDDEN = (swiglu.candidate_widths, swiglu.params_delta, swiglu.recommend, swiglu.baseline_width, swiglu.mlp_params)
 
@@ -139,7 +139,7 @@ def prediction_or_none(student: Callable[..., Any], **inputs) -> Any:
         return None
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 def reference_candidates(h: int, radius: int, multiple: int) -> tuple[int, ...]:
     return tuple(expected_candidates(h, radius, multiple))
 
@@ -173,7 +173,7 @@ def grading_frame(rng, h: int = 4096):
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     cands = [dict(h=draw_int(rng, 100, 16384), radius=draw_int(rng, 1, 200), multiple=rng.choice([1, 3, 8, 64, 128]))
              for _ in range(6)]
@@ -185,7 +185,7 @@ def grading_inputs(rng) -> dict[str, list[dict]]:
 
 
 def judge(answers, rng) -> None:
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     if check_candidates(answers["candidate_widths"]):

@@ -172,11 +172,11 @@ def mamf_search(frame, best: dict[str, Any] | None, *, stat: str = "mean", peak_
 
 def head_model(h: int, b: int, s: int, *, target, pad: int = 32, title: str = ""):
     """The model's predicted utilization of attention for every split of h into heads, on `target`."""
-    from perflab.gemm import attention
+    from perflab.gemm import heads
 
     fig, (ax,) = _fig()
-    splits = attention.head_splits(h)
-    us = [attention.predicted_head_utilization(b, a, s, d, sms=target.sms, pad=pad) for a, d in splits]
+    splits = heads.head_splits(h)
+    us = [heads.predicted_head_utilization(b, a, s, d, sms=target.sms, pad=pad) for a, d in splits]
     ds = [d for _a, d in splits]
     ax.plot(ds, [u["utilization"] for u in us], "s-", color="tab:blue", label="model: padding × tiles × waves")
     ax.plot(ds, [u["pad_utilization"] for u in us], ":", color="gray", label=f"head size padded to a multiple of {pad}")

@@ -5,7 +5,7 @@
     >>> d.step()                            # the learner's step, regressions on (perflab.hunt.step.HuntStep)
     >>> teacher_view(["ada", "bob"])       # the teacher sees each learner's draw
 
-The random seed is sha256(user, salt), as lesson 09's shuffles (`perflab.core.grading.shuffled_order`).
+The random seed is sha256(user, salt), as lesson 09's shuffles (`perflab.grading.checks.shuffled_order`).
 The pool is shuffled once by that random seed; the draw is the first k members of that order that this
 machine can host (their measured cost reaches `perflab.hunt.pool.KEEP_SHARE`, when costs are
 given) and that do not set a knob an earlier one set. A regression that costs nothing here is thus
@@ -90,7 +90,7 @@ def candidate_order(user: str | None = None, pool: Sequence[str] | str | None = 
 def learner_name(user: str | None = None) -> str:
     if user:
         return str(user)
-    from perflab.core.grading import learner
+    from perflab.grading.checks import learner
 
     return os.environ.get("PERFLAB_LEARNER") or learner()
 

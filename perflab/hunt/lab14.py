@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, NOT_PASSED, Verdict, attempt, fail, record
+from perflab.grading.checks import NOT_DONE, NOT_PASSED, Verdict, attempt, fail, record
 from perflab.hunt.pool import NAMES, regression
 
 
@@ -231,7 +231,7 @@ def reveal(hunt: Hunt):
                           "instrument": regression(n).instrument} for n in reveal_draw(hunt.draw)])
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("read_evidence",)
 REFERENCES: dict = {}  # no formula: the planted causes of each hidden draw are the answer
 def _forbidden() -> tuple:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from perflab.core.grading import NOT_DONE, Verdict, attempt, fail, grade, record
+from perflab.grading.checks import NOT_DONE, Verdict, attempt, fail, grade, record
 from perflab.memory import estimate
 from perflab.memory.estimate import activations_per_layer_bytes, bytes_per_param, model_state_bytes
 
@@ -186,7 +186,7 @@ def check_step_peak(fn, device=None) -> Verdict:
     return record(name, True)
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 def reference_bytes_per_param(precision: str, optimizer: str, grad_dtype: str) -> float:
     return sum(bytes_per_param(precision, optimizer, grad_dtype).values())
 
@@ -203,7 +203,7 @@ HELPERS = ("peak_cases", "peak_tolerance")
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     combos = [(p, o, g) for p in ("mixed", "fp32", "bf16") for o in ("adamw", "sgd", "lion") for g in ("fp32", "fp16", "bf16")]
     bpp = [dict(precision=p, optimizer=o, grad_dtype=g) for p, o, g in rng.sample(combos, 6)]
@@ -218,7 +218,7 @@ def grading_inputs(rng) -> dict[str, list[dict]]:
 
 def judge(answers, rng) -> None:
     """The lab's checks (the step peak against a measurement taken in this process), then the grading inputs."""
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     for name, check in (("bytes_per_param", check_bytes_per_param), ("zero_bytes_per_gpu", check_zero),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perflab.core.grading import LabCheckError, Verdict, record
+from perflab.grading.checks import LabCheckError, Verdict, record
 from perflab.numa import plan as _plan
 from perflab.numa.plan import core_groups
 
@@ -71,7 +71,7 @@ def rule_problems(split, cpus, n_ranks, siblings) -> list[str]:
 
 
 def check_split_node(student: Callable) -> Verdict:
-    from perflab.core.labguard import refuse_perflab
+    from perflab.grading.guard import refuse_perflab
     from perflab.numa import plan
 
     checked = False
@@ -91,7 +91,7 @@ def check_split_node(student: Callable) -> Verdict:
     return record("split_node", True)
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 def reference_split_node(cpus, n_ranks, siblings) -> list[list[int]]:
     from perflab.numa import plan
 
@@ -129,7 +129,7 @@ def grading_nodes(rng) -> list[tuple[str, list[int], int, dict]]:
 
 
 def judge(answers, rng) -> None:
-    from perflab.core.grading import NOT_DONE, attempt, record
+    from perflab.grading.checks import NOT_DONE, attempt, record
 
     if not check_split_node(answers["split_node"]):
         return

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, LabCheckError, attempt, record
+from perflab.grading.checks import NOT_DONE, LabCheckError, attempt, record
 from perflab.plan.recompute import OpChoice, choose
 
 OPT_MISTAKES: dict[str, tuple[Callable[[float, int, bool], float], str]] = {
@@ -196,7 +196,7 @@ def check_recompute_policy(student, live: dict[str, Any] | None = None) -> bool:
     return True
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("optimizer_bytes", "recompute_policy")
 REFERENCES = {"optimizer_bytes": reference_optimizer_bytes, "recompute_policy": reference_recompute_policy}
 
@@ -229,7 +229,7 @@ FORBIDDEN = _forbidden()
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     opt = [dict(params=draw_int(rng, 10**3, 10**11), gpus=draw_int(rng, 1, 4096), fsdp=rng.random() < 0.7)
            for _ in range(6)]
@@ -244,7 +244,7 @@ def grading_inputs(rng) -> dict[str, list[dict]]:
 
 
 def judge(answers, rng) -> None:
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     if check_optimizer_bytes(answers["optimizer_bytes"]):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
+from perflab.grading.checks import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
 from perflab.profiling.diagnose import NONE_THRESHOLD, diagnose
 from perflab.profiling.faults import EXPECTED
 from perflab.profiling.trace import Trace, load, synthetic_step
@@ -146,7 +146,7 @@ def check_name_cause(student: Callable[[Trace], str], folder: str | Path | None 
                 continue
             cases.append((f"trace {letter}", t, want, "launch_bound" if want == "launch_bound" else
                           "none" if want == "none" else "wait"))
-    from perflab.core.labguard import refuse_perflab
+    from perflab.grading.guard import refuse_perflab
     from perflab.profiling import diagnose as _diag
 
     for i, (label, trace, want, kind) in enumerate(cases):
@@ -203,7 +203,7 @@ def reveal(folder: str | Path) -> Any:
     return pd.DataFrame(rows)
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("name_cause", "fixes")
 REFERENCES = {"name_cause": _perflab_says, "fixes": right_fix}
 FORBIDDEN = (diagnose, _perflab_says, right_fix, _key, _truth)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, LabCheckError, attempt, record
+from perflab.grading.checks import NOT_DONE, LabCheckError, attempt, record
 from perflab.shard import formulas as F
 
 DENOMINATORS = {
@@ -176,7 +176,7 @@ def check_fsdp_bytes(student: Callable[[int, int], float], rows: list[dict[str, 
     return True
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 def reference_bubble(p: int, m: int) -> float:
     """Idle over the whole step, (p−1)/(m+p−1); `F.bubble_ratio` is the other convention, (p−1)/m."""
     return F.bubble_fraction(p, m)
@@ -202,7 +202,7 @@ FORBIDDEN = _forbidden()
 
 
 def grading_inputs(rng) -> dict[str, list[dict]]:
-    from perflab.core.grading import draw_int
+    from perflab.grading.checks import draw_int
 
     bub = [dict(p=draw_int(rng, 1, 64), m=draw_int(rng, 1, 512)) for _ in range(6)]
     fsdp = [dict(params=draw_int(rng, 10**3, 10**11), nproc=draw_int(rng, 1, 1024)) for _ in range(6)]
@@ -210,7 +210,7 @@ def grading_inputs(rng) -> dict[str, list[dict]]:
 
 
 def judge(answers, rng) -> None:
-    from perflab.core.grading import hidden
+    from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     d = answers.value("denominator", "step")  # the convention the learner names; either is right, in any case

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.grading import LabCheckError, inconclusive, record
+from perflab.grading.checks import LabCheckError, inconclusive, record
 from perflab.tune.ladder import RUNG_NAMES, parse_rungs
 
 
@@ -176,7 +176,7 @@ def check_largest_lever(answer: str | None, audit: Mapping[str, Any]) -> bool:
                          f"{audit['step_s'] * 1e3:.3g} ms step: the most any recommended rung can save")
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("plan", "my_predictions", "largest_lever")
 REFERENCES: dict = {}
 MEASURES = ("run_ladder", "plan")  # the call that measures the plan: each prediction is written before it

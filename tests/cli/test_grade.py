@@ -1,5 +1,5 @@
 """`perflab grade` finds every lab of the course, each with its check calls, and each lab notebook
-imports its checks the same way (perflab/course/gradebook.py, perflab/course/judge.py).
+imports its checks the same way (perflab/classroom/gradebook.py, perflab/classroom/judge.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from clirun import perflab
 
-from perflab.course import gradebook as gb
-from perflab.course import judge, sandbox
+from perflab.classroom import gradebook as gb
+from perflab.classroom import judge, sandbox
 
 pytest.importorskip("papermill")
 

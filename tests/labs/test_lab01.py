@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
 from perflab.flops import lab01
 from perflab.flops import lab01 as lab
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 
 
 # the reference solution, as written out in the solution notebook

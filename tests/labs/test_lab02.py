@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
 from perflab.flops import lab02
 from perflab.flops import lab02 as lab
 from perflab.flops.transformer import exact_flops
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 from perflab.workload.models import preset
 
 S, TPS, PEAK = 64, 12345.0, 0.2

@@ -2,8 +2,8 @@
 
 import pytest
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 from perflab.memory import lab03 as lab
 from perflab.memory.estimate import step_phases
 from perflab.workload.models import param_count

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from perflab.core.grading import LabCheckError
 from perflab.gemm import (
     lab04b,
 )
 from perflab.gemm import triton_matmul as tm
+from perflab.grading.checks import LabCheckError
 
 
 def _row(**kw):

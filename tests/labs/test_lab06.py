@@ -8,11 +8,11 @@ import matplotlib
 import pytest  # noqa: E402
 import torch.distributed as dist  # noqa: F401
 
-from perflab.core import grading  # noqa: E402
-from perflab.core.grading import LabCheckError  # noqa: E402
 from perflab.distributed import collectives as C  # noqa: E402
 from perflab.distributed import lab06 as lab  # noqa: E402
 from perflab.distributed.torchrun import BackendChoice, LaunchResult, RankOutcome  # noqa: E402
+from perflab.grading import checks as grading  # noqa: E402
+from perflab.grading.checks import LabCheckError  # noqa: E402
 
 matplotlib.use("Agg")
 

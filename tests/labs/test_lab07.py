@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from perflab.core.grading import LabCheckError
 from perflab.dataloading import lab07
 from perflab.dataloading import lab07 as lab
 from perflab.dataloading.shuffle import (
     LCGPermutation,
 )
+from perflab.grading.checks import LabCheckError
 
 
 def _index(i, n, a, c, x0):
@@ -164,8 +164,8 @@ def test_mutants_are_refused_by_kind(mutant, kind):
 
 
 def test_lab07_check_passes_the_solution_and_rejects_wrong_answers(capsys):
-    from perflab.core.grading import LabCheckError
     from perflab.dataloading import lab07
+    from perflab.grading.checks import LabCheckError
 
     assert lab07.check_index(_solution)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perflab.core.grading import LabCheckError
+from perflab.grading.checks import LabCheckError
 from perflab.numa import lab08, plan
 from perflab.numa import lab08 as lab
 from perflab.numa.plan import split_node

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 from perflab.profiling import diagnose, lab09, trace
 from perflab.profiling import lab09 as lab
 from perflab.profiling.diagnose import tiny_runs
@@ -94,7 +94,7 @@ def _solution(trace):
 
 
 def test_lab09_skips_live_traces_perflab_itself_misreads(tmp_path, capsys):
-    from perflab.core import grading
+    from perflab.grading import checks as grading
 
     grading.reset()
     (tmp_path / "trace_A.json").write_text(json.dumps(trace.synthetic_step("data_wait")))
@@ -105,7 +105,7 @@ def test_lab09_skips_live_traces_perflab_itself_misreads(tmp_path, capsys):
 
 
 def test_lab09_fix_quiz_refuses_unknown_causes_and_letters():
-    from perflab.core.grading import LabCheckError
+    from perflab.grading.checks import LabCheckError
     from perflab.profiling import lab09
 
     right = lab09.right_fix("alice")

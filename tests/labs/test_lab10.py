@@ -7,7 +7,7 @@ import torch
 
 from perflab.compiler import lab10, models, parity
 from perflab.compiler import lab10 as lab
-from perflab.core.grading import LabCheckError
+from perflab.grading.checks import LabCheckError
 
 
 def _half_split_rope(x, angles):
@@ -133,7 +133,7 @@ def test_lab10_passes_the_solution_and_says_not_done_for_the_stub(capsys):
 
 def test_lab10_fails_a_break_left_and_different_outputs():
     from perflab.compiler import lab10
-    from perflab.core.grading import LabCheckError
+    from perflab.grading.checks import LabCheckError
 
     with pytest.raises(LabCheckError, match=r"item\(\)"):
         lab10.check_model(_ItemLeft)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 from perflab.tune import lab11, runner
 from perflab.tune import lab11 as lab
 from perflab.tune.runner import LadderResult
@@ -85,7 +85,7 @@ def _row(rung, speedup, verdict):
 
 
 def test_lab11_says_when_the_plan_is_only_partly_measured():
-    from perflab.core.grading import LabCheckError
+    from perflab.grading.checks import LabCheckError
     from perflab.tune import lab11
 
     row = {"rung": "baseline", "measured": True, "parity_ok": True, "step_s": 0.02, "speedup_vs_baseline": 1.0,

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 from perflab.shard import formulas as F
 from perflab.shard import lab12
 

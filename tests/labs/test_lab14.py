@@ -3,8 +3,8 @@
 
 import pytest
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 from perflab.hunt import lab14
 from tests.unit.hunt import hunter  # the scripted hunters, shared with the hunt's unit tests
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from perflab.core import grading
-from perflab.core.grading import LabCheckError
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError
 from perflab.plan import lab15
 from perflab.plan.recompute import OpChoice
 

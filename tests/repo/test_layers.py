@@ -1,6 +1,6 @@
 """The package's layout is the course's map, and imports only go down it (README, "How the code is
-laid out"): commands and cli on top, then course, then one package per lesson topic, then workload,
-then core. A topic may use another topic's formulas when its package docstring names that package,
+laid out"): commands and cli on top, then classroom (the teacher's grading), then course, then one
+package per lesson topic, then workload and grading (the labs' tutor), then core. A topic may use another topic's formulas when its package docstring names that package,
 never its plots, widgets or lab checks. No module imports itself back through a circle.
 
 The checker reads every module's imports with `ast` (function-level imports included: a lazy
@@ -18,9 +18,11 @@ import pytest
 import perflab
 
 PKG = Path(perflab.__file__).parent
-TOPICS = ("flops", "memory", "gemm", "distributed", "dataloading", "numa", "profiling", "compiler", "shard", "tune", "plan",
-          "audit", "hunt")
-RANK = {"core": 1, "workload": 2, **{t: 3 for t in TOPICS}, "course": 4, "commands": 5, "cli": 5, "__main__": 5}
+TOPICS = ("flops", "memory", "gemm", "attention", "distributed", "dataloading", "numa", "profiling", "compiler", "shard",
+          "tune", "plan", "audit", "hunt")
+# the labs' tutor (grading) stands on core alone, beside workload; the teacher's classroom above the notebooks' course
+RANK = {"core": 1, "grading": 2, "workload": 2, **{t: 3 for t in TOPICS}, "course": 4, "classroom": 5, "commands": 6,
+        "cli": 6, "__main__": 6}
 PRIVATE = ("plots", "widgets")  # a topic never uses another topic's figures or widgets
 
 

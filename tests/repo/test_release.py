@@ -1,4 +1,4 @@
-"""The learners' copy of the course (perflab/course/release.py): no solution code in it, no
+"""The learners' copy of the course (perflab/classroom/release.py): no solution code in it, no
 outputs, and its labs say "not done yet" out of the box."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perflab.course import release as R
+from perflab.classroom import release as R
 from perflab.course.nbclean import is_clean
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_the_release_notebooks_have_no_outputs(release):
 def test_a_release_lab_says_not_done_yet_out_of_the_box(release, tmp_path):
     """Lab 01 as the release ships it, run by the grader against the release's own package."""
     pytest.importorskip("papermill")
-    from perflab.course import gradebook as G
+    from perflab.classroom import gradebook as G
 
     folder, _ = release
     labs = G.course_labs(folder / "labs")

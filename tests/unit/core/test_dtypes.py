@@ -23,13 +23,13 @@ from perflab.gemm import (
 def test_fp8_is_refused_where_the_device_would_take_it(monkeypatch):
     """The SwiGLU search and the attention measurement refuse fp8 even on a device that runs it."""
     import perflab.core.dtypes as dtypes
-    from perflab.gemm import attention
+    from perflab.gemm import heads
 
     monkeypatch.setattr(dtypes, "unsupported_reason", lambda dt, dev: None)
     with pytest.raises(InputError, match=r"^the SwiGLU search runs in bf16, fp16, tf32 or fp32 \(fp8 training needs"):
         swiglu.make_mlp_gemms(16, 16, 48, "fp8", "cpu")
     with pytest.raises(InputError, match="^attention is measured in bf16, fp16, tf32 or fp32$"):
-        attention.measure_sdpa(1, 1, 16, 16, "fp8", "cpu")
+        heads.measure_sdpa(1, 1, 16, 16, "fp8", "cpu")
 
 
 def test_dtype_reasons_for_apple_gpus_and_other_devices():

@@ -8,7 +8,7 @@ import pytest
 
 from perflab.core import readout
 from perflab.core.errors import InputError
-from perflab.core.grading import LabCheckError, grade
+from perflab.grading.checks import LabCheckError, grade
 from perflab.memory import probe
 
 

@@ -4,7 +4,6 @@
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.core.grading import LabCheckError
 from perflab.flops import lab02 as lab
 from perflab.flops.mfu import narayanan_table1
 from perflab.flops.transformer import (
@@ -20,6 +19,7 @@ from perflab.flops.transformer import (
     narayanan_params_eq2,
     narayanan_training_days,
 )
+from perflab.grading.checks import LabCheckError
 from perflab.workload.models import (
     param_count,
     preset,

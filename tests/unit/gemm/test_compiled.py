@@ -10,11 +10,11 @@ import subprocess
 import pytest
 from clirun import perflab
 
+from perflab.compiler import fused
 from perflab.core.errors import InputError, UnsupportedError
 from perflab.gemm import (
     compiled,
     panel,
-    triton_fused,
 )
 from perflab.gemm import occupancy as occ
 from perflab.gemm import triton_matmul as tm
@@ -58,7 +58,7 @@ def test_fused_compile_refused_by_triton(monkeypatch, tmp_path):
     tm.import_triton(True)
     with pytest.raises(InputError, match="^Triton could not compile the fused kernel for sm_90: AssertionError: "
                                          "num_warps must be a power of 2$"):
-        triton_fused.compile_for("sm_90", "bf16", num_warps=3)
+        fused.compile_for("sm_90", "bf16", num_warps=3)
 
 
 def test_compiler_process_that_fails_says_its_last_line(monkeypatch):
@@ -263,9 +263,9 @@ def test_cli_reports_the_figures_and_refuses_bad_input(kernel_cache):
 
 @needs_triton
 def test_fused_kernel_compiles_for_sm_90(kernel_cache):
-    from perflab.gemm import triton_fused
+    from perflab.compiler import fused
 
-    r = triton_fused.compile_for("sm_90", "bf16")
+    r = fused.compile_for("sm_90", "bf16")
     rep = subprocess.run([str(__import__("perflab.gemm.compiled", fromlist=["x"]).cuobjdump_path()),
                           "--dump-resource-usage", r["cubin"]], capture_output=True, text=True, check=True).stdout
     line = rep.split("Function bias_gelu_kernel:")[1].strip().splitlines()[0]

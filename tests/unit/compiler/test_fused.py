@@ -1,4 +1,4 @@
-"""Tests of `perflab.gemm.triton_fused`: the fused bias + GeLU checked in the interpreter, compiled for
+"""Tests of `perflab.compiler.fused`: the fused bias + GeLU checked in the interpreter, compiled for
 sm_80 and sm_90, and the limits that keep its next block off an SM named as the compiler reports them."""
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from perflab.compiler import fused
 from perflab.core.errors import InputError
-from perflab.gemm import (
-    triton_fused,
-)
 from perflab.gemm import triton_matmul as tm
-
-from .helpers import needs_triton
+from tests.unit.gemm.helpers import needs_triton
 
 
 def _fresh_if_native(test_name: str) -> bool:
@@ -28,7 +25,7 @@ def _fresh_if_native(test_name: str) -> bool:
 
     if torch.cuda.is_available() or tm.import_triton(True):
         return False
-    code = f"import sys; sys.path[:0] = ['tests', '.']; import tests.unit.gemm.test_triton_fused as t; t.{test_name}()"
+    code = f"import sys; sys.path[:0] = ['tests', '.']; import tests.unit.compiler.test_fused as t; t.{test_name}()"
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(Path(tm.__file__).resolve().parents[2]),
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -37,22 +34,22 @@ def _fresh_if_native(test_name: str) -> bool:
 
 def test_fused_kernel_refuses_mismatched_operands():
     with pytest.raises(InputError, match=r"^x must be \[rows, cols\] and bias \[cols\] \(got \(2, 3\) and \(4,\)\)$"):
-        triton_fused.bias_gelu(torch.ones(2, 3), torch.ones(4))
+        fused.bias_gelu(torch.ones(2, 3), torch.ones(4))
 
 
 @needs_triton
 def test_fused_check_refuses_sizes_the_interpreter_cannot_run():
     with pytest.raises(InputError, match=r"^4000×1001 is too large to check in the interpreter: keep rows·cols ≤ 4 M$"):
-        triton_fused.check(4000, 1001)
+        fused.check(4000, 1001)
 
 
 @needs_triton
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_fused_bias_gelu_matches_eager_within_the_dtype(dtype):
-    from perflab.gemm import triton_fused
+    from perflab.compiler import fused
 
     rng = random.Random(f"gelu-{dtype}")
-    r = triton_fused.check(rng.randrange(3, 40), rng.randrange(1025, 3000), dtype, seed=rng.randrange(1000))
+    r = fused.check(rng.randrange(3, 40), rng.randrange(1025, 3000), dtype, seed=rng.randrange(1000))
     assert r["passed"], r  # cols > BLOCK: two column blocks, the second ragged
 
 
@@ -65,24 +62,24 @@ def test_fused_check_can_fail():
         return
     import torch.nn.functional as F
 
-    from perflab.gemm import triton_fused
+    from perflab.compiler import fused
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     x, b = 2 * torch.randn(8, 300, device=dev), torch.randn(300, device=dev)
-    y = triton_fused.bias_gelu(x, b)
-    rtol, atol = triton_fused.tolerance("fp32")
-    assert torch.allclose(y, triton_fused.eager(x, b), rtol=rtol, atol=atol)
+    y = fused.bias_gelu(x, b)
+    rtol, atol = fused.tolerance("fp32")
+    assert torch.allclose(y, fused.eager(x, b), rtol=rtol, atol=atol)
     assert not torch.allclose(y, F.gelu(x + b), rtol=rtol, atol=atol)
 
 
 @needs_triton
 @pytest.mark.parametrize("target", ["sm_90", "sm_80"])
 def test_fused_kernel_names_every_binding_limit(target, tmp_path, monkeypatch):
-    from perflab.gemm import triton_fused
+    from perflab.compiler import fused
     from perflab.gemm.occupancy import occupancy, sm_limits
 
     monkeypatch.setenv("PERFLAB_KERNEL_CACHE", str(tmp_path))
-    r = triton_fused.compile_for(target, "bf16")
+    r = fused.compile_for(target, "bf16")
     o = occupancy(r["registers"], r["shared_bytes"], r["num_warps"], sm_limits(target))
     binding = {k for k, v in o.blocks_by.items() if v == o.blocks_per_sm}
     assert set(r["limited_by"].split(" and ")) == binding

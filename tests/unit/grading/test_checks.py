@@ -1,4 +1,4 @@
-"""Tests of `perflab.core.grading`."""
+"""Tests of `perflab.grading.checks`."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ import random
 
 import pytest
 
-from perflab.core import (
-    grading,
-)
-from perflab.core.grading import LabCheckError, MultipleChoice, Summary, Verdict, grade
-
-from .helpers import _Printer
+from perflab.grading import checks as grading
+from perflab.grading.checks import LabCheckError, MultipleChoice, Summary, Verdict, grade
+from tests.unit.core.helpers import _Printer
 
 CASES = [({"a": a, "b": b}, 2 * a * b + a) for a, b in ((3, 5), (8, 8), (7, 1))]
 
@@ -27,7 +24,7 @@ NB = {
         {"id": "p", "cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "smoke = True", "outputs": [],
          "execution_count": None},
         {"id": "a", "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source":
-            "from perflab.core import grading\ngrading.reset()\n"
+            "from perflab.grading import checks as grading\ngrading.reset()\n"
             "grading.grade('stub', lambda x: (_ for _ in ()).throw(NotImplementedError()), [({'x': 1}, 2)])"},
         {"id": "b", "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source":
             "grading.grade('double', lambda x: x + 1, [({'x': 3}, 6)], hint='twice x')"},
@@ -275,7 +272,7 @@ def test_the_learner_is_the_graders_name_for_them(monkeypatch):
 
 
 def test_an_inconclusive_check_is_neither_passed_nor_wrong_and_a_full_summary_lets_it_through(capsys):
-    from perflab.core import grading as g
+    from perflab.grading import checks as g
 
     g.reset()
     g.record("measured", True)

@@ -1,11 +1,11 @@
-"""The judge of `perflab grade` (perflab/course/judge.py): forged submissions are never `done`,
+"""The judge of `perflab grade` (perflab/classroom/judge.py): forged submissions are never `done`,
 right ones are, and the learner's answers are taken from the notebook's source by name.
 
 Each forgery is a shipped lab notebook with cells added, as a learner would submit it. The judge
 grades it the way `perflab grade` does after the kernel run, which can only lower a grade: its answer
 worker confined by the sandbox where one is available (as `perflab grade` confines it; a root CI
 machine has bubblewrap). The lab-07 forgeries also go through a whole sandboxed class grading, kernel
-included, in tests/unit/course/test_sandbox.py (a class grading of all of them would start a kernel of
+included, in tests/unit/classroom/test_sandbox.py (a class grading of all of them would start a kernel of
 each lab for each: several times slower than this judge-only path, which costs what the unconfined
 one did)."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perflab.course import judge
+from perflab.classroom import judge
 
 ROOT = Path(__file__).resolve().parents[3]
 LABS = ROOT / "labs"
@@ -43,8 +43,8 @@ def forged(lab: str, *cells: str, base: dict | None = None) -> dict:
 def grade(lab: str, nb: dict, learner: str = "mallory") -> tuple[str, str]:
     """The judge's verdict, its answer worker confined as `perflab grade` confines it (where the
     sandbox is available; else unconfined, as `--no-sandbox` grades)."""
-    from perflab.course import gradebook as gb
-    from perflab.course import sandbox
+    from perflab.classroom import gradebook as gb
+    from perflab.classroom import sandbox
 
     box = sandbox.find()
     hidden = [str(p) for p in gb.hidden_from_learners(LABS, {})] if box else []
@@ -55,7 +55,7 @@ def grade(lab: str, nb: dict, learner: str = "mallory") -> tuple[str, str]:
 def grade_apart(lab: str, nb: dict, tmp_path: Path, learner: str = "mallory") -> tuple[str, str]:
     """As `perflab grade` does: the judge in a process of its own, one thread each for it and its worker
     (what a timed lab needs: a judge with more threads than its worker would time a different step)."""
-    from perflab.course import gradebook as gb
+    from perflab.classroom import gradebook as gb
 
     path = tmp_path / learner / f"{lab}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,14 +86,14 @@ def lcg_index(i, n, a, c, x0):
 
 # (lab, what it does, the cells added to the shipped notebook): none has a right answer of its own
 FORGERIES = [
-    ("07_shuffle", "_RESULTS written", ["from perflab.core import grading\ngrading._RESULTS['lcg_index'] = 'passed'"]),
-    ("07_shuffle", "a check replaced", ["from perflab.core import grading\n"
+    ("07_shuffle", "_RESULTS written", ["from perflab.grading import checks as grading\ngrading._RESULTS['lcg_index'] = 'passed'"]),
+    ("07_shuffle", "a check replaced", ["from perflab.grading import checks as grading\n"
                                         "lab.check_index = lambda f: grading.record('lcg_index', True)\n"
                                         "lab.check_index(lcg_index)"]),
-    ("01_flops", "record replaced", ["from perflab.core import grading\n_real = grading.record\n"
+    ("01_flops", "record replaced", ["from perflab.grading import checks as grading\n_real = grading.record\n"
                                      "grading.record = lambda name, passed: _real(name, True)\n"
                                      "grading._RESULTS.update({k: 'passed' for k in grading._RESULTS})"]),
-    ("04_cliffs", "summary replaced", ["from perflab.core import grading\n"
+    ("04_cliffs", "summary replaced", ["from perflab.grading import checks as grading\n"
                                        "grading.summary = lambda *a, **k: grading.Summary(tiles='passed', waves='passed', "
                                        "predict_cliffs='passed')"]),
     ("07_shuffle", "the marker line printed by hand", ["print('PERFLAB-GRADE end')\n"
@@ -188,7 +188,7 @@ def test_a_prediction_computed_instead_of_written_is_wrong():
 
 
 def test_the_right_answer_with_a_patched_grader_in_the_notebook_is_still_done():
-    nb = forged("07_shuffle", RIGHT_LCG, "from perflab.core import grading\ngrading.summary = None\nlab.check_index = print")
+    nb = forged("07_shuffle", RIGHT_LCG, "from perflab.grading import checks as grading\ngrading.summary = None\nlab.check_index = print")
     assert grade("07_shuffle", nb, learner="ada")[0] == "done"
 
 
@@ -253,7 +253,7 @@ def test_the_references_are_the_labs_answers():
 
 
 def test_the_outcome_is_done_only_when_every_check_passed_and_says_when_a_busy_machine_left_one_open():
-    from perflab.course.judge import outcome_of
+    from perflab.classroom.judge import outcome_of
 
     assert outcome_of({}) == ("not done", "no check ran")
     assert outcome_of({"a": "passed", "b": "passed"})[0] == "done"

@@ -29,7 +29,7 @@ copies of them. Each submission runs:
 That run can only lower a grade: its first error output (`wrong` for a check's LabCheckError,
 `error` otherwise), a kernel that died before the grader's last cell, a deleted check cell (`not
 done`), a timeout. Nothing it prints or writes can raise one. The grade itself is the judge's
-(perflab/course/judge.py): a separate, trusted process that reads the submission's snapshot, runs
+(perflab/classroom/judge.py): a separate, trusted process that reads the submission's snapshot, runs
 the learner's answer functions in a confined worker on inputs drawn from a per-run secret and the
 learner's name, and compares them with perflab's references in its own process. Outcomes: `done`
 (every check passed, on the grading inputs too), `not done`, `wrong` (the check's message),
@@ -60,8 +60,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perflab.classroom.sandbox import Sandbox
 from perflab.core.errors import InputError
-from perflab.course.sandbox import Sandbox
 
 OUTCOMES = ("done", "not done", "wrong", "error", "timeout")
 MARK = "PERFLAB-GRADE "  # what the grader's own last cell prints: the notebook ran to its end (nothing more)
@@ -170,7 +170,7 @@ def snapshot(subs: Sequence[Submission], root: Path | str) -> None:
     """Read every submission's bytes now, before the first kernel starts: the kernels and the judge
     get copies of these, so no learner's code can change what is graded (its own or another's).
     A symbolic link anywhere below `root`, or anything but a regular file, is refused."""
-    from perflab.course.judge import MAX_NOTEBOOK_BYTES
+    from perflab.classroom.judge import MAX_NOTEBOOK_BYTES
 
     top = Path(os.path.abspath(root))
     for sub in subs:
@@ -316,7 +316,7 @@ def load_notebook(source: Path | bytes) -> tuple[Any, str]:
     """(notebook, '') or (None, why it cannot be run); bounded in bytes and cells (judge.read_notebook)."""
     import warnings
 
-    from perflab.course.judge import read_notebook
+    from perflab.classroom.judge import read_notebook
 
     _, nbformat = need_papermill()
     with warnings.catch_warnings():
@@ -430,7 +430,7 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
         run_env.update(HOME=str(home), JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"),
                        MPLCONFIGDIR=str(home / "mpl"), TMPDIR="/tmp")
     cpu_s = int(limits.cpu_s or max(60, 2 * timeout * threads))
-    cmd = [sys.executable, "-m", "perflab.course.gradebook", str(src), str(dst), str(work),
+    cmd = [sys.executable, "-m", "perflab.classroom.gradebook", str(src), str(dst), str(work),
            json.dumps(asdict(limits)), str(cpu_s)]
     if iso.sandbox is not None:
         cmd = iso.sandbox.command(cmd, writable=[box, tmp], hidden=iso.hidden, cwd=tmp)
@@ -448,7 +448,7 @@ def grade_one(sub: Submission, *, timeout: float, limits: Limits, threads: int =
         log.close()
     rec.seconds = time.monotonic() - t0
     rec.predictions = read_predictions(results) if sub.lab.predicts else []
-    from perflab.course.judge import MAX_NOTEBOOK_BYTES
+    from perflab.classroom.judge import MAX_NOTEBOOK_BYTES
 
     executed = read_left(dst, MAX_NOTEBOOK_BYTES + 2**20)  # a notebook's bound, and its outputs
     try:
@@ -490,7 +490,7 @@ def run_judge(sub: Submission, *, secret: str, timeout: float, limits: Limits, t
     reads the snapshot of the submitted notebook, runs its answers in a confined worker and grades
     them with the lab's checks on inputs drawn from `secret` and the learner's name. Its answer
     carries a nonce only it was told."""
-    from perflab.course import judge
+    from perflab.classroom import judge
 
     iso = isolation or Isolation()
     if sub.data is None:
@@ -679,7 +679,7 @@ def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course:
                  isolate: bool = True) -> Gradebook:
     """Grade every submission under `root` (see the module's docstring). `isolate=False` runs the
     learners' code unconfined (`--no-sandbox`), and the gradebook says so."""
-    from perflab.course import sandbox
+    from perflab.classroom import sandbox
 
     need_papermill()
     if not timeout > 0:
@@ -741,9 +741,9 @@ def hidden_from_learners(root: Path | str, labs: dict[str, Lab]) -> list[Path]:
 def warm_cache(cache: str, labs: dict[str, Lab]) -> None:
     """Fill the grader's bytecode cache once, in a trusted process (torch, numpy, the labs' modules),
     so that no judge or confined worker compiles them again for every learner."""
-    from perflab.course import judge
+    from perflab.classroom import judge
 
-    modules = ["torch", "numpy", "perflab.core.grading", "perflab.course.sandbox"]
+    modules = ["torch", "numpy", "perflab.grading.checks", "perflab.classroom.sandbox"]
     for lab in labs.values():
         try:
             name = judge.lab_module_name(judge.read_notebook(lab.path.read_bytes()))
@@ -780,7 +780,7 @@ def _cap_processes() -> None:
     """RLIMIT_NPROC for the kernel and what it starts (see judge.nproc_limit)."""
     import resource
 
-    from perflab.course.judge import nproc_limit
+    from perflab.classroom.judge import nproc_limit
 
     with contextlib.suppress(ValueError, OSError):
         soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
@@ -788,7 +788,7 @@ def _cap_processes() -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
 
 
-if __name__ == "__main__":  # the runner: python -m perflab.course.gradebook SRC DST CWD LIMITS CPU_S
+if __name__ == "__main__":  # the runner: python -m perflab.classroom.gradebook SRC DST CWD LIMITS CPU_S
     sys.exit(_run(*sys.argv[1:6]))
 
 

@@ -8,7 +8,7 @@ only calls perflab's own solution, and naming the *kind* of a wrong answer.
 loads, every attribute it reads of a perflab module, and its closure. It is a static look, so it
 also sees a call on a branch the checks do not reach.
 
-`grade_known` grades like `perflab.core.grading.grade` and, when an answer is wrong, compares it
+`grade_known` grades like `perflab.grading.checks.grade` and, when an answer is wrong, compares it
 with each named mistake: if the learner's function agrees with one on every case, the message
 says which mistake it is ("this is the large-N limit: ..."), otherwise it gives the general hint.
 """
@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
+from perflab.grading.checks import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
 
 
 def _codes(code: types.CodeType) -> Iterable[types.CodeType]:

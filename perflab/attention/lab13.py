@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from perflab.core.grading import NOT_DONE, LabCheckError, attempt, fail, record
+from perflab.grading.checks import NOT_DONE, LabCheckError, attempt, fail, record
 
 NAME = "online softmax update"
 
@@ -288,7 +288,7 @@ def check_online_softmax(init_state: Callable[..., Any], update: Callable[..., A
     return record(NAME, True)
 
 
-# --- for `perflab grade` (perflab/course/judge.py): graded apart from the learner's notebook -------
+# --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("init_state", "update")
 REFERENCES = {"online_softmax": reference}
 FORBIDDEN = (reference, forward)

@@ -1,11 +1,9 @@
-"""Tests of `perflab.core.labguard`."""
+"""Tests of `perflab.grading.guard`."""
 
 from __future__ import annotations
 
-from perflab.core import (
-    labguard,
-)
 from perflab.core.validate import positive_number
+from perflab.grading import guard as labguard
 
 
 def _uses_a_global(x):
@@ -31,7 +29,7 @@ def test_labguard_finds_a_perflab_function_reached_as_a_global_and_skips_deleted
 
 
 def test_labguard_finds_perflab_answers_however_a_learner_reaches_them():
-    from perflab.core import labguard
+    from perflab.grading import guard as labguard
     from perflab.numa import plan
 
     class Mine(plan.RankPlan):  # a learner's class deriving from a perflab answer
@@ -58,7 +56,7 @@ def test_labguard_finds_perflab_answers_however_a_learner_reaches_them():
 
 
 def test_name_mistake_skips_a_mistake_formula_that_raises():
-    from perflab.core import labguard
+    from perflab.grading import guard as labguard
 
     def raises(x):
         raise ZeroDivisionError

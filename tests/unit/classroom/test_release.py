@@ -1,18 +1,17 @@
-"""Tests of `perflab.course.release`."""
+"""Tests of `perflab.classroom.release`."""
 
 from __future__ import annotations
 
 import pytest
 
 from perflab.core.errors import InputError
-
-from .helpers import _notebook
+from tests.unit.course.helpers import _notebook
 
 
 # ----------------------------------------------------------------------------- the release
 def test_a_release_needs_a_checkout_with_labs_and_notebooks(tmp_path, monkeypatch):
     import perflab
-    from perflab.course import release
+    from perflab.classroom import release
 
     monkeypatch.setattr(perflab, "__file__", str(tmp_path / "site" / "perflab" / "__init__.py"))
     root = (tmp_path / "site").resolve()
@@ -21,7 +20,7 @@ def test_a_release_needs_a_checkout_with_labs_and_notebooks(tmp_path, monkeypatc
 
 
 def test_the_release_leaves_out_egg_info_and_solutions(tmp_path):
-    from perflab.course import release
+    from perflab.classroom import release
 
     src = tmp_path / "course"
     (src / "perflab" / "perflab.egg-info").mkdir(parents=True)
@@ -36,7 +35,7 @@ def test_the_release_leaves_out_egg_info_and_solutions(tmp_path):
 
 
 def test_solution_search_skips_files_that_do_not_parse(tmp_path):
-    from perflab.course import release
+    from perflab.classroom import release
 
     (tmp_path / "broken.py").write_text("def broken(:\n    return 2 * x\n")
     (tmp_path / "good.py").write_text("def double(x):\n    return 2 * x\n")
@@ -45,7 +44,7 @@ def test_solution_search_skips_files_that_do_not_parse(tmp_path):
 
 
 def test_release_refuses_to_write_into_the_course_or_over_other_files(tmp_path):
-    from perflab.course import release
+    from perflab.classroom import release
 
     root = tmp_path / "course"
     for d in ("labs", "notebooks", "perflab"):
@@ -58,7 +57,7 @@ def test_release_refuses_to_write_into_the_course_or_over_other_files(tmp_path):
 
 
 def test_release_reads_cells_with_magics_and_gives_up_on_broken_code():
-    from perflab.course import release
+    from perflab.classroom import release
 
     tree = release._parse("%matplotlib inline\n!pip list\nx = lab.check_flops(1)\n")
     assert tree is not None and "check_flops" in __import__("ast").dump(tree)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perflab.course.sandbox import Sandbox
+    from perflab.classroom.sandbox import Sandbox
 
 WORKER_SOURCE = Path(__file__).with_name("answer_worker.py")
 MAX_ANSWER_BYTES = 16 * 2**20  # one answer, as JSON
@@ -261,7 +261,7 @@ class Worker:
                                   cwd=cwd)
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, preexec_fn=limit, start_new_session=True)
-        from perflab.course.sandbox import python_path
+        from perflab.classroom.sandbox import python_path
 
         loads = [*preload, *(f"import {m}" for m in getattr(lab, "PRELOAD", ())), f"import {lab.__name__}",
                  *(f"import {m}" for m in blocked_modules)]
@@ -586,8 +586,8 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
             threads: int = 1, sandbox: Sandbox | None = None, hidden: Sequence[str] = (),
             pycache: str | None = None) -> tuple[str, str]:
     """(outcome, message) for one submission: 'done', 'not done', 'wrong' or 'error'."""
-    from perflab.core import grading
-    from perflab.core.grading import LabCheckError
+    from perflab.grading import checks as grading
+    from perflab.grading.checks import LabCheckError
 
     module = lab_module_name(shipped)
     if module is None:
@@ -699,14 +699,14 @@ def trusted_python(script: Path | str, *, pycache: str | None = None) -> list[st
     isolated (`-I`: no environment variables, no user site), without site-packages' `.pth` files
     (`-S`: the trusted folders are put on its path by hand), with a bytecode cache of the grader's
     own (`-X pycache_prefix`) or none."""
-    from perflab.course.sandbox import python_path
+    from perflab.classroom.sandbox import python_path
 
     cache = ["-X", f"pycache_prefix={pycache}"] if pycache else ["-B"]
     return [sys.executable, "-I", "-S", *cache, "-c", BOOT, os.pathsep.join(python_path()), str(script)]
 
 
 def main() -> int:
-    from perflab.course.sandbox import Sandbox, protect
+    from perflab.classroom.sandbox import Sandbox, protect
 
     protect()
     job = json.loads(sys.stdin.buffer.read(MAX_NOTEBOOK_BYTES * 8 + 2**20))  # the notebook, JSON-escaped

@@ -2,8 +2,8 @@
 
 import pytest
 
+from perflab.attention import formulas as io
 from perflab.core.errors import InputError
-from perflab.gemm import attention_io as io
 
 
 def test_standard_bytes_have_the_s_squared_term():

@@ -3,10 +3,9 @@ stores counted against the formula, the eager path's s² bytes, the recompute ba
 
 import pytest
 
+from perflab.attention import formulas as io
 from perflab.core.errors import InputError
-from perflab.gemm import attention_io as io
-
-from .helpers import needs_triton
+from tests.unit.gemm.helpers import needs_triton
 
 
 @needs_triton
@@ -17,7 +16,7 @@ from .helpers import needs_triton
     (33, 128, False, "bf16", 16, 64),
 ])
 def test_matches_sdpa_on_odd_lengths(s, d, causal, dtype, bm, bn):
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     r = flash.check(1, 2, s, d, dtype, causal=causal, block_m=bm, block_n=bn, seed=s)
     assert r["passed"], r
@@ -27,7 +26,7 @@ def test_matches_sdpa_on_odd_lengths(s, d, causal, dtype, bm, bn):
 @needs_triton
 @pytest.mark.parametrize("causal", [False, True])
 def test_counted_bytes_match_the_formula(causal):
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     c = flash.count_bytes(1, 2, 200, 64, block_m=64, block_n=32, causal=causal)
     assert c["other"] == 0
@@ -43,7 +42,7 @@ def test_counted_bytes_match_the_formula(causal):
 
 
 def test_eager_bytes_show_the_s_squared_term():
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     a = flash.count_eager_bytes(1, 2, 64, 64)
     b = flash.count_eager_bytes(1, 2, 128, 64)
@@ -57,7 +56,7 @@ def test_eager_bytes_show_the_s_squared_term():
 
 @needs_triton
 def test_backward_recompute_matches_autograd():
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     r = flash.check_backward(1, 2, 50, 64, "fp32", causal=True)
     assert r["passed"], r
@@ -66,7 +65,7 @@ def test_backward_recompute_matches_autograd():
 
 @needs_triton
 def test_bad_input_is_one_line():
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     with pytest.raises(InputError, match="head dimensions 64 and 128"):
         flash.check(1, 1, 16, 80)
@@ -78,7 +77,7 @@ def test_bad_input_is_one_line():
 
 @needs_triton
 def test_compiled_for_hopper_and_a_config_that_does_not_fit():
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     r = flash.compile_attention(64, 64, 64, "fp16", "sm_90")
     assert r["cannot_run"] is None and r["tensor_core_kind"] == "wgmma"
@@ -87,18 +86,8 @@ def test_compiled_for_hopper_and_a_config_that_does_not_fit():
     assert big == [] or "KiB" in (big[0]["cannot_run"] or "")
 
 
-@needs_triton
-def test_the_panel_draws_predicted_against_counted_bytes():
-    from perflab.gemm import panel as gemm_panel
-
-    fig, table, text = gemm_panel.attention(seq=64, block_m=32, block_n=32, causal=True, compile_kernel=False)
-    assert (table["flash_counted"] == table["flash_predicted"]).all() and len(table) == 3
-    assert (table["standard_predicted"] > table["flash_predicted"]).all()
-    assert "counted" in text and fig.axes[0].get_xlabel() == "sequence length s"
-
-
 def test_the_lesson_shows_the_kernels_loop_without_importing_triton():
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     loop = flash.kernel_source()
     assert loop.startswith("m_i = tl.zeros") and "alpha = tl.exp2(m_i - m_new)" in loop and loop.rstrip().endswith("m_i = m_new")
@@ -106,7 +95,7 @@ def test_the_lesson_shows_the_kernels_loop_without_importing_triton():
 
 
 def test_the_eager_table_has_no_empty_cell_and_says_how_it_grows():
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     frame, last = flash.eager_frame([32, 64], 64, "fp32")
     assert not frame.isna().any().any()
@@ -115,7 +104,7 @@ def test_the_eager_table_has_no_empty_cell_and_says_how_it_grows():
 
 
 def test_the_compiled_table_is_narrow_and_names_what_cannot_run():
-    from perflab.gemm import flash
+    from perflab.attention import flash
 
     ok = {"target": "sm_90", "block_m": 64, "block_n": 64, "head_dim": 64, "registers": 128, "spill_bytes": 0,
           "shared_bytes": 32768, "blocks_per_sm": 3, "occupancy": 0.375, "limited_by": "registers", "cannot_run": None}

@@ -1,6 +1,6 @@
 """Lesson 13's FlashAttention forward in Triton: run, checked, its bytes counted, compiled, timed.
 
-    >>> from perflab.gemm import flash
+    >>> from perflab.attention import flash
     >>> o = flash.attention(q, k, v, causal=True)            # [b, a, s, d] fp16/bf16/fp32 tensors
     >>> flash.check(1, 2, 77, 64, "fp16", causal=True)       # against torch's SDPA, in the interpreter here
     >>> flash.count_bytes(1, 2, 200, 64, block_m=64, block_n=32)   # every tl.load/tl.store, masks respected
@@ -8,7 +8,7 @@
 
 The kernel is `perflab.gemm.triton_kernels.flash_attention_fwd_kernel` (its docstring explains the
 online softmax). On a CPU it runs in Triton's interpreter (`triton_matmul.jitted`), on a CUDA GPU
-natively. Formulas for its bytes and FLOPs are in `perflab.gemm.attention_io`.
+natively. Formulas for its bytes and FLOPs are in `perflab.attention.formulas`.
 
 **Counting bytes.** Triton's interpreter executes every `tl.load`/`tl.store` through one object,
 `triton.runtime.interpreter.interpreter_builder` (`create_masked_load`/`create_masked_store`;
@@ -40,9 +40,9 @@ import contextlib
 import math
 from typing import Any
 
+from perflab.attention import formulas as io
 from perflab.core.errors import InputError, UnsupportedError
 from perflab.core.validate import positive_int
-from perflab.gemm import attention_io as io
 from perflab.gemm import triton_matmul as tm
 
 HEAD_DIMS = (64, 128)
@@ -582,7 +582,7 @@ def kernel_source(loop_only: bool = True) -> str:
     function, or from the state's initialisation to the end of the K/V loop."""
     from pathlib import Path
 
-    text = Path(__file__).with_name("triton_kernels.py").read_text()
+    text = Path(tm.__file__).with_name("triton_kernels.py").read_text()  # the kernels' one file, in perflab.gemm
     start = text.index("def flash_attention_fwd_kernel(")
     body = text[start:]
     if not loop_only:

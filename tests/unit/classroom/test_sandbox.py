@@ -1,4 +1,4 @@
-"""The sandbox of `perflab grade` (perflab/course/sandbox.py), and the adversarial corpus: forged
+"""The sandbox of `perflab grade` (perflab/classroom/sandbox.py), and the adversarial corpus: forged
 submissions, written as a determined learner would, graded as a class in sandboxed mode.
 
 Each forgery is graded anything but `done`; after the class is graded no file outside the run's
@@ -6,7 +6,7 @@ folders changed, no file appeared in the environment (site-packages, perflab's `
 process of the run is left, and each honest learner's grade is the one it gets when graded alone.
 The kernel-side forgeries go through one class grading (a small lab, so that it stays quick); the
 answer-side ones (perflab's answers outside FORBIDDEN, lab 11's predictions) through the judge, its
-answer worker confined the same way. The judge's own corpus (tests/unit/course/test_judge.py) is
+answer worker confined the same way. The judge's own corpus (tests/unit/classroom/test_judge.py) is
 graded with its worker confined too, and its lab-07 forgeries also go through this class.
 
 The forgeries by class (learner folder, or test):
@@ -52,8 +52,8 @@ from pathlib import Path
 
 import pytest
 
-from perflab.course import gradebook as gb
-from perflab.course import judge, sandbox
+from perflab.classroom import gradebook as gb
+from perflab.classroom import judge, sandbox
 
 from .test_judge import FORGERIES as JUDGE_FORGERIES
 from .test_judge import RIGHT_LCG
@@ -162,7 +162,7 @@ def test_a_confined_process_sees_no_course_no_other_process_and_writes_nothing_o
 
 
 # ----------------------------------------------------------------------------- the corpus: a class
-SETUP = "from perflab.core import grading\nfrom perflab.dataloading import lab07 as lab\n\ngrading.reset()"
+SETUP = "from perflab.grading import checks as grading\nfrom perflab.dataloading import lab07 as lab\n\ngrading.reset()"
 STUB = ('def lcg_index(i, n, a, c, x0):\n    """Entry i of the LCG permutation of n items."""\n'
         '    raise NotImplementedError\n\n\nlab.check_index(lcg_index)')
 RIGHT = RIGHT_LCG.strip() + "\n\n\nlab.check_index(lcg_index)"
@@ -222,7 +222,7 @@ def kernel_forgeries(subs: Path, victim: Path) -> dict[str, list[str]]:
                                   "    return ns['lcg_index'](i, n, a, c, x0)"],
         # poison that outlives the learner
         "writes_a_pth": [f"open({purelib + '/zz_perflab_poison.pth'!r}, 'w').write("
-                         "'import perflab.core.grading as g; g.record = lambda *a, **k: None\\n')"],
+                         "'import perflab.grading.checks as g; g.record = lambda *a, **k: None\\n')"],
         "rewrites_a_pyc": [f"import os\nos.makedirs({str(pyc.parent)!r}, exist_ok=True)\nopen({str(pyc)!r}, 'wb').write(b'x')"],
         "writes_into_the_course": [f"open({str(ROOT / 'perflab' / 'poison.py')!r}, 'w').write('x = 1')"],
         # reading the grader
@@ -513,7 +513,7 @@ def test_lab_15s_back_doors_would_be_done_were_they_not_closed():
     sandboxed corpus tests."""
     import random
 
-    from perflab.core import grading
+    from perflab.grading import checks as grading
     from perflab.plan import lab15
 
     for _, what, (cell,) in LAB15_BACK_DOORS:

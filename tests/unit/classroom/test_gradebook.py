@@ -1,4 +1,4 @@
-"""Tests of `perflab.course.gradebook`."""
+"""Tests of `perflab.classroom.gradebook`."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
+from perflab.classroom import gradebook, sandbox
+from perflab.classroom import gradebook as G
+from perflab.classroom import gradebook as gb
 from perflab.core.errors import InputError
-from perflab.course import gradebook, sandbox
-from perflab.course import gradebook as G
-from perflab.course import gradebook as gb
-
-from .helpers import _nb, _notebook
+from tests.unit.course.helpers import _nb, _notebook
 
 
 def _fake_runner(monkeypatch, executed: str | None, log: str, predictions: str = ""):
@@ -80,7 +79,7 @@ def _course(tmp_path):
 pytest.importorskip("papermill")
 
 
-SETUP = """from perflab.core import grading
+SETUP = """from perflab.grading import checks as grading
 from perflab.dataloading import lab07 as lab
 
 grading.reset()"""
