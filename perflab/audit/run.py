@@ -45,6 +45,7 @@ from perflab.audit.target import (
     token_streams,
     tokens_in,
 )
+from perflab.core.stats import spread as relative_spread
 
 JSON_FIELDS = ("step_s", "step_s_spread", "tokens_per_s", "flops_per_step", "flops_by_dtype", "flops_6n_per_step",
                "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "mfu_bases", "breakdown_s",
@@ -315,8 +316,7 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
         joules = meter.stop()
     _finite([last], "a timed step")  # read after the clock stopped: no sync inside the timed steps
     step_s = statistics.median(times)
-    qs = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    spread = (qs[2] - qs[0]) / step_s if step_s > 0 else float("nan")
+    spread = relative_spread(times)  # IQR / median, the rule `bench().spread` uses
 
     # 3. FLOPs per phase and dtype (perflab's counter), op bytes and product shapes
     from perflab.flops.counter import count_flops

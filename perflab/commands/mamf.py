@@ -44,7 +44,7 @@ def run(args) -> int:
     from perflab.core.errors import InputError
     from perflab.core.hardware import peaks_for
     from perflab.core.results import set_aside, sweep_path
-    from perflab.core.sweepnoise import cause_of, verdict_of
+    from perflab.core.sweepnoise import quietness_of
     from perflab.course.reference import published_mamf
     from perflab.gemm.mamf import default_ranges, parse_range, search
 
@@ -88,7 +88,7 @@ def run(args) -> int:
         said = (f"repeated over {b.get('measurements', 1)} measurements" if b.get("confirmed") else
                 f"none of the best {args.top} shapes repeated its figure when measured again")
         lines.append(f"  {said} (noise σ {b.get('noise', float('nan')):.1%}); "
-                     + (("machine quiet" if verdict_of(q) == "quiet" else cause_of(q)) if q else "quietness not measured"))
+                     + (("machine quiet" if quietness_of(q).quiet else quietness_of(q).cause) if q else "quietness not measured"))
         if r.ceiling_path:
             lines.append(f"  {r.stored_note()} ({r.ceiling_path})")
         if r.saved_note():

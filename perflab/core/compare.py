@@ -9,34 +9,21 @@ what the numbers did, within their noise, and names a busy machine when that is 
 * `copy_levels` splits a copy sweep into what the caches gave (the best size) and what memory gave
   (the largest buffer past the last-level cache), so a cache result is never called memory speed.
 
-Agreement is the rule of `perflab.core.sweepnoise`: two medians agree when |ln(a / b)| ≤ K·σ·√2, σ
-the larger of their relative spreads (IQR / 1.349) and `MIN_NOISE`.
+Two medians are compared by their standard errors (`perflab.core.stats.compare_medians`): they
+differ when |ln(a / b)| exceeds three standard errors of the ratio, and the comparison is
+inconclusive when single calls scatter by more than half the median, or the machine was busy.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perflab.core.sweepnoise import IQR_TO_SIGMA, MIN_NOISE, K, cause_of, verdict_of
-
-
-def _spread(xs: Sequence[float]) -> float:
-    """Relative spread of `xs`: IQR / median / 1.349 (a normal's σ), 0 for fewer than 4 values."""
-    if len(xs) < 4:
-        return 0.0
-    q = statistics.quantiles(xs, n=4)
-    med = statistics.median(xs)
-    return (q[2] - q[0]) / med / IQR_TO_SIGMA if med > 0 else 0.0
-
-
-def agree(a: float, b: float, sigma: float) -> bool:
-    """Do two medians agree within the noise: |ln(a / b)| ≤ K·σ·√2 (σ at least MIN_NOISE)?"""
-    return abs(math.log(a / b)) <= K * max(sigma, MIN_NOISE) * math.sqrt(2)
+from perflab.core.stats import Comparison, Noise, compare_medians
+from perflab.core.sweepnoise import quietness_of
 
 
 @dataclass
@@ -59,9 +46,9 @@ class HostSync:
     def synced(self) -> float:
         return statistics.median(self.synced_s)
 
-    @property
-    def sigma(self) -> float:
-        return max(_spread(self.no_sync_s), _spread(self.synced_s), MIN_NOISE)
+    def comparison(self) -> Comparison:
+        """The two medians compared by their standard errors (`perflab.core.stats.compare_medians`)."""
+        return compare_medians(self.synced, self.no_sync, Noise.of(self.synced_s), Noise.of(self.no_sync_s))
 
     def columns(self) -> dict[str, float]:
         """The three timings, seconds per call (medians): what the lesson's table shows."""
@@ -69,22 +56,30 @@ class HostSync:
 
     def sentence(self) -> str:
         """What the first two columns say, computed from them."""
-        a, b = self.no_sync * 1e3, self.synced * 1e3
-        ratio = self.synced / self.no_sync
+        from perflab.core.readout import num, percent
+
+        a, b = num(self.no_sync * 1e3), num(self.synced * 1e3)
+        cmp = self.comparison()
+        ratio = cmp.ratio
+        busy = quietness_of(self.quietness).disturbed
+        if cmp.verdict == "inconclusive" or (busy and cmp.verdict == "differ"):
+            why = (f"the machine was busy ({quietness_of(self.quietness).cause})" if busy else
+                   f"single calls scattered by more than half their median (±{percent(max(Noise.of(self.no_sync_s).sigma, Noise.of(self.synced_s).sigma), 2)})")
+            return (f"Inconclusive: {why}, so the medians ({a} ms and {b} ms per call) say nothing about the "
+                    "device; run the cell again when the machine is quiet.")
         if self.device_type == "cpu":
-            if agree(self.no_sync, self.synced, self.sigma):
-                return (f"The first two columns agree within the noise ({a:.3g} ms and {b:.3g} ms per call, noise "
-                        f"±{self.sigma:.0%}): on a CPU every call returns when its work is done.")
-            busy = verdict_of(self.quietness) == "disturbed"
-            why = (f"the machine was busy ({cause_of(self.quietness)}), so one loop ran slower than the other" if busy
-                   else "on a CPU every call returns when its work is done, so this gap is noise: other programs "
-                        "or the CPU's clock changed between the two loops")
-            return (f"The first two columns differ by {max(ratio, 1 / ratio):.2f}× ({a:.3g} ms and {b:.3g} ms per "
-                    f"call), beyond the noise (±{self.sigma:.0%}): {why}. Run the cell again when the machine is quiet.")
-        if ratio > 1 and not agree(self.no_sync, self.synced, self.sigma):
-            return (f"Without waiting, the host saw {a:.3g} ms per call: the launch only. Waiting for the device "
-                    f"gave {b:.3g} ms, the work ({ratio:.3g}× longer).")
-        return (f"Without waiting the host saw {a:.3g} ms per call and with waiting {b:.3g} ms: the matmul is so "
+            if not cmp.differ:
+                return (f"The first two columns agree within their noise ({a} ms and {b} ms per call; the medians "
+                        f"differ by less than {percent(cmp.margin - 1, 2)}, three standard errors): on a CPU every "
+                        "call returns when its work is done.")
+            return (f"The first two columns differ by {num(max(ratio, 1 / ratio), 3)}× ({a} ms and {b} ms per call), "
+                    f"beyond their noise (three standard errors: {percent(cmp.margin - 1, 2)}): on a CPU every call "
+                    "returns when its work is done, so the gap is the machine's: other programs or the CPU's clock "
+                    "changed between the two loops. Run the cell again when the machine is quiet.")
+        if ratio > 1 and cmp.differ:
+            return (f"Without waiting, the host saw {a} ms per call: the launch only. Waiting for the device "
+                    f"gave {b} ms, the work ({num(ratio, 3)}× longer).")
+        return (f"Without waiting the host saw {a} ms per call and with waiting {b} ms: the matmul is so "
                 "small that its work takes no longer than its launch; try a larger size.")
 
 
@@ -95,7 +90,7 @@ def host_sync_timings(n: int = 1024, device: Any = None, reps: int = 20) -> Host
     import torch
 
     from perflab.core.device import pick_device, synchronize
-    from perflab.core.sweepnoise import bench_quietness, watching
+    from perflab.core.quietness import of_bench, watch
     from perflab.core.timing import bench
     from perflab.core.validate import positive_int
 
@@ -108,7 +103,7 @@ def host_sync_timings(n: int = 1024, device: Any = None, reps: int = 20) -> Host
     def fn():
         return a @ b
 
-    with watching(dev) as w:
+    with watch(dev) as w:
         r = bench(fn, device=dev, rep_ms=50)  # also warms up caches and thread pools
         synchronize(dev)
         returned = []
@@ -123,7 +118,7 @@ def host_sync_timings(n: int = 1024, device: Any = None, reps: int = 20) -> Host
             fn()
             synchronize(dev)
             finished.append(time.perf_counter() - t0)
-    return HostSync(n, dev.type, returned, finished, r.median_s, bench_quietness(None, w) or getattr(r, "quietness", None))
+    return HostSync(n, dev.type, returned, finished, r.median_s, of_bench(r, w))
 
 
 @dataclass(frozen=True)

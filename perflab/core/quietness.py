@@ -47,10 +47,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from perflab.core.verdicts import QUIETNESS
+
 DISTURBED_SHARE = 0.10  # others' share of the measurement's cores above which it is disturbed
 MIN_WINDOW_TICKS = 5  # a window shorter than this many clock ticks cannot be told quiet
 _TICK_SLACK = 1  # ticks a window's difference of two counter readings may be off by, per core
-VERDICTS = ("quiet", "disturbed", "unknown")
+VERDICTS = QUIETNESS  # perflab.core.verdicts: quiet, disturbed, unknown
 
 
 @dataclass(frozen=True)
@@ -487,3 +489,18 @@ class MadeUpLoad:
 
     def gpu_end(self, index: int, start: Any) -> GpuWindow | None:
         return self.gpu
+
+
+def of_bench(result: Any, watched: Any = None) -> Quietness:
+    """The quietness a timing carries (`BenchResult.quietness`), or what a `watch` block around it saw
+    when the timing's own verdict is missing or unknown (a window too short to judge)."""
+    q = as_quietness(getattr(result, "quietness", None))
+    w = getattr(watched, "result", None)
+    return as_quietness(w) if q.verdict == "unknown" and w is not None else q
+
+
+def as_quietness(q: Any) -> Quietness:
+    """A Quietness from one, from its JSON form (a saved row), or unknown from anything else."""
+    if isinstance(q, Quietness):
+        return q
+    return Quietness.from_json(q) if isinstance(q, dict) else UNKNOWN

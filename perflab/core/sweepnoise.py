@@ -4,16 +4,21 @@ A sweep measures one quantity (TFLOP/s, higher is better) along an ordered param
 size). On a shared machine one point can be measured in a quiet moment while its neighbours were
 slowed, or the reverse, and that single point then "wins" the sweep. The rule here:
 
-* **noise** σ (relative): 1.4826 × the median absolute log-deviation of each point from the median of
-  its `NEIGHBOURS` nearest points on each side (a robust spread of the sweep around its own smooth
-  trend, which one spike cannot move; only with `MIN_POINTS` points or more, since in a shorter
-  sweep that scatter is the curve's own shape), and never less than the points' own timing spread (median of
-  IQR / median / 1.349 over the points, where the timer reports it) nor `MIN_NOISE`.
-* **outlier**: a point whose log-deviation from its neighbours is more than `K` σ. An outlier is
-  measured again (up to `retries` times) before it can win. Its value is then the median of all its
-  measurements. Still an outlier and most of its measurements lie within `K` σ of that median:
-  **confirmed**, a real step (an aligned width is faster than its neighbours), it may win; otherwise
-  (or measured only once) **unstable**, it cannot win.
+* **noise** σ (relative): how much one point's figure moves when it is measured again. With a way to
+  measure (a sweep that runs), `CONTROLS` points spread evenly over the sweep are measured once more,
+  and σ = 1.4826 × the median |ln(second / first)| / √2 (a robust σ of one measurement: the difference
+  of two has √2 of it). It is never less than the points' own timing noise (the standard error of a
+  median of n calls, 1.2533 × IQR / median / 1.349 / √n, `perflab.core.stats`; the spread of one
+  call when n is not known) nor `MIN_NOISE` (1 %). A point's neighbours say nothing about σ: on a
+  GPU an aligned width runs 2.7× faster than the width beside it (an H200's SwiGLU sweep), which
+  is the landscape, not noise.
+* **outlier**: a point above the median of its `NEIGHBOURS` nearest points on each side by more than
+  `K` σ. Before such a point can win it is measured again (up to `retries` times), highest first,
+  until the highest point that may win is settled. Its value is then the median of all its
+  measurements. If most of them lie within K σ of that median it is **confirmed** (an aligned width
+  really is faster) and may win; otherwise it is **unstable** and cannot. One measured only once (no
+  way to measure, or a higher point settled the sweep first, or `MAX_EXAMINED` were measured) is
+  **unconfirmed** and cannot win either. A point below its neighbours is not measured again.
 * **disturbed**: a measurement during which other programs used the machine (its quietness,
   `perflab.core.quietness`) is measured again within the same budget; a point whose measurements
   were all disturbed is marked disturbed, and a disturbed winner or baseline makes the decision
@@ -21,82 +26,34 @@ slowed, or the reverse, and that single point then "wins" the sweep. The rule he
 * **the decision**: the winner beats the baseline when ln(winner / baseline) > `K` · σ · √2 (two noisy
   points); otherwise it is within the noise.
 
-Everything here works on injected numbers (tests/unit/core/test_sweepnoise.py gives spikes, steps and
-busy points); the sweeps (`perflab.gemm.swiglu`, `perflab.gemm.mamf`) supply the measurements.
+Everything here works on injected numbers (tests/unit/core/test_sweepnoise.py gives spikes, steps,
+jagged landscapes and busy points); the sweeps (`perflab.gemm.swiglu`, `perflab.gemm.mamf`,
+`perflab.gemm.heads`) supply the measurements.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perflab.core.quietness import UNKNOWN, Quietness, as_quietness
+from perflab.core.stats import IQR_TO_SIGMA, MAD_TO_SIGMA, MIN_NOISE, K, median_se
+from perflab.core.verdicts import CHOOSE, INCONCLUSIVE, WITHIN_NOISE, busy_text
+
 NEIGHBOURS = 2  # points on each side a point is compared with
-K = 3.0  # deviations beyond K·σ are outliers; a winner must beat the baseline by K·σ·√2
-MIN_NOISE = 0.01  # 1 %: no timing on a shared machine is steadier than this
-MIN_POINTS = 8  # fewer points: their scatter around their neighbours is the curve's own shape, not noise
-MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal
-IQR_TO_SIGMA = 1.349  # interquartile range → standard deviation of a normal
+CONTROLS = 4  # points measured twice to read the run-to-run noise
+MAX_EXAMINED = 6  # outliers measured again, highest first, before the rest above the winner are set aside
 
-RULE = (f"noise σ = {MAD_TO_SIGMA} × median |ln(point / median of its {NEIGHBOURS} neighbours each side)| (with "
-        f"{MIN_POINTS} points or more), at least the points' own timing spread (IQR/1.349) and {MIN_NOISE:.0%}; a point more than {K:g} σ from its "
-        f"neighbours is measured again before it can win; a winner must beat the baseline by more than "
-        f"{K:g}·σ·√2")
+RULE = (f"noise σ = {MAD_TO_SIGMA} × median |ln(second / first)| / √2 over {CONTROLS} points measured twice, at "
+        f"least the medians' own standard error and {MIN_NOISE:.0%}; a point more than {K:g} σ above its "
+        f"{NEIGHBOURS} neighbours each side is measured again before it can win; a winner must beat the "
+        f"baseline by more than {K:g}·σ·√2")
 
 
-# ---------------------------------------------------------------- quietness, duck-typed
-
-def verdict_of(q: Any) -> str:
-    """'quiet', 'disturbed' or 'unknown' of a Quietness, its JSON dict, or None (unknown)."""
-    if q is None:
-        return "unknown"
-    v = q.get("verdict") if isinstance(q, Mapping) else getattr(q, "verdict", None)
-    return str(v) if v in ("quiet", "disturbed", "unknown") else "unknown"
-
-
-def cause_of(q: Any) -> str:
-    if q is None:
-        return "quietness not measured"
-    c = q.get("cause") if isinstance(q, Mapping) else getattr(q, "cause", None)
-    return str(c or verdict_of(q))
-
-
-def quietness_json(q: Any) -> dict[str, Any] | None:
-    """A Quietness (or its dict) as JSON, or None."""
-    if q is None:
-        return None
-    d = q if isinstance(q, Mapping) else (q.to_json() if callable(getattr(q, "to_json", None)) else None)
-    if isinstance(d, Mapping):
-        return {str(k): v for k, v in d.items()}
-    return {"verdict": verdict_of(q), "cause": cause_of(q)}
-
-
-class _Unwatched:
-    result = None
-
-
-@contextlib.contextmanager
-def watching(device: Any = "cpu") -> Iterator[Any]:
-    """`perflab.core.quietness.watch(device)` when that module is there: its `.result` after the block
-    is the window's Quietness; without it `.result` stays None (quietness unknown)."""
-    try:
-        from perflab.core import quietness  # type: ignore[attr-defined]
-    except ImportError:
-        yield _Unwatched()
-        return
-    with quietness.watch(str(device)) as w:
-        yield w
-
-
-def bench_quietness(result: Any, watched: Any = None) -> Any:
-    """The quietness a timing carries (`BenchResult.quietness`), or what a `watching` block around it
-    saw when the timing's own verdict is missing or unknown (a window too short to judge)."""
-    q = getattr(result, "quietness", None)
-    w = getattr(watched, "result", None)
-    return w if verdict_of(q) == "unknown" and w is not None else q
+quietness_of = as_quietness  # a Quietness from one, from its JSON form (a saved row), or unknown
 
 
 # ---------------------------------------------------------------- noise and outliers
@@ -104,15 +61,31 @@ def bench_quietness(result: Any, watched: Any = None) -> Any:
 @dataclass(frozen=True)
 class Measured:
     """One measurement of one point: its value (higher is better), its relative timing spread
-    (IQR / median, or None) and the machine's quietness while it ran."""
+    (IQR / median of its calls, or None), how many calls (None: not known) and the machine's
+    quietness while it ran."""
 
     value: float
     spread: float | None = None
-    quietness: Any = None
+    quietness: Quietness = UNKNOWN
+    n: int | None = None
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.quietness)
+        return self.quietness.verdict
+
+    @property
+    def timing_noise(self) -> float | None:
+        """The relative noise of this measurement from its own calls: the standard error of their
+        median (σ of one call when n is not known); None without a spread."""
+        if self.spread is None or not math.isfinite(self.spread) or self.spread < 0:
+            return None
+        sigma = self.spread / IQR_TO_SIGMA
+        return median_se(sigma, self.n) if self.n else sigma
+
+
+def measured(value: float, spread: float | None = None, quietness: Any = None, n: int | None = None) -> Measured:
+    """A Measured from a saved row's fields (the quietness as its JSON form, or None)."""
+    return Measured(float(value), spread, quietness_of(quietness), int(n) if n else None)
 
 
 def deviations(values: Sequence[float], neighbours: int = NEIGHBOURS) -> list[float]:
@@ -126,17 +99,25 @@ def deviations(values: Sequence[float], neighbours: int = NEIGHBOURS) -> list[fl
     return out
 
 
-def noise(values: Sequence[float], spreads: Sequence[float | None] = (), neighbours: int = NEIGHBOURS) -> float:
-    """The sweep's relative noise σ (see the module docstring)."""
-    dev = deviations(values, neighbours)
-    mad = MAD_TO_SIGMA * statistics.median(abs(d) for d in dev) if len(dev) >= MIN_POINTS else 0.0
-    own = [s / IQR_TO_SIGMA for s in spreads if s is not None and math.isfinite(s) and s >= 0]
-    return max(mad, statistics.median(own) if own else 0.0, MIN_NOISE)
+def noise(measurements: Sequence[Measured] = (), pairs: Sequence[tuple[float, float]] = ()) -> float:
+    """The relative noise σ of one measurement (module docstring): from `pairs` of the same point
+    measured twice, at least the measurements' own timing noise and MIN_NOISE."""
+    run = [abs(math.log(b / a)) for a, b in pairs if a > 0 and b > 0]
+    between = MAD_TO_SIGMA * statistics.median(run) / math.sqrt(2) if run else 0.0
+    own = [t for t in (m.timing_noise for m in measurements) if t is not None]
+    return max(between, statistics.median(own) if own else 0.0, MIN_NOISE)
 
 
 def outliers(values: Sequence[float], sigma: float, neighbours: int = NEIGHBOURS) -> list[int]:
-    """Indices of the points more than K·σ from their neighbours."""
-    return [i for i, d in enumerate(deviations(values, neighbours)) if abs(d) > K * sigma]
+    """Indices of the points more than K·σ above their neighbours (the ones a spike could make win)."""
+    return [i for i, d in enumerate(deviations(values, neighbours)) if d > K * sigma]
+
+
+def controls(n: int, k: int = CONTROLS) -> list[int]:
+    """`k` indices spread evenly over `n` points (all of them when n ≤ k)."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
 # ---------------------------------------------------------------- settling a sweep
@@ -145,7 +126,9 @@ def outliers(values: Sequence[float], sigma: float, neighbours: int = NEIGHBOURS
 class Point:
     key: Any  # the swept parameter (a width, a size, a shape)
     measurements: list[Measured]
-    status: str = "ok"  # 'ok', 'confirmed' (a real outlier), 'unstable' (a spike that would not repeat)
+    # 'ok'; above its neighbours beyond the noise: 'confirmed' (measured again, it repeated), 'unstable'
+    # (measured again, it did not) or 'unconfirmed' (measured once: a higher point settled the sweep first)
+    status: str = "ok"
     deviation: float = 0.0
 
     @property
@@ -164,20 +147,20 @@ class Point:
         return all(m.verdict == "disturbed" for m in self.measurements)
 
     @property
-    def quietness(self) -> Any:
+    def quietness(self) -> Quietness:
         """The quietness of the measurement that best represents the point (a quiet one when there is one)."""
         ms = sorted(self.used, key=lambda m: abs(m.value - self.value))
-        return ms[0].quietness if ms else None
+        return ms[0].quietness if ms else UNKNOWN
 
     @property
     def eligible(self) -> bool:
-        """May this point win? Not unstable (a spike that would not repeat)."""
-        return self.status != "unstable"
+        """May this point win? Not a spike that did not repeat, nor one measured only once."""
+        return self.status in ("ok", "confirmed")
 
     def as_json(self) -> dict[str, Any]:
         return {"status": self.status, "deviation": self.deviation, "measurements": len(self.measurements),
                 "values": [m.value for m in self.measurements], "disturbed": self.disturbed,
-                "quietness": quietness_json(self.quietness)}
+                "quietness": self.quietness.to_json()}
 
 
 @dataclass
@@ -207,48 +190,83 @@ class Settled:
 def settle(keys: Sequence[Any], first: Mapping[Any, Sequence[Measured]],
            measure: Callable[[Any, int], Measured] | None = None, *, retries: int = 2,
            neighbours: int = NEIGHBOURS) -> Settled:
-    """The sweep's points, ordered by `keys`, after the outlier and quietness rules (module docstring).
+    """The sweep's points, ordered by `keys`, after the noise, outlier and quietness rules (module docstring).
 
     first[key]: the measurements already taken of each point. measure(key, attempt) takes one more
     (attempt = 1, 2, ...; at most `retries` more of each point, whatever the reason); None takes none
-    (the points are judged as they are)."""
+    (the points are judged as they are, and σ is their own timing noise)."""
     pts = [Point(k, list(first.get(k, ()))) for k in keys]
     pts = [p for p in pts if p.measurements]
     extra = {p.key: 0 for p in pts}  # each point's budget: `retries` more measurements in all
     done = 0
+    notes: list[str] = []
 
-    def again(p: Point) -> None:
+    def again(p: Point) -> Measured:
         nonlocal done
         extra[p.key] += 1
         done += 1
-        p.measurements.append(measure(p.key, extra[p.key]))  # type: ignore[misc]
+        m = measure(p.key, extra[p.key])  # type: ignore[misc]
+        p.measurements.append(m)
+        return m
 
     if measure is not None:
         for p in pts:  # disturbed points first: measured again while the budget lasts
             while p.disturbed and extra[p.key] < retries:
                 again(p)
-    values = [p.value for p in pts]
-    sigma = noise(values, [p.measurements[0].spread for p in pts], neighbours)
-    if measure is not None:
-        for _ in range(2):  # a point can become an outlier once a spike beside it is measured again
-            for i in outliers(values, sigma, neighbours):
-                while extra[pts[i].key] < retries:
-                    again(pts[i])
-            values = [p.value for p in pts]
-    for p, d in zip(pts, deviations(values, neighbours), strict=True):
+    pairs: list[tuple[float, float]] = []
+    if measure is not None and retries > 0:
+        quiet = [p for p in pts if not p.disturbed]
+        for i in controls(len(quiet)):
+            p = quiet[i]
+            before = p.value
+            m = again(p)
+            if m.verdict != "disturbed":
+                pairs.append((before, m.value))
+    elif pts:
+        notes.append("run-to-run noise not measured (no point measured twice): σ is the points' own timing noise")
+    sigma = noise([m for p in pts for m in p.measurements], pairs)
+
+    def judge(p: Point, d: float) -> None:
         p.deviation = d
-        if abs(d) > K * sigma:
+        p.status = "ok"
+        if d > K * sigma:
             vs = [m.value for m in p.used]
+            if len(vs) < 2:
+                p.status = "unconfirmed"
+                return
             near = sum(abs(math.log(v / p.value)) <= K * sigma for v in vs)
-            p.status = "confirmed" if len(vs) > 1 and near * 2 > len(vs) else "unstable"
-    s = Settled(pts, sigma, done)
+            p.status = "confirmed" if near * 2 > len(vs) else "unstable"
+
+    def judge_all() -> None:
+        for p, d in zip(pts, deviations([p.value for p in pts], neighbours), strict=True):
+            judge(p, d)
+
+    # the highest point that may win is settled first: an outlier is measured again, `retries` times in
+    # all, before it can win; one that did not repeat drops out and the next highest is settled
+    examined: set[Any] = set()
+    while measure is not None:
+        judge_all()
+        pool = sorted((p for p in pts if p.status != "unstable" or extra[p.key] < retries), key=lambda p: -p.value)
+        top = pool[0] if pool else None
+        if (top is None or top.status == "ok" or extra[top.key] >= retries
+                or (top.key not in examined and len(examined) >= MAX_EXAMINED)):
+            break
+        examined.add(top.key)
+        while extra[top.key] < retries:
+            again(top)
+    judge_all()
+    s = Settled(pts, sigma, done, notes=notes)
     bad = [p for p in pts if p.status == "unstable"]
     if bad:
-        s.notes.append(f"{len(bad)} point(s) disagreed with their neighbours and did not repeat: they cannot win "
+        s.notes.append(f"{len(bad)} point(s) stood above their neighbours and did not repeat: they cannot win "
                        f"({', '.join(str(p.key) for p in bad)})")
+    unsure = [p for p in pts if p.status == "unconfirmed"]
+    if unsure:
+        s.notes.append(f"{len(unsure)} point(s) stood above their neighbours and were measured only once: they cannot "
+                       f"win ({', '.join(str(p.key) for p in unsure[:8])}{', …' if len(unsure) > 8 else ''})")
     busy = [p for p in pts if p.disturbed]
     if busy:
-        s.notes.append(f"{len(busy)} point(s) stayed disturbed ({cause_of(busy[0].quietness)})")
+        s.notes.append(f"{len(busy)} point(s) stayed disturbed ({busy[0].quietness.cause})")
     return s
 
 
@@ -272,13 +290,12 @@ def decide(winner: Point, baseline: Point, sigma: float, what: str = "the winner
     margin = math.exp(K * sigma * math.sqrt(2))
     busy = next((p for p in (winner, baseline) if p.disturbed), None)
     if busy is not None:
-        return Decision("inconclusive", sp, margin,
-                        f"inconclusive: the machine was busy ({cause_of(busy.quietness)}); measure again when it is quiet")
+        return Decision(INCONCLUSIVE, sp, margin, busy_text(busy.quietness.cause) + "; measure again when it is quiet")
     if winner.key == baseline.key:
-        return Decision("within the noise", 1.0, margin, f"{what} is the baseline itself")
+        return Decision(WITHIN_NOISE, 1.0, margin, f"{what} is the baseline itself")
     if sp > margin:
-        return Decision("choose", sp, margin, f"{what} is {sp:.2f}× the baseline, beyond the noise (needs > {margin:.2f}×)")
-    return Decision("within the noise", sp, margin,
+        return Decision(CHOOSE, sp, margin, f"{what} is {sp:.2f}× the baseline, beyond the noise (needs > {margin:.2f}×)")
+    return Decision(WITHIN_NOISE, sp, margin,
                     f"{what} is {sp:.2f}× the baseline, within the noise (a real gain needs > {margin:.2f}×)")
 
 
@@ -295,7 +312,7 @@ def saved_summary(rows: Sequence[Mapping[str, Any]], measured_now: set[str]) -> 
     if not old:
         return None
     times = sorted(str(r.get("time", "undated")).replace("T", " ")[:16] for r in old)
-    verdicts = [verdict_of(r.get("quietness")) for r in old]
+    verdicts = [quietness_of(r.get("quietness")).verdict for r in old]
     q = ", ".join(f"{verdicts.count(v)} {v}" for v in ("quiet", "disturbed", "unknown") if verdicts.count(v))
     return {"points": len(old), "of": len(ok), "from": times[0], "to": times[-1], "quietness": f"machine {q}"}
 

@@ -82,15 +82,17 @@ class BenchResult(ReadoutMixin):
         return statistics.stdev(self.times_s) if self.n > 1 else 0.0
 
     def quantile(self, q: float) -> float:
-        xs = sorted(self.times_s)
-        pos = q * (len(xs) - 1)
-        lo, hi = math.floor(pos), math.ceil(pos)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+        """The `q` quantile of the timed samples (`perflab.core.stats.quantile`: linear interpolation)."""
+        from perflab.core.stats import quantile
+
+        return quantile(self.times_s, q)
 
     @property
     def iqr_s(self) -> float:
         """Interquartile range (p75 − p25): the spread of the middle half of the samples."""
-        return self.quantile(0.75) - self.quantile(0.25)
+        from perflab.core.stats import iqr
+
+        return iqr(self.times_s)
 
     @property
     def spread(self) -> float:

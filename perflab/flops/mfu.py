@@ -470,7 +470,7 @@ def mfu_basis(device, dtype: str, shape: tuple[int, int, int] | None = None, *, 
        ceiling, and so every MFU against it, suspect).
 
     `watch(device)` is the context manager whose `.result` is the measurement's quietness (default
-    `perflab.core.sweepnoise.watching`; tests inject one). An estimated CPU peak is never the basis:
+    `perflab.core.quietness.watch`; tests inject one). An estimated CPU peak is never the basis:
     it assumes every core's vector units busy at the nominal clock, which no training step reaches."""
     import torch
 
@@ -498,13 +498,8 @@ def measured_basis(device, dtype: str, shape: tuple[int, int, int] | None = None
 
     from perflab.core.device import describe
     from perflab.core.hardware import ceiling_problem, peaks_for
-    from perflab.core.sweepnoise import (
-        bench_quietness,
-        cause_of,
-        quietness_json,
-        verdict_of,
-        watching,
-    )
+    from perflab.core.quietness import of_bench
+    from perflab.core.quietness import watch as watching
 
     dev = torch.device(device) if device is not None else None
     info = describe(dev)
@@ -524,17 +519,18 @@ def measured_basis(device, dtype: str, shape: tuple[int, int, int] | None = None
             r = M.measure_matmul(m, n, k, "fp32" if dtype == "tf32" and (dev is None or dev.type != "cuda") else dtype,
                                  dev, warmup_ms=25 if dev is None or dev.type != "cuda" else 50,
                                  rep_ms=150 if dev is None or dev.type != "cuda" else 300, check=False, min_reps=3)
-        q = quietness_json(bench_quietness(getattr(r, "bench", None), w))
-        if verdict_of(q) != "disturbed":
+        qq = of_bench(getattr(r, "bench", None), w)
+        q = qq.to_json()
+        if not qq.disturbed:
             break
     # a ceiling is what the device can do: the fastest of the timed calls
     tflops = 2 * m * n * k / r.min_s / 1e12
     what = f"fastest of {r.n_reps} timed {m}×{n}×{k} {dtype} matmuls"
     date = time.strftime("%Y-%m-%d %H:%M")
     problem = ceiling_problem(tflops, dtype, peaks)
-    if problem is None and verdict_of(q) != "quiet":
-        problem = (f"measured while the machine was busy ({cause_of(q)}), so every MFU against it is suspect"
-                   if verdict_of(q) == "disturbed" else "the machine's quietness could not be read")
+    if problem is None and not qq.quiet:
+        problem = (f"measured while the machine was busy ({qq.cause}), so every MFU against it is suspect"
+                   if qq.disturbed else "the machine's quietness could not be read")
     prev = versions[-1] if versions else None
     if problem is None and prev is not None and _share(prev.get("quietness")) < _share(q):
         problem = f"the stored version {prev['version']} was measured on a quieter machine"

@@ -161,14 +161,14 @@ def fastest_head_size(result, *, device=None, warmup_ms: float = 10, rep_ms: flo
     beyond the sweep's noise, or measured while the machine was busy, is measured again (up to
     `retries` times) before it can win; then the winner is compared with the runner-up: beyond
     the noise, within it, or inconclusive (busy). `measure(params)` replaces the real timing (tests)."""
-    from perflab.core.sweepnoise import Measured, decide, settle
+    from perflab.core.sweepnoise import Measured, decide, measured, settle
 
     rows = {int(r["params"]["d"]): r for r in result.rows if r.get("status") == "ok"}
     if not rows:
         return HeadWinner(None, None, "no head size could be measured", False, float("nan"))
 
     def m_of(r) -> Measured:
-        return Measured(float(r["tflops"]), r.get("spread"), r.get("quietness"))
+        return measured(r["tflops"], r.get("spread"), r.get("quietness"), r.get("n_reps"))
 
     def again(d, attempt: int) -> Measured:
         p = rows[int(d)]["params"]

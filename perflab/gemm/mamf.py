@@ -94,7 +94,7 @@ def measure_point(m: int, n: int, k: int, dtype: str = "bf16", device=None, *, f
 
     from perflab.core.device import pick_device
     from perflab.core.measure import tf32_mode, validate_matmul
-    from perflab.core.sweepnoise import bench_quietness, quietness_json, watching
+    from perflab.core.quietness import of_bench, watch
     from perflab.core.timing import bench
 
     dev = torch.device(device) if device is not None else pick_device()
@@ -103,14 +103,14 @@ def measure_point(m: int, n: int, k: int, dtype: str = "bf16", device=None, *, f
     with ctx:
         fn, a, b = _operands(m, n, k, dt, dev)
         rel = _check(fn, a, b, dt) if check else float("nan")
-        with watching(dev) as w:
+        with watch(dev) as w:
             r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=flush_l2,
                       label=f"mamf {m}×{n}×{k} {dt.name}")
     flops = 2 * m * n * k
     mean_s = statistics.fmean(r.times_s)
     return {"mean_tflops": flops / mean_s / 1e12, "median_tflops": flops / r.median_s / 1e12,
             "max_tflops": flops / r.min_s / 1e12, "median_s": r.median_s, "n_reps": r.n, "rel_error": rel,
-            "flushed_l2": r.flushed_l2, "spread": r.iqr_s / r.median_s, "quietness": quietness_json(bench_quietness(r, w))}
+            "flushed_l2": r.flushed_l2, "spread": r.iqr_s / r.median_s, "quietness": of_bench(r, w).to_json()}
 
 
 # ---------------------------------------------------------------- the search
@@ -331,9 +331,9 @@ def _confirmed_best(candidates, rows, scores, key: str, stat: str, measure_fn, f
     more times; the first whose measurements agree within K·σ (σ: the points' own timing spread, at
     least MIN_NOISE) wins with the median of them. None repeats: the first, marked unconfirmed."""
     from perflab.core.results import run_sweep
-    from perflab.core.sweepnoise import K, Measured, Point, noise, quietness_json
+    from perflab.core.sweepnoise import K, Point, measured, noise, quietness_of
 
-    sigma = noise([], [r.get("spread") for r in rows.values()])
+    sigma = noise([measured(1.0, r.get("spread"), None, r.get("n_reps")) for r in rows.values()])
 
     def record(idx, pt: Point | None, confirmed: bool) -> dict[str, Any]:
         b = rows[idx]
@@ -341,7 +341,7 @@ def _confirmed_best(candidates, rows, scores, key: str, stat: str, measure_fn, f
         out = {"m": b["m"], "n": b["n"], "k": b["k"], "tflops": value, "stat": stat, "mean": b["mean"],
                "median": b["median"], "max": b["max"], "confirmed": confirmed, "noise": sigma,
                "measurements": len(pt.measurements) if pt is not None else 1,
-               "quietness": quietness_json(pt.quietness if pt is not None else b.get("quietness")),
+               "quietness": (pt.quietness if pt is not None else quietness_of(b.get("quietness"))).to_json(),
                "disturbed": bool(pt.disturbed) if pt is not None else None}
         if stat != "max":
             out[stat] = value
@@ -355,8 +355,8 @@ def _confirmed_best(candidates, rows, scores, key: str, stat: str, measure_fn, f
         pts = [{"m": b["m"], "n": b["n"], "k": b["k"], "dtype": dtype, "again": a}
                for a in range(1, retries + 1)]
         res = run_sweep(cfile.stem, pts, measure_fn, path=cfile, progress=False)
-        ms = [Measured(scores[idx], b.get("spread"), b.get("quietness"))]
-        ms += [Measured(float(r[key]), r.get("spread"), r.get("quietness")) for r in res.rows
+        ms = [measured(scores[idx], b.get("spread"), b.get("quietness"), b.get("n_reps"))]
+        ms += [measured(r[key], r.get("spread"), r.get("quietness"), r.get("n_reps")) for r in res.rows
                if r.get("status") == "ok" and r.get(key) is not None]
         pt = Point(idx, ms)
         vals = [m.value for m in pt.used]
@@ -392,7 +392,7 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
     import torch
 
     from perflab.core.hardware import ceiling_problem, peaks_for
-    from perflab.core.sweepnoise import cause_of, verdict_of
+    from perflab.core.sweepnoise import quietness_of
 
     if result.best is None:
         raise ValueError("save_ceiling_record needs a search that measured at least one point")
@@ -408,10 +408,10 @@ def save_ceiling_record(result: MamfResult, info, axes) -> Path:
     problem = ceiling_problem(float(rec["tflops"]), result.dtype, peaks_for(info))
     if problem is None and rec.get("confirmed") is False:
         problem = "the best shape's figure did not repeat when measured again"
-    if problem is None and verdict_of(q) != "quiet":
-        problem = (f"measured while the machine was busy ({cause_of(q)})" if verdict_of(q) == "disturbed"
+    if problem is None and quietness_of(q).verdict != "quiet":
+        problem = (f"measured while the machine was busy ({quietness_of(q).cause})" if quietness_of(q).disturbed
                    else "the machine's quietness could not be read")
-    if problem is None and old and verdict_of(old.get("quietness")) == "quiet" and _share(old) < _share(rec):
+    if problem is None and old and quietness_of(old.get("quietness")).quiet and _share(old) < _share(rec):
         problem = f"the stored ceiling ({old['tflops']:.4g} TFLOP/s, {old.get('date', 'undated')}) was measured on a quieter machine"
     if problem:
         rec["questioned"] = problem

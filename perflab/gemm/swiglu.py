@@ -134,7 +134,7 @@ def measure_width(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=No
     from perflab.core.device import pick_device
     from perflab.core.dtypes import parse_dtype
     from perflab.core.measure import tf32_mode
-    from perflab.core.sweepnoise import bench_quietness, quietness_json, watching
+    from perflab.core.quietness import of_bench, watch
     from perflab.core.timing import bench
 
     dev = torch.device(device) if device is not None else pick_device()
@@ -143,12 +143,12 @@ def measure_width(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=No
     with ctx:
         fn, check = make_mlp_gemms(tokens, h, d_ff, dt.name, dev)
         rel = check()
-        with watching(dev) as w:
+        with watch(dev) as w:
             r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
                       label=f"SwiGLU MLP h={h} d_ff={d_ff}")
     return {"seconds": r.median_s, "tflops": mlp_flops(tokens, h, d_ff) / r.median_s / 1e12, "iqr_s": r.iqr_s,
             "spread": r.iqr_s / r.median_s, "n_reps": r.n, "rel_error": rel,
-            "quietness": quietness_json(bench_quietness(r, w))}
+            "quietness": of_bench(r, w).to_json()}
 
 
 @dataclass
@@ -185,7 +185,7 @@ class SwigluSearch:
 
     def decision(self, row: dict[str, Any] | None = None, what: str = "the fastest width"):
         """`perflab.core.sweepnoise.Decision` of `row` (default: the best) against the baseline."""
-        from perflab.core.sweepnoise import Measured, Point, decide
+        from perflab.core.sweepnoise import Point, decide, measured
 
         row = row or self.best
         base = self.baseline_row
@@ -194,7 +194,7 @@ class SwigluSearch:
 
         def point(r):
             q = r.get("quietness_json")
-            return Point(int(r["d_ff"]), [Measured(float(r["tflops"]), None, q or {"verdict": r.get("quietness")})])
+            return Point(int(r["d_ff"]), [measured(r["tflops"], None, q or {"verdict": r.get("quietness")})])
 
         return decide(point(row), point(base), self.noise, what)
 
@@ -310,7 +310,7 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
     from perflab.core.device import describe, pick_device
     from perflab.core.dtypes import check_supported
     from perflab.core.results import point_key, run_sweep, set_aside, sweep_path
-    from perflab.core.sweepnoise import Measured, saved_summary, settle
+    from perflab.core.sweepnoise import Measured, measured, saved_summary, settle
 
     dev = torch.device(device) if device is not None else pick_device()
     h, tokens = positive_int("hidden", h), positive_int("tokens", tokens)
@@ -343,13 +343,13 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
     res = run_sweep(sweep, pts, measure_fn, device_slug=info.slug, progress=progress, on_point=seen)
     rows = list(res.rows)
 
-    def measured(row: dict[str, Any]) -> Measured:
-        return Measured(float(row["tflops"]), row.get("spread"), row.get("quietness"))
+    def measured_row(row: dict[str, Any]) -> Measured:
+        return measured(row["tflops"], row.get("spread"), row.get("quietness"), row.get("n_reps"))
 
     first: dict[int, list[Measured]] = {}
     for r in rows:
         if r.get("status") == "ok":
-            first.setdefault(int(r["params"]["d_ff"]), []).append(measured(r))
+            first.setdefault(int(r["params"]["d_ff"]), []).append(measured_row(r))
 
     def again(w, attempt: int) -> Measured:
         p = {"h": h, "tokens": tokens, "d_ff": int(w), "dtype": dt.name, "again": attempt}
@@ -358,7 +358,7 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
         r = rr.rows[0] if rr.rows else {}
         if r.get("status") != "ok":  # a width that failed on its second try keeps its first measurements
             return first[int(w)][0]
-        return measured(r)
+        return measured_row(r)
 
     settled = settle(ws, first, again, retries=retries)
     out = _assemble(h, tokens, dt.name, info.name, base, res, settled)
@@ -369,7 +369,7 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
 def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res, settled=None) -> SwigluSearch:
     import pandas as pd
 
-    from perflab.core.sweepnoise import RULE, quietness_json, verdict_of
+    from perflab.core.sweepnoise import RULE
     from perflab.gemm.shapes import largest_pow2_divisor
 
     df = res.ok_frame().copy() if len(res.frame) else pd.DataFrame()
@@ -381,8 +381,8 @@ def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res,
         w = int(p.key)
         recs.append({"d_ff": w, "tflops": p.value, "seconds": mlp_flops(tokens, h, w) / p.value / 1e12,
                      "status": p.status, "eligible": p.eligible, "disturbed": p.disturbed,
-                     "measurements": len(p.measurements), "quietness": verdict_of(p.quietness),
-                     "quietness_json": quietness_json(p.quietness)})
+                     "measurements": len(p.measurements), "quietness": p.quietness.verdict,
+                     "quietness_json": p.quietness.to_json()})
     df = pd.DataFrame(recs)
     ref = 8 * h * h
     df["params"] = 3 * h * df["d_ff"]

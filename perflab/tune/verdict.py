@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.core.quietness import UNKNOWN, Quietness
+from perflab.core.stats import iqr
 
 ADOPT_MIN_GAIN = 0.02  # a rung must make the step at least 2 % faster to be adopted
 CONFIDENCE = 0.90  # the interval's coverage
@@ -299,8 +300,7 @@ def noise_allowance_s(prev_times: Sequence[float], cand_times: Sequence[float], 
     spread = 0.0
     for ts in (prev_times, cand_times):
         if len(ts) >= 4:
-            q = statistics.quantiles(ts, n=4)
-            spread = max(spread, q[2] - q[0])
+            spread = max(spread, iqr(ts))
         elif len(ts) >= 2:
             spread = max(spread, max(ts) - min(ts))
     return max(floor_share * step_s, 2 * spread)
