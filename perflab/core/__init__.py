@@ -17,10 +17,14 @@ nothing else from perflab.
 - `compare`: sentences that compare two measured numbers, computed from them (lesson 00)
 - `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
 - `readout`: numbers and results formatted for a person (rounded, with units and the spread)
+- `stats`: one quantile rule, the IQR, the standard error of a median, two medians compared
+- `verdicts`: the words a measurement lets perflab say (quiet, disturbed; agree, differ; inconclusive)
+- `jsonable`: JSON made once, at the edge, from perflab's types
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results",
-           "sweepnoise", "measure", "compare", "roofline", "denormals", "readout")
+           "sweepnoise", "measure", "compare", "roofline", "denormals", "readout", "stats", "verdicts",
+           "jsonable")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)
