@@ -6,13 +6,15 @@ nothing else from perflab.
 - `validate`: checks on sizes typed at the CLI or dragged on a slider
 - `dtypes`: data types by the names people use (parsed once, passed on as `DType`)
 - `device`: pick the device, wait for it, describe it
-- `hardware`: spec-sheet facts per accelerator (`data/accelerators.json`, sourced) and a CPU's peak
+- `hardware`: spec-sheet facts per accelerator (`data/accelerators.json`, sourced), the one peak
+  look-up (`spec_peak`), and a CPU's peak
 - `lock`: one measurement per device at a time, across processes and users (a file lock)
 - `quietness`: how much else used the device while something was measured (quiet / disturbed)
 - `timing`: do_bench-style timing (time budgets, device events, L2 flush, median and spread)
 - `results`: sweeps that survive (per-point append, resume, OOM/invalid rows)
 - `sweepnoise`: a sweep's noise and outlier rule, and when its winner beats the baseline
 - `measure`: matmul TFLOP/s, copy GB/s, host→device GB/s
+- `ceiling`: one store of a device's measured matmul ceilings and one rule for what it keeps
 - `roofline`: the roofline model and arithmetic intensity
 - `compare`: sentences that compare two measured numbers, computed from them (lesson 00)
 - `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
@@ -20,11 +22,13 @@ nothing else from perflab.
 - `stats`: one quantile rule, the IQR, the standard error of a median, two medians compared
 - `verdicts`: the words a measurement lets perflab say (quiet, disturbed; agree, differ; inconclusive)
 - `jsonable`: JSON made once, at the edge, from perflab's types
+- `stderr`: keep torch's known C++ noise (the profiler's start/stop lines, the allocator's notes) off
+  stderr, every other line kept
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results",
            "sweepnoise", "measure", "compare", "roofline", "denormals", "readout", "stats", "verdicts",
-           "jsonable")
+           "jsonable", "stderr", "ceiling")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.core.readout import binary_bytes
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class DeviceInfo:
         """A file-name-safe key for this device, e.g. 'cuda-nvidia-h100-80gb-hbm3'."""
         return self.kind + "-" + re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return {"kind": self.kind, "name": self.name, "index": self.index, "host": socket.gethostname(), **self.details}
 
     def table(self) -> list[tuple[str, str]]:

@@ -8,6 +8,10 @@ of every number. Look-up goes by the name torch reports:
     >>> lookup("NVIDIA A10G") is None        # a different chip: never another chip's peak
     True
 
+`spec_peak(accelerator, dtype)` is the one look-up of a dense spec peak: every peak perflab divides
+by (`AcceleratorSpec.peak`, `peaks_for`, `perflab.flops.mfu.resolve_peak`, a planned cluster's,
+a lesson's model GPU, the overlap ratios') comes through it, as TFLOP/s with its source.
+
 `peaks_for(device_info)` gives the peak TFLOP/s per dtype for the current device: the table's
 figures for a known accelerator, `None` ("peak unknown") for an unknown one, and for a CPU an
 estimate from cores × clock × FLOPs per cycle, labelled as such with its inputs.
@@ -20,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perflab.core.dtypes import MATMUL_DTYPES
 
@@ -46,8 +50,9 @@ class AcceleratorSpec:
     examples: tuple[str, ...] = ()
 
     def peak(self, dtype) -> float | None:
-        """Dense peak TFLOP/s for `dtype` (a DType or its name), None when no datasheet gives it."""
-        return self.peak_tflops.get(str(dtype))
+        """Dense peak TFLOP/s for `dtype` (a DType or its name), None when no datasheet gives it
+        (`spec_peak`)."""
+        return spec_peak(self, dtype).tflops
 
     def ridge_point(self, dtype: str) -> float | None:
         """FLOPs per byte above which a kernel is compute-bound on this chip (roofline ridge)."""
@@ -101,6 +106,39 @@ def lookup(name: str) -> AcceleratorSpec | None:
     hits = [a for a in accelerators()
             if all(re.search(p, norm) for p in a.match) and not any(re.search(p, norm) for p in a.exclude)]
     return hits[0] if len(hits) == 1 else None
+
+
+# ---------------------------------------------------------------- the one peak look-up
+
+@dataclass(frozen=True)
+class SpecPeak:
+    """One dense spec-sheet peak: TFLOP/s for one dtype of one accelerator, and where it came from."""
+
+    tflops: float | None  # dense TFLOP/s; None: the accelerator is unknown, or has no such mode
+    dtype: str
+    source: str  # '<name> <dtype> dense (<datasheet>)', or why there is no figure
+    spec: AcceleratorSpec | None = None  # None: not in the table
+
+    @property
+    def known(self) -> bool:
+        return self.tflops is not None
+
+
+def spec_peak(accelerator: AcceleratorSpec | str | None, dtype) -> SpecPeak:
+    """The dense spec peak of `accelerator` for `dtype` (a DType or its name): the one look-up of a peak
+    in perflab's table.
+
+    `accelerator` is a record of the table, its id ('h100-sxm') or the name torch reports. An
+    accelerator the table does not know (`lookup`), or a dtype it gives no dense figure for, gives
+    `tflops` None and a `source` that says which: never another chip's peak."""
+    d = str(dtype)
+    spec = accelerator if isinstance(accelerator, AcceleratorSpec) else lookup(accelerator or "")
+    if spec is None:
+        return SpecPeak(None, d, f"{accelerator!r} is not in perflab's table: peak unknown")
+    v = spec.peak_tflops.get(d)
+    if v is None:
+        return SpecPeak(None, d, f"no dense {d} figure for {spec.name} in the spec table", spec)
+    return SpecPeak(v, d, f"{spec.name} {d} dense ({spec.sources.get('peak_tflops', 'datasheet')})", spec)
 
 
 # ---------------------------------------------------------------- CPU estimate
@@ -226,7 +264,8 @@ class Peaks:
             return f"{dtype}: no dense {dtype} figure for {self.spec.name} in the spec table (no such mode, or none published)"
         return f"{dtype}: {v:g} TFLOP/s dense ({self.spec.name}; {self.spec.sources['peak_tflops']})"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, float | None]:
+        """Peak TFLOP/s per matmul dtype (None: unknown), what `perflab env --json` prints."""
         return {k: self.tflops.get(k) for k in MATMUL_DTYPES}
 
 
@@ -241,7 +280,7 @@ def peaks_for(info: DeviceInfo) -> Peaks:
     if spec is None:
         return Peaks(info.name, {d: None for d in DTYPE_KEYS}, "unknown",
                      notes=[f"{info.name!r} is not in perflab's table: peak unknown; use the measured ceiling"])
-    return Peaks(info.name, dict(spec.peak_tflops), "spec sheet", spec=spec)
+    return Peaks(info.name, {d: spec_peak(spec, d).tflops for d in spec.peak_tflops}, "spec sheet", spec=spec)
 
 
 # ---------------------------------------------------------------- rules for a measured ceiling

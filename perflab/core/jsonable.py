@@ -31,9 +31,11 @@ def to_json(obj: Any) -> Any:
         return obj
     if isinstance(obj, float):
         return obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if isinstance(obj, type):
+        return str(obj)
+    if dataclasses.is_dataclass(obj):
         own = getattr(type(obj), "to_json", None)
-        if callable(own) and own is not _dataclass_to_json:
+        if callable(own):
             return own(obj)
         return _dataclass_to_json(obj)
     if isinstance(obj, Mapping):
@@ -42,13 +44,14 @@ def to_json(obj: Any) -> Any:
         return [to_json(v) for v in obj]
     if isinstance(obj, PurePath):
         return str(obj)
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
+    tolist = getattr(obj, "tolist", None)
+    if callable(tolist):
+        return tolist()
     own = getattr(obj, "to_json", None)
     if callable(own):
         return own()
     try:
-        return float(obj)
+        return float(obj)  # pyright: ignore[reportArgumentType]  # any number type; the rest is text below
     except (TypeError, ValueError):
         return str(obj)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import torch
 
@@ -18,6 +17,7 @@ from perflab.core.device import describe, free_memory_bytes, pick_device
 from perflab.core.dtypes import DType, check_supported, parse_dtype
 from perflab.core.errors import UnsupportedError
 from perflab.core.hardware import peaks_for
+from perflab.core.jsonable import JSON
 from perflab.core.readout import Readout, ReadoutMixin, nbytes, num, percent, seconds, spread_note
 from perflab.core.timing import BenchResult, bench, check_close, default_tolerance
 
@@ -63,7 +63,7 @@ class MatmulResult(ReadoutMixin):
     n_reps: int
     bench: BenchResult = field(repr=False, default=None)  # type: ignore[assignment]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         d = asdict(self)
         d.pop("bench")
         return d
@@ -192,7 +192,7 @@ class BandwidthResult(ReadoutMixin):
     n_reps: int
     iqr_s: float = float("nan")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return asdict(self)
 
     @property

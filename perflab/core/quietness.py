@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from perflab.core.jsonable import JSON
 from perflab.core.verdicts import QUIETNESS
 
 DISTURBED_SHARE = 0.10  # others' share of the measurement's cores above which it is disturbed
@@ -83,7 +84,7 @@ class Quietness:
             return f"disturbed: {self.cause}"
         return f"quietness unknown: {self.cause}" if self.cause else "quietness unknown"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         return {"verdict": self.verdict, "share": _round(self.share), "wall_s": _round(self.wall_s),
                 "cores": self.cores, "others_cpu_s": _round(self.others_cpu_s), "own_threads": self.own_threads,
                 "cause": self.cause}

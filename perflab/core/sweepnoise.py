@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perflab.core.jsonable import JSON
 from perflab.core.quietness import UNKNOWN, Quietness, as_quietness
 from perflab.core.stats import IQR_TO_SIGMA, MAD_TO_SIGMA, MIN_NOISE, K, median_se
 from perflab.core.verdicts import CHOOSE, INCONCLUSIVE, WITHIN_NOISE, busy_text
@@ -157,7 +158,7 @@ class Point:
         """May this point win? Not a spike that did not repeat, nor one measured only once."""
         return self.status in ("ok", "confirmed")
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSON:
         return {"status": self.status, "deviation": self.deviation, "measurements": len(self.measurements),
                 "values": [m.value for m in self.measurements], "disturbed": self.disturbed,
                 "quietness": self.quietness.to_json()}
@@ -182,7 +183,7 @@ class Settled:
         pool = [p for p in self.points if p.eligible and (keys is None or p.key in keys)]
         return max(pool, key=lambda p: p.value, default=None)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSON:
         return {"noise": self.sigma, "rule": self.rule, "remeasured": self.remeasured,
                 "outliers": [p.key for p in self.points if p.status != "ok"], "notes": list(self.notes)}
 
@@ -279,7 +280,7 @@ class Decision:
     margin: float  # the smallest speed-up that counts: exp(K·σ·√2)
     text: str
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSON:
         return {"kind": self.kind, "speedup": self.speedup, "margin": self.margin, "text": self.text}
 
 

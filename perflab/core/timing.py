@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from perflab.core.errors import CorrectnessError
+from perflab.core.jsonable import JSON
 from perflab.core.lock import device_lock
 from perflab.core.quietness import UNKNOWN, Quietness, watch
 from perflab.core.readout import Readout, ReadoutMixin, num, percent, spread_note
@@ -103,7 +104,7 @@ class BenchResult(ReadoutMixin):
         """`work` units per second at the median time (e.g. FLOPs → FLOP/s)."""
         return work / self.median_s
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return {"label": self.label, "device": self.device, "median_s": self.median_s, "mean_s": self.mean_s,
                 "min_s": self.min_s, "max_s": self.max_s, "iqr_s": self.iqr_s, "n": self.n,
                 "calls_per_sample": self.calls_per_sample, "flushed_l2": self.flushed_l2,

@@ -350,3 +350,21 @@ def test_driver_product_names(name, spec_id):
 def test_other_reported_names(name, spec_id):
     got = lookup(name)
     assert (got.id if got else None) == spec_id
+
+
+def test_one_lookup_gives_every_peak_with_its_source():
+    """Every peak perflab divides by comes through `spec_peak`: a record, its id or torch's name give the
+    same figure and datasheet; an unknown chip or a missing mode give no figure and say which."""
+    h100 = hardware.by_id("h100-sxm")
+    for what in (h100, "h100-sxm", "NVIDIA H100 80GB HBM3"):
+        p = hardware.spec_peak(what, "bf16")
+        assert p.known and p.tflops == h100.peak("bf16") == pytest.approx(989.4) and p.spec is h100
+        assert p.source == f"{h100.name} bf16 dense ({h100.sources['peak_tflops']})"
+    unknown = hardware.spec_peak("NVIDIA A10G", "bf16")  # a different chip: never another chip's peak
+    assert not unknown.known and unknown.spec is None and "not in perflab's table" in unknown.source
+    volta = hardware.spec_peak("v100-sxm2-16gb", "bf16")
+    assert volta.tflops is None and volta.spec is not None and "no dense bf16 figure" in volta.source
+    assert hardware.spec_peak(None, "fp32").tflops is None
+    # the device's table of peaks is built from it, and so is its JSON
+    peaks = hardware.peaks_for(device.DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", 0, {}))
+    assert peaks.as_dict()["bf16"] == hardware.spec_peak(h100, "bf16").tflops and peaks.spec is h100
