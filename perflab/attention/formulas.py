@@ -30,15 +30,17 @@ with a causal mask. The backward has five matmuls (dV = Pᵀ·dO, dP = dO·Vᵀ,
 dK = dSᵀ·Q, and the recomputed S = Q·Kᵀ): 2.5× the forward when it recomputes S, 2× when it keeps
 P from the forward (Tri Dao, Dao-AILab/flash-attention#741 and #1525). A training step's model
 FLOPs are forward + 2× forward; its hardware FLOPs forward + 2.5× forward — lesson 02's MFU and
-HFU (perflab.flops.mfu), applied to one layer.
+HFU (perflab.flops.mfu), applied to one layer; `fraction_of_peak` divides through
+`perflab.flops.mfu.utilization`, as every MFU does.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.core.validate import positive_int
 
 LSE_ITEMSIZE = 4  # the log-sum-exp is stored in fp32
@@ -107,13 +109,23 @@ def tile_keys(s: int, block_m: int, block_n: int) -> list[int]:
     return [min(-(-min(s, (i + 1) * bm) // bn) * bn, s) for i in range(q_tiles(s, bm))]
 
 
-def causal_gap(s: int, d: int, itemsize: int = 2, *, block_m: int = 64, block_n: int = 64) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CausalGap:
+    """Why the causal closed form differs from the exact count, for one head (`causal_gap`)."""
+
+    tile_keys: list[int]  # the key rows each Q tile loads
+    keys: int  # their sum
+    closed_keys: float  # what the closed form assumes: s·(T+1)/2
+    gap_bytes: int  # the difference, K and V together
+    text: str  # the computation in words
+
+
+def causal_gap(s: int, d: int, itemsize: int = 2, *, block_m: int = 64, block_n: int = 64) -> CausalGap:
     """Why the causal closed form differs from the exact count, shown as the computation for one head.
 
     The closed form (T+1)·s·d for K and V assumes tile i reads (i+1)·s/T keys (Σ = s·(T+1)/2 per
     tensor); the kernel's tile i reads `tile_keys`: whole BLOCK_M tiles (the last one ragged when
-    BLOCK_M does not divide s) and whole K blocks past the diagonal. {'tile_keys', 'keys',
-    'closed_keys' (s·(T+1)/2), 'gap_bytes' (K and V together), 'text'}."""
+    BLOCK_M does not divide s) and whole K blocks past the diagonal."""
     item = _item(itemsize)
     d = positive_int("head_dim", d)
     per_tile = tile_keys(s, block_m, block_n)
@@ -125,7 +137,7 @@ def causal_gap(s: int, d: int, itemsize: int = 2, *, block_m: int = 64, block_n:
             f"{' + '.join(str(k) for k in per_tile)} = {keys:,} keys each of K and V; the closed form assumes "
             f"s·(T+1)/2 = {s}·{t + 1}/2 = {closed:,.{0 if closed == int(closed) else 1}f}. "
             f"The difference, × 2 tensors × d = {d} × {item} B, is {gap:,} B.")
-    return {"tile_keys": per_tile, "keys": keys, "closed_keys": closed, "gap_bytes": gap, "text": text}
+    return CausalGap(per_tile, keys, closed, gap, text)
 
 
 def standard_bytes(b: int, a: int, s: int, d: int, itemsize: int = 2) -> dict[str, int]:
@@ -177,15 +189,23 @@ def step_flops(b: int, a: int, s: int, d: int, causal: bool = False) -> dict[str
 
 
 def fraction_of_peak(flops: float, seconds: float, peak_tflops: float) -> float:
-    """A kernel's achieved FLOP/s over a given peak, as a fraction (a training step's MFU and HFU are
-    `perflab.flops.mfu.utilization`'s, against the basis every MFU shares)."""
+    """A kernel's achieved FLOP/s over a given peak, as a fraction, divided where every MFU is
+    (`perflab.flops.mfu.utilization`, against the peak as a given basis). Above 100 % the peak is
+    wrong for this kernel: an error that says so."""
+    from perflab.flops.mfu import spec_basis, utilization
+
     if not (seconds > 0 and peak_tflops > 0 and flops >= 0) or not math.isfinite(seconds):
         raise InputError("a fraction of the peak needs FLOPs ≥ 0, seconds > 0 and a peak > 0")
-    return flops / seconds / (peak_tflops * 1e12)
+    if flops == 0:
+        return 0.0
+    u = utilization(seconds, {"kernel": flops}, {"kernel": spec_basis(peak_tflops, "kernel", "given", "given peak")})
+    if u.mfu is None:
+        raise InputError(f"the kernel ran faster than the peak given: {u.suspect}")
+    return u.mfu
 
 
 def summary(b: int, a: int, s: int, d: int, itemsize: int = 2, *, block_m: int = 64, block_n: int = 64,
-            causal: bool = False) -> dict[str, Any]:
+            causal: bool = False) -> JSON:
     """The predicted figures of one configuration, as one flat dict (what `perflab attention` prints)."""
     fb = flash_bytes(b, a, s, d, itemsize, block_m=block_m, block_n=block_n, causal=causal)
     sb = standard_bytes(b, a, s, d, itemsize)

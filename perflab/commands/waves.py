@@ -68,7 +68,7 @@ def run(args) -> int:
     lines = [w.describe(), f"arithmetic intensity: {w.arithmetic_intensity:.1f} FLOPs/byte ({dt.name}, "
              f"reading A and B and writing C once)", f"SM count from: {sms_source}"]
     if spec is not None:
-        rb = roofline_bound(args.m, args.n, args.k, dt.name, spec)
+        rb = roofline_bound(args.m, args.n, args.k, dt.name, spec).to_json()
         if rb["peak_tflops"]:
             pred = predicted_tflops(args.m, args.n, args.k, sms=sms, tile=tile, blocks_per_sm=args.blocks_per_sm,
                                     peak_tflops=rb["peak_tflops"], bandwidth_gbps=rb["bandwidth_gbps"], itemsize=itemsize)

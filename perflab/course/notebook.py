@@ -13,14 +13,17 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from perflab.core.hardware import Peaks
 
 
 @dataclass
 class Context:
     device: Any  # torch.device
     info: Any  # DeviceInfo
-    peaks: Any  # Peaks
+    peaks: Peaks  # the device's peaks per dtype (`perflab.core.hardware.peaks_for`: spec sheet, estimate or unknown)
     smoke: bool
 
     @property

@@ -2,16 +2,19 @@
 
 - `counting`: FLOPs of layers by hand, and torch's counter to check them
 - `counter`: a FLOP counter that does not miss attention, per module and phase
+- `aten`: the FLOPs of one aten call (the counter's formulas; `op_flops` for a cost per operator)
 - `transformer`: a decoder's FLOPs under every published convention, and an exact count
-- `mfu`: MFU/HFU, the peaks they divide by, published runs (`data/published_runs.json`)
+- `mfu`: MFU/HFU: `utilization`, the one division of FLOPs by a peak or ceiling; published runs
+  recomputed (`data/published_runs.json`)
+- `basis`: what an MFU divides by: the spec peak, or the ceiling measured here (`perflab.core.ceiling`)
 - `step`: a training step's MFU/HFU measured, gradient accumulation, the GC straggler
 - `plots`: lesson 02's figures and panels
 - `lab01`, `lab02`: the labs' checks
 
-`mfu.matmul_ceiling` reads the measured matmul ceiling of `perflab.gemm.mamf` (lesson 04's search).
+`basis.matmul_ceiling` reads the measured matmul ceiling of `perflab.gemm.mamf` (lesson 04's search).
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("counting", "counter", "transformer", "mfu", "step", "plots", "lab01", "lab02")
+MODULES = ("counting", "counter", "aten", "transformer", "mfu", "basis", "step", "plots", "lab01", "lab02")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

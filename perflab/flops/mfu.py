@@ -1,4 +1,4 @@
-"""Model and hardware FLOPs utilization (MFU, HFU), the peaks they divide by, and published runs.
+"""Model and hardware FLOPs utilization (MFU, HFU): the one division, the peaks, and published runs.
 
     MFU = tokens/s × model FLOPs per token    / (devices × peak FLOP/s)
     HFU = tokens/s × hardware FLOPs per token / (devices × peak FLOP/s)
@@ -7,26 +7,55 @@ Model FLOPs are what the model mathematically needs for a forward and a backward
 FLOPs add whatever the implementation computes again (activation checkpointing, a fused attention
 kernel's recomputed scores). Definitions: Chowdhery et al. 2022 (PaLM) §4.1 and Korthikanti et al.
 2022 §6.3. Which FLOPs per token to use is `perflab.flops.transformer`' business; this module does
-the division, finds the peak, and measures the device's own matmul ceiling.
+the division.
 
-Two denominators, always side by side in this course:
-* the **spec peak** (datasheet, dense; a CPU gets an estimate from cores × clock × FLOPs/cycle),
-* the **measured ceiling**: the fastest large square matmul this device actually runs.
+`utilization` is the one place perflab divides FLOPs by a peak or a ceiling: a step's MFU and HFU
+(lesson 02, the audit, the ladder, a trace), a run's from its throughput (`run_utilization`, `mfu`),
+a planned cluster's (`perflab.plan.run`) and a kernel's fraction of a peak (`perflab.attention`) all
+come through it, against one `Basis` per dtype. What the basis is (the spec peak, or the ceiling
+measured here) is `perflab.flops.basis`' business; its names are re-exported here (`mfu_basis`,
+`measured_basis`, `bases_for`, `Basis`, `matmul_ceiling`). Spec peaks come from
+`perflab.core.hardware.spec_peak`.
+
+Published runs (`data/published_runs.json`) are recomputed here from their printed inputs, and a
+checklist says whether two MFU figures are comparable.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from perflab.core.dtypes import DType
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 from perflab.core.validate import positive_number
+from perflab.flops.basis import (
+    CEILING_ATTEMPTS,
+    CEILING_SHAPE_CPU,
+    CEILING_SHAPE_GPU,
+    Basis,
+    Ceiling,
+    bases_for,
+    ceiling_shape,
+    matmul_ceiling,
+    measured_basis,
+    mfu_basis,
+    spec_basis,
+)
+
+__all__ = [
+    "CEILING_ATTEMPTS", "CEILING_SHAPE_CPU", "CEILING_SHAPE_GPU", "CHECKLIST", "Basis", "Ceiling", "HandbookEstimate",
+    "Reproduction", "RunUtilization", "Utilization", "achieved_tflops", "bases_for", "ceiling_shape", "comparability",
+    "describe_report", "handbook_estimate_example", "hfu", "implied_recompute_fraction", "matmul_ceiling",
+    "measured_basis", "mfu", "mfu_basis", "narayanan_table1", "narayanan_table1_mfu", "percent_text", "printed",
+    "published_frame", "published_runs", "reproduce", "resolve_peak", "run_description", "run_utilization",
+    "shown_utilization", "spec_basis", "utilization",
+]
 
 
 def achieved_tflops(tokens_per_s: float, flops_per_token: float, devices: int = 1) -> float:
@@ -35,11 +64,15 @@ def achieved_tflops(tokens_per_s: float, flops_per_token: float, devices: int = 
 
 
 def mfu(tokens_per_s: float, flops_per_token: float, peak_tflops: float, devices: int = 1) -> float:
-    """Utilization as a fraction (0.462 = 46.2%): achieved FLOP/s over devices × peak.
+    """Utilization as a fraction (0.462 = 46.2%): achieved FLOP/s over devices × peak (`run_utilization`,
+    through `utilization`). A figure above 100 % is an error that says why: the peak given is too low.
 
     Pass model FLOPs per token for MFU, hardware FLOPs per token for HFU.
     """
-    return achieved_tflops(tokens_per_s, flops_per_token, devices) / positive_number("peak_tflops", peak_tflops)
+    u = run_utilization(tokens_per_s, flops_per_token, devices=devices, peak_tflops=peak_tflops)
+    if u.mfu is None:
+        raise InputError(f"no utilization above 100 %: {u.suspect}")
+    return u.mfu
 
 
 hfu = mfu  # the same division; the difference is which FLOPs per token you pass
@@ -52,7 +85,8 @@ def _devices(devices) -> int:
 
 
 def resolve_peak(peak_tflops: float | None = None, accelerator: str | None = None, dtype: str = "bf16") -> tuple[float, str]:
-    """(peak TFLOP/s per device, where it came from) from a number or an accelerator name/id.
+    """(peak TFLOP/s per device, where it came from) from a number or an accelerator name/id
+    (`perflab.core.hardware.spec_peak`).
 
     An accelerator perflab does not know, or a dtype it has no dense mode for, is an error that
     says so: never another chip's peak.
@@ -61,16 +95,15 @@ def resolve_peak(peak_tflops: float | None = None, accelerator: str | None = Non
         return positive_number("peak_tflops", peak_tflops), "given"
     if not accelerator:
         raise InputError("give a peak (--peak TFLOP/s) or an accelerator name (--accelerator h100-sxm)")
-    from perflab.core.hardware import accelerators, lookup
+    from perflab.core.hardware import accelerators, spec_peak
 
-    spec = lookup(accelerator)
-    if spec is None:
+    p = spec_peak(accelerator, dtype)
+    if p.spec is None:
         known = ", ".join(a.id for a in accelerators())
         raise InputError(f"unknown accelerator {accelerator!r}: give --peak in TFLOP/s, or one of {known}")
-    p = spec.peak(dtype)
-    if p is None:
-        raise InputError(f"{spec.name} has no dense {dtype} mode in perflab's table: choose another --dtype or give --peak")
-    return float(p), f"{spec.name} {dtype} dense ({spec.sources.get('peak_tflops', 'datasheet')})"
+    if p.tflops is None:
+        raise InputError(f"{p.spec.name} has no dense {dtype} mode in perflab's table: choose another --dtype or give --peak")
+    return float(p.tflops), p.source
 
 
 @dataclass
@@ -89,8 +122,9 @@ class RunUtilization:
     hfu: float | None = None
     suspect: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JSON:
+        """Every field, for `perflab mfu --json`."""
+        return to_json(self)
 
 
 def run_utilization(tokens_per_s: float, flops_per_token: float, *, devices: int = 1, peak_tflops: float | None = None,
@@ -102,7 +136,7 @@ def run_utilization(tokens_per_s: float, flops_per_token: float, *, devices: int
     n = _devices(devices)
     ach = achieved_tflops(tokens_per_s, flops_per_token, n)
     hw = achieved_tflops(tokens_per_s, hardware_flops_per_token, n) if hardware_flops_per_token is not None else None
-    basis = Basis(peak, "given peak" if source == "given" else "spec peak", dtype, source)
+    basis = spec_basis(peak, dtype, source, "given peak" if source == "given" else "spec peak")
     u = utilization(1.0, {dtype: ach * 1e12}, {dtype: basis}, {dtype: (hw if hw is not None else ach) * 1e12})
     return RunUtilization(float(tokens_per_s), float(flops_per_token), n, peak, source, ach, u.mfu,
                           None if hw is None else float(hardware_flops_per_token or 0), hw,
@@ -116,59 +150,11 @@ def implied_recompute_fraction(mfu_value: float, hfu_value: float) -> float:
     return 3 * (positive_number("hfu", hfu_value) / positive_number("mfu", mfu_value) - 1)
 
 
-# ---------------------------------------------------------------- the device's measured ceiling
-
-
-@dataclass
-class Ceiling:
-    tflops: float
-    label: str
-    source: str  # 'mamf' or 'matmul'
-    size: int | None = None
-
-
-_CEILINGS: dict[tuple[str, str, int], Ceiling] = {}
-
-
-def matmul_ceiling(device=None, dtype: DType | str = "fp32", size: int | None = None) -> Ceiling:
-    """The device's measured matmul ceiling in TFLOP/s for `dtype`.
-
-    Prefers the cached maximum-achievable-matmul search of `perflab.gemm.mamf` when that module exists
-    and has a value for this device; otherwise times one large square matmul here (8192³ on a GPU,
-    2048³ on a CPU unless `size` says otherwise) and remembers it for this process.
-    """
-    import torch
-
-    from perflab.core.device import pick_device
-    from perflab.core.dtypes import parse_dtype
-
-    dev = torch.device(device) if device is not None else pick_device()
-    dt = parse_dtype(dtype)  # a DType passes through as it is; a name from a notebook is parsed here
-    try:
-        from perflab.gemm import mamf
-
-        v = mamf.measured_ceiling(dev, dt.name)
-        if v:
-            return Ceiling(float(v), "measured ceiling (maximum achievable matmul FLOPs search)", "mamf")
-    except (ImportError, AttributeError):
-        pass
-    n = size or (8192 if dev.type == "cuda" else 2048)
-    key = (str(dev), dt.name, n)
-    if key not in _CEILINGS:
-        from perflab.core.measure import measure_matmul
-
-        r = measure_matmul(n, n, n, dt.name, dev, warmup_ms=50 if dev.type == "cuda" else 25,
-                           rep_ms=300 if dev.type == "cuda" else (200 if n >= 1024 else 50))
-        _CEILINGS[key] = Ceiling(r.tflops, f"measured matmul ceiling (largest square matmul measured here: {n}³ {dt})",
-                                 "matmul", n)
-    return _CEILINGS[key]
-
-
 # ---------------------------------------------------------------- published runs, recomputed
 
 
 @lru_cache(maxsize=1)
-def _published_raw() -> dict[str, Any]:
+def _published_raw() -> JSON:
     return json.loads(resources.files("perflab.flops").joinpath("data/published_runs.json").read_text())
 
 
@@ -199,24 +185,40 @@ def narayanan_table1_mfu():
     df["eq7/eq3"] = [tf.korthikanti_eq7(1, s, int(layers), int(hidden), v) / tf.narayanan_eq3(1, s, int(layers), int(hidden), v)
                      for layers, hidden in zip(df["layers"], df["hidden"], strict=True)]
     df["HFU (published %)"] = 100 * df["peak_fraction"]
-    df["MFU (eq. 7, %)"] = 100 * df["tflops_per_gpu"] / peak * df["eq7/eq3"]
+    dt, basis = meta["dtype"], spec_basis(peak, meta["dtype"], meta["accelerator"])
+    df["MFU (eq. 7, %)"] = [100 * (utilization(1.0, {dt: t * 1e12 * r}, {dt: basis}).mfu or math.nan)
+                            for t, r in zip(df["tflops_per_gpu"], df["eq7/eq3"], strict=True)]
     df.attrs["peak_tflops"] = peak
     return df
 
 
 def _spec_peak(accelerator: str, dtype: str) -> float:
-    """The spec table's dense peak for a published run's accelerator; the data file names only known ones."""
-    from perflab.core.hardware import by_id
+    """The spec table's dense peak for a published run's accelerator (`perflab.core.hardware.spec_peak`);
+    the data file names only known ones."""
+    from perflab.core.hardware import by_id, spec_peak
 
-    peak = by_id(accelerator).peak(dtype)
+    peak = spec_peak(by_id(accelerator), dtype).tflops
     if peak is None:
         raise ValueError(f"published_runs.json: no {dtype} peak for {accelerator} in the spec table")
     return peak
 
 
-def handbook_estimate_example() -> dict[str, Any]:
+@dataclass(frozen=True)
+class HandbookEstimate:
+    """The handbook's quick TFLOP/s estimate of one run, with its HFU and MFU against a spec peak."""
+
+    inputs: dict[str, float]  # model_b, seq, gbs, sec_per_iter, gpus as the handbook gives them
+    hfu_tflops: float  # per GPU, recompute counted (the handbook's factor 4)
+    mfu_tflops: float  # per GPU, without it (factor 3)
+    peak_tflops: float
+    hfu: float
+    mfu: float
+    source: str
+
+
+def handbook_estimate_example() -> HandbookEstimate:
     """The handbook's quick TFLOP/s estimate on its own BLOOM-style inputs, with HFU and MFU against
-    the A100's spec peak: {inputs, hfu_tflops, mfu_tflops, peak_tflops, hfu, mfu, source}."""
+    the A100's spec peak (through `utilization`)."""
     from perflab.flops import transformer as tf
 
     ex = _published_raw()["handbook_estimate"]
@@ -224,8 +226,9 @@ def handbook_estimate_example() -> dict[str, Any]:
     peak = _spec_peak(ex["accelerator"], ex["dtype"])
     hw = tf.handbook_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=True)
     model = tf.handbook_tflops_estimate(i["model_b"], i["seq"], i["gbs"], i["sec_per_iter"], i["gpus"], recompute=False)
-    return {"inputs": dict(i), "hfu_tflops": hw, "mfu_tflops": model, "peak_tflops": peak, "hfu": hw / peak,
-            "mfu": model / peak, "source": ex["source"]}
+    dt = ex["dtype"]
+    u = utilization(1.0, {dt: model * 1e12}, {dt: spec_basis(peak, dt, ex["accelerator"])}, {dt: hw * 1e12})
+    return HandbookEstimate(dict(i), hw, model, peak, float(u.hfu or 0.0), float(u.mfu or 0.0), ex["source"])
 
 
 def printed(value: float, decimals: int, rounding: str) -> float:
@@ -263,7 +266,9 @@ def _compute(run: dict[str, Any], quantity: str, overrides: dict[str, float] | N
     if conv == "korthikanti":
         args = (x["batch"], x["seq"], x["layers"], x["hidden"], x["vocab"])
         flops = tf.korthikanti_eq7(*args) if quantity == "mfu" else tf.korthikanti_eq8(*args)
-        return flops / x["iteration_s"] / (x["devices"] * x["peak_tflops"] * 1e12)
+        u = utilization(x["iteration_s"], {"bf16": flops / x["devices"]},
+                        {"bf16": spec_basis(x["peak_tflops"], "bf16", "given", "given peak")})
+        return float(u.mfu if u.mfu is not None else math.nan)
     if conv == "narayanan_eq4":
         return tf.narayanan_training_days(x["tokens"], x["params"], x["gpus"], x["tflops_per_gpu"])
     raise ValueError(f"unknown convention {conv!r}")
@@ -318,7 +323,7 @@ CHECKLIST = (
 )
 
 
-def comparability(run_a: dict[str, Any], run_b: dict[str, Any]):
+def comparability(run_a: Mapping[str, Any], run_b: Mapping[str, Any]):
     """A checklist DataFrame: for each question, what each run says and whether they match.
 
     Runs are dicts with any of the keys 'flops', 'recompute', 'time', 'peak', 'precision',
@@ -358,205 +363,6 @@ def describe_report(report, name: str = "this step") -> dict[str, str]:
         "precision": f"{report.dtype} matmuls",
         "scale": f"1 device ({report.device_name})",
     }
-
-
-# ---------------------------------------------------------------- one honest basis for MFU
-
-MFU_CEILINGS = "mfu_ceilings"  # <results>/<host>/<device>/mfu_ceilings.json
-CEILING_SHAPE_CPU = (1024, 4096, 128)  # the course's CPU model's largest GEMM (its logits: tokens × vocab × hidden)
-CEILING_SHAPE_GPU = (8192, 8192, 8192)
-CEILING_ATTEMPTS = 3  # measurements of a ceiling while the machine stays busy, before it is used unstored
-
-
-def ceiling_shape(device) -> tuple[int, int, int]:
-    """The one (m, n, k) a device's MFU ceiling is measured at, whoever asks (audit, ladder, lessons),
-    so that every MFU on one machine divides by the same figure for the same dtype."""
-    kind = getattr(device, "type", None) or str(device or "cpu").split(":")[0]
-    return CEILING_SHAPE_GPU if kind == "cuda" else CEILING_SHAPE_CPU
-
-
-@dataclass(frozen=True)
-class Basis:
-    """What an MFU is divided by, named: the spec peak of the dtype that ran, or a ceiling measured
-    for that dtype (with its figure, shape, statistic, date, version and the machine's quietness)."""
-
-    tflops: float | None
-    kind: str  # 'spec peak', 'given peak', 'measured ceiling' or 'unknown'
-    dtype: str
-    what: str  # the spec sheet, or the matmul that was timed
-    when: str | None = None  # date of the measurement
-    shape: tuple[int, int, int] | None = None  # (m, n, k) of the timed matmul
-    version: int | None = None  # 1 for the first ceiling stored for this dtype and shape, 2 after a re-measure
-    questioned: str | None = None  # why the measured value was not stored (above the peak, a busy machine)
-    replaced: str | None = None  # the earlier version's figure and date, when this is version 2+
-    statistic: str | None = None  # 'fastest call' for a measured ceiling
-    quietness: dict[str, Any] | None = None  # the machine's quietness while it was measured
-
-    @property
-    def stored(self) -> bool:
-        return self.kind == "spec peak" or self.version is not None
-
-    def label(self) -> str:
-        """The basis in words, with its figure and date, for every output that shows an MFU."""
-        if self.tflops is None:
-            return f"no {self.dtype} peak or ceiling: MFU unknown"
-        if self.kind == "estimated peak":
-            return f"{self.dtype} estimated peak {self.tflops:.4g} TFLOP/s ({self.what})"
-        if self.kind == "given peak":
-            return f"{self.dtype} peak {self.tflops:.4g} TFLOP/s (given)"
-        if self.kind == "spec peak":
-            return f"{self.dtype} spec peak {self.tflops:.4g} TFLOP/s ({self.what})"
-        m, n, k = self.shape or (0, 0, 0)
-        s = (f"{self.dtype} ceiling {self.tflops * 1e3:.4g} GFLOP/s measured here ({m}×{n}×{k} matmul, "
-             f"{self.statistic or 'fastest call'}; {self.when}")
-        s += f"; version {self.version}" + (f", replacing {self.replaced}" if self.replaced else "") if self.version \
-            else ""
-        s += ")"
-        if self.questioned:
-            s += f"; not stored: {self.questioned}"
-        return s
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "label": self.label()}
-
-
-def _ceilings_path(device_slug: str):
-    from perflab.core.results import sweep_path
-
-    return sweep_path(MFU_CEILINGS, device_slug).with_suffix(".json")
-
-
-def stored_ceilings(device_slug: str) -> dict[str, list[dict[str, Any]]]:
-    """Every version of every ceiling stored for this device (key: dtype, shape, torch)."""
-    try:
-        return json.loads(_ceilings_path(device_slug).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def ceiling_key(dtype: str, shape: tuple[int, int, int]) -> str:
-    import torch
-
-    return f"{dtype} {shape[0]}x{shape[1]}x{shape[2]} torch {torch.__version__}"
-
-
-def _share(q: dict[str, Any] | None) -> float:
-    v = (q or {}).get("share")
-    return float(v) if isinstance(v, (int, float)) else math.inf
-
-
-def _from_record(v: dict[str, Any], prev: dict[str, Any] | None, questioned: str | None = None) -> Basis:
-    return Basis(float(v["tflops"]), "measured ceiling", v["dtype"], v["what"], v["date"], tuple(v["shape"]),
-                 int(v["version"]), questioned,
-                 f"version {prev['version']} ({prev['tflops'] * 1e3:.4g} GFLOP/s, {prev['date']})" if prev else None,
-                 v.get("statistic", "fastest call"), v.get("quietness"))
-
-
-def mfu_basis(device, dtype: str, shape: tuple[int, int, int] | None = None, *, remeasure: bool = False,
-              watch=None) -> Basis:
-    """The basis an MFU of a step that ran in `dtype` is computed against, on `device`: the one rule
-    the audit, the ladder and the lessons share.
-
-    1. The spec-sheet peak for `dtype`, where perflab's hardware table has one (a GPU it knows).
-    2. Otherwise the ceiling stored for `dtype` on this device: the fastest call of a matmul at
-       `shape` (default `ceiling_shape(device)`, the same for every caller), stored per device, dtype,
-       shape and torch version in `<results>/<host>/<device>/mfu_ceilings.json` with its date,
-       statistic and the machine's quietness. The first stored measurement is version 1 and stays
-       the basis: a later lesson's run does not replace it.
-    3. With none stored (or `remeasure=True`) it is measured now (again, up to `CEILING_ATTEMPTS` times,
-       while the machine is busy). It is stored only when the machine was quiet (`perflab.core.quietness`), not above the peak (spec or CPU estimate,
-       `perflab.core.hardware.ceiling_problem`), and never in place of a quieter stored one; otherwise
-       it is used for this run only and its label says why it was not stored (a busy machine makes the
-       ceiling, and so every MFU against it, suspect).
-
-    `watch(device)` is the context manager whose `.result` is the measurement's quietness (default
-    `perflab.core.quietness.watch`; tests inject one). An estimated CPU peak is never the basis:
-    it assumes every core's vector units busy at the nominal clock, which no training step reaches."""
-    import torch
-
-    from perflab.core.device import describe
-    from perflab.core.hardware import peaks_for
-
-    dev = torch.device(device) if device is not None else None
-    info = describe(dev)
-    peaks = peaks_for(info)
-    if peaks.source == "spec sheet" and peaks.get(dtype):
-        spec = peaks.spec
-        src = spec.sources.get("peak_tflops", spec.name) if spec is not None else info.name
-        return Basis(float(peaks.get(dtype) or 0), "spec peak", dtype, f"{info.name}; {src}")
-    return measured_basis(device, dtype, shape, remeasure=remeasure, watch=watch)
-
-
-def measured_basis(device, dtype: str, shape: tuple[int, int, int] | None = None, *, remeasure: bool = False,
-                   watch=None) -> Basis:
-    """Rules 2 and 3 of `mfu_basis` on any device (a GPU with a spec sheet too): the measured ceiling
-    for `dtype`, stored only when quiet, never above the peak, never in place of a quieter one.
-    Lesson 02 shows it beside the spec peak."""
-    import time
-
-    import torch
-
-    from perflab.core.device import describe
-    from perflab.core.hardware import ceiling_problem, peaks_for
-    from perflab.core.quietness import of_bench
-    from perflab.core.quietness import watch as watching
-
-    dev = torch.device(device) if device is not None else None
-    info = describe(dev)
-    peaks = peaks_for(info)
-    shp: tuple[int, int, int] = (int(shape[0]), int(shape[1]), int(shape[2])) if shape is not None \
-        else ceiling_shape(dev)
-    doc = stored_ceilings(info.slug)
-    key = ceiling_key(dtype, shp)
-    versions = doc.get(key, [])
-    if versions and not remeasure:
-        return _from_record(versions[-1], versions[-2] if len(versions) > 1 else None)
-    from perflab.core import measure as M
-
-    m, n, k = shp
-    for _ in range(CEILING_ATTEMPTS):  # a disturbed measurement is taken again, within this budget
-        with (watch or watching)(dev if dev is not None else "cpu") as w:
-            r = M.measure_matmul(m, n, k, "fp32" if dtype == "tf32" and (dev is None or dev.type != "cuda") else dtype,
-                                 dev, warmup_ms=25 if dev is None or dev.type != "cuda" else 50,
-                                 rep_ms=150 if dev is None or dev.type != "cuda" else 300, check=False, min_reps=3)
-        qq = of_bench(getattr(r, "bench", None), w)
-        q = qq.to_json()
-        if not qq.disturbed:
-            break
-    # a ceiling is what the device can do: the fastest of the timed calls
-    tflops = 2 * m * n * k / r.min_s / 1e12
-    what = f"fastest of {r.n_reps} timed {m}×{n}×{k} {dtype} matmuls"
-    date = time.strftime("%Y-%m-%d %H:%M")
-    problem = ceiling_problem(tflops, dtype, peaks)
-    if problem is None and not qq.quiet:
-        problem = (f"measured while the machine was busy ({qq.cause}), so every MFU against it is suspect"
-                   if qq.disturbed else "the machine's quietness could not be read")
-    prev = versions[-1] if versions else None
-    if problem is None and prev is not None and _share(prev.get("quietness")) < _share(q):
-        problem = f"the stored version {prev['version']} was measured on a quieter machine"
-    if problem:
-        if prev is not None and remeasure:  # the stored ceiling stays the basis; the new figure is named
-            return _from_record(prev, versions[-2] if len(versions) > 1 else None,
-                                f"a re-measure gave {tflops * 1e3:.4g} GFLOP/s ({date}): {problem}")
-        return Basis(tflops, "measured ceiling", dtype, what, date, shp, None, problem, None, "fastest call", q)
-    rec = {"version": len(versions) + 1, "tflops": tflops, "date": date, "shape": list(shp), "dtype": dtype,
-           "what": what, "statistic": "fastest call", "quietness": q, "torch": torch.__version__, "device": info.name}
-    doc[key] = [*versions, rec]
-    path = _ceilings_path(info.slug)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only results folder: the ceiling is used for this run only
-    return _from_record(rec, prev)
-
-
-def bases_for(device, dtypes: Iterable[str], shape: tuple[int, int, int] | None = None, *, remeasure: bool = False,
-              watch=None) -> dict[str, Basis]:
-    """One basis per dtype that ran (`mfu_basis`), the denominators of `utilization`."""
-    return {d: mfu_basis(device, d, shape, remeasure=remeasure, watch=watch) for d in dict.fromkeys(dtypes)}
 
 
 @dataclass(frozen=True)
@@ -600,7 +406,8 @@ class Utilization:
             return shown_utilization(v)
         return f"not shown: {self.suspect}" if self.suspect else "unknown (no basis)"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
+        """The figures, each basis and the basis in words, for a command's or a ladder's JSON."""
         return {"step_s": self.step_s, "mfu": self.mfu, "hfu": self.hfu, "model_tflops": self.model_tflops,
                 "hardware_tflops": self.hardware_tflops, "effective_tflops": self.effective_tflops,
                 "bases": {d: b.as_dict() for d, b in self.bases.items()}, "suspect": self.suspect,

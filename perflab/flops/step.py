@@ -8,12 +8,13 @@ import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 from perflab.core.validate import positive_int
 from perflab.workload.train import StepRunner, default_dtype, make_batches
 
@@ -55,10 +56,12 @@ class StepReport:
     notes: list[str] = field(default_factory=list)
     suspect: str | None = None  # why an MFU/HFU is not shown: it came out above 100 % of its basis
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JSON:
+        """Every field, for `perflab mfu --measure --json`."""
+        return to_json(self)
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JSON:
+        """`as_dict` without the per-step times and the notes: one row of a table of steps."""
         d = self.as_dict()
         d.pop("step_times_s")
         d.pop("notes")
@@ -99,7 +102,7 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
 
     dtype: 'bf16' (autocast; the GPU default) or 'fp32' (the CPU default).
     ceiling: True to look up (or measure) the device's matmul ceiling by the one rule every MFU shares
-      (`perflab.flops.mfu.measured_basis`; at ceiling_size³ when given), False to skip it, or a number
+      (`perflab.flops.basis.measured_basis`; at ceiling_size³ when given), False to skip it, or a number
       in TFLOP/s to use as is. An MFU or HFU above 100 % of its basis is not reported (`suspect`).
     verify: count the first warm-up step's FLOPs with `perflab.flops.counting.count_flops` and check they
       equal the exact count (they must; a mismatch raises).
@@ -107,8 +110,9 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
     from perflab.core.device import describe, pick_device
     from perflab.core.dtypes import check_supported
     from perflab.core.hardware import peaks_for
+    from perflab.flops.basis import Basis, measured_basis, spec_basis
     from perflab.flops.counter import count_flops
-    from perflab.flops.mfu import Basis, measured_basis, utilization
+    from perflab.flops.mfu import utilization
     from perflab.flops.transformer import exact_flops, exact_for_counted
     from perflab.workload.models import build_model
 
@@ -151,7 +155,7 @@ def measure_step(cfg, *, batch: int = 8, seq: int | None = None, steps: int = 5,
         ceil = None
     flops, hw = {dt.name: model_flops}, {dt.name: hw_flops}
     kind = "spec peak" if peaks.source == "spec sheet" else "estimated peak"
-    us = utilization(step_s, flops, {dt.name: Basis(peak, kind, dt.name, peaks.source)}, hw) if peak else None
+    us = utilization(step_s, flops, {dt.name: spec_basis(peak, dt.name, peaks.source, kind)}, hw) if peak else None
     uc = utilization(step_s, flops, {dt.name: ceil}, hw) if ceil is not None and ceil.tflops else None
     ceil_t, ceil_label = (ceil.tflops, ceil.label()) if ceil is not None else (None, "not measured")
     suspect = "; ".join(u.suspect for u in (us, uc) if u is not None and u.suspect) or None

@@ -40,9 +40,9 @@ its `seq_len / 2` term).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.core.validate import positive_int
 from perflab.workload.models import ModelConfig, non_embedding_params, param_breakdown, param_count
 
@@ -255,7 +255,8 @@ class ExactCount:
         df["share"] = df["total"] / self.hardware
         return df.set_index("component")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
+        """The count for `perflab flops --json`."""
         return {"batch": self.batch, "seq": self.seq, "checkpointing": self.checkpointing,
                 "fused_attention": self.fused_attention, "forward": dict(self.forward),
                 "backward": dict(self.backward), "recompute": dict(self.recompute),

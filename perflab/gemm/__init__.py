@@ -1,8 +1,14 @@
 """Lessons 04 (tiles and waves), 04b (a Triton tile) and 05 (SwiGLU width): the shapes GEMMs like, and
 the course's Triton runtime that lessons 10 and 13 use too.
 
-- `shapes`: tile and wave quantization, Tensor Core alignment, the sizing checklist, sweeps
-- `mamf`: the maximum achievable matmul FLOP/s search and its per-device cached ceiling
+- `shapes`: the names lessons 04–05 call, re-exported from the four below; the roofline per dtype,
+  sweeps along one dimension, the GPU a lesson's model describes
+- `waves`: tile and wave quantization, the predicted time and its staircase
+- `alignment`: Tensor Core alignment per dtype and architecture
+- `sizing`: the model-sizing checklist
+- `tilefit`: which tile explains a measured staircase
+- `mamf`: the maximum achievable matmul FLOP/s search; its best is offered to the device's one ceiling
+  store (`perflab.core.ceiling`)
 - `swiglu`: SwiGLU widths near 8/3·h, timed (`data/published_shapes.json`: published figures)
 - `heads`: how the head size h/a changes attention's speed (lesson 04)
 - `plots`: lessons 04–05's figures
@@ -17,6 +23,6 @@ the course's Triton runtime that lessons 10 and 13 use too.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("shapes", "mamf", "swiglu", "heads", "plots", "lab04", "lab05", "lab04b", "triton_kernels",
+MODULES = ("shapes", "waves", "alignment", "sizing", "tilefit", "mamf", "swiglu", "heads", "plots", "lab04", "lab05", "lab04b", "triton_kernels",
            "triton_matmul", "compiled", "occupancy", "panel")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -33,11 +33,13 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError, UnsupportedError
+from perflab.core.jsonable import JSON
 from perflab.gemm.occupancy import TARGET_GPU, Occupancy, SMLimits, occupancy, sm_limits
 from perflab.gemm.triton_matmul import TileConfig, dtype_name, require
 
@@ -109,8 +111,9 @@ def kernel_signature(args: list[tuple[str, Any]], meta: tuple[tuple[str, Any], .
     return signature, constexprs, divisible
 
 
-def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, int]) -> dict[str, Any]:
-    """The compile request for the matmul kernel on row-major M×K, K×N and M×N tensors."""
+def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, int]) -> JSON:
+    """The compile request for the matmul kernel on row-major M×K, K×N and M×N tensors: the JSON the
+    compiler's child process reads, and what the cache key is made of."""
     m, n, k = shape
     ty = "*" + TRITON_DTYPE[dtype]
     args = [("a_ptr", ty), ("b_ptr", ty), ("c_ptr", ty), ("M", m), ("N", n), ("K", k),
@@ -125,7 +128,7 @@ def matmul_job(config: TileConfig, dtype: str, cc: int, shape: tuple[int, int, i
 CACHE_FORMAT = 2  # bump when what a cache entry's result.json holds changes
 
 
-def _key(job: dict[str, Any]) -> str:
+def _key(job: JSON) -> str:
     blob = json.dumps({"job": job, "triton": _triton_version(), "src": _kernel_source_hash(), "format": CACHE_FORMAT},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -144,8 +147,10 @@ def _atomic_write(path: Path, data: bytes | str) -> None:
 
 # ---------------------------------------------------------------- the child process
 
-def _compile_in_this_process(jobs: list[dict[str, Any]], out_dirs: list[str]) -> list[dict[str, Any]]:
-    """Compile each job and write kernel.cubin / kernel.ptx / meta.json into its out_dir."""
+def compile_in_this_process(jobs: list[JSON], out_dirs: list[str]) -> list[JSON]:
+    """Compile each job and write kernel.cubin / kernel.ptx / meta.json into its out_dir; per job, its
+    metadata, or {"error": ...} when the compiler refuses it. Needs Triton imported natively (the child
+    process's side of `compile_in_child`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -180,7 +185,7 @@ def _compile_in_this_process(jobs: list[dict[str, Any]], out_dirs: list[str]) ->
 
 def _worker_main() -> int:
     req = json.loads(sys.stdin.read())
-    res = _compile_in_this_process(req["jobs"], req["out_dirs"])
+    res = compile_in_this_process(req["jobs"], req["out_dirs"])
     sys.stdout.write(json.dumps(res))
     return 0
 
@@ -189,7 +194,12 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def _compile_jobs(jobs: list[dict[str, Any]], out_dirs: list[str], timeout: float = 300) -> list[dict[str, Any]]:
+# what compiles a batch of jobs into their folders: `compile_in_child` (a test injects another)
+Compiler = Callable[[list[JSON], list[str]], list[JSON]]
+
+
+def compile_in_child(jobs: list[JSON], out_dirs: list[str], timeout: float = 300) -> list[JSON]:
+    """`compile_in_this_process` in a child Python whose Triton is imported natively."""
     env = dict(os.environ)
     env["TRITON_INTERPRET"] = "0"
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said explicitly (it warns otherwise)
@@ -291,8 +301,8 @@ class CompiledTile:
     def ptx(self) -> str:
         return (Path(self.cache_dir) / "kernel.ptx").read_text()
 
-    def as_dict(self) -> dict[str, Any]:
-        d = {"tile": f"{self.config.block_m}x{self.config.block_n}x{self.config.block_k}", "dtype": self.dtype,
+    def as_dict(self) -> JSON:
+        d: JSON = {"tile": f"{self.config.block_m}x{self.config.block_n}x{self.config.block_k}", "dtype": self.dtype,
              "target": self.target, "registers": self.registers, "spill_bytes": self.spill_bytes,
              "shared_bytes": self.shared_bytes, "num_warps": self.num_warps, "num_stages": self.num_stages,
              "tensor_core_kind": self.tensor_core_kind, "tensor_core_instructions": self.tensor_core_instructions,
@@ -307,7 +317,8 @@ class CompiledTile:
         return d
 
 
-def _limits_for(cc: int, gpu: str | None) -> SMLimits | None:
+def limits_for(cc: int, gpu: str | None) -> SMLimits | None:
+    """The per-SM limits of `gpu` (a table id, checked against `cc`), else of the table's GPU for `cc`, else None."""
     if gpu:
         lim = sm_limits(gpu)
         if lim.compute_capability.replace(".", "") != str(cc):
@@ -318,19 +329,21 @@ def _limits_for(cc: int, gpu: str | None) -> SMLimits | None:
     return sm_limits(key) if key in TARGET_GPU else None
 
 
-def build(jobs: list[dict[str, Any]], use_cache: bool = True, verbose: bool = False) -> tuple[list[dict[str, Any]], set[int]]:
-    """Compile (one child process for all uncached jobs) and summarize each job: cuobjdump's
-    figures, Triton's metadata, Tensor Core instructions, a PTX excerpt, the cache folder. A job the
-    compiler refuses gets {"error": ...}. Also returns which jobs were compiled now."""
+def build(jobs: list[JSON], use_cache: bool = True, verbose: bool = False, *,
+          compile_jobs: Compiler | None = None) -> tuple[list[JSON], set[int]]:
+    """Compile (one child process for all uncached jobs, `compile_jobs` replacing it) and summarize
+    each job: cuobjdump's figures, Triton's metadata, Tensor Core instructions, a PTX excerpt, the cache
+    folder, as the cache's result.json keeps them. A job the compiler refuses gets {"error": ...}.
+    Also returns which jobs were compiled now."""
     root = cache_root()
     dirs = [root / _key(j) for j in jobs]
     todo = [i for i, d in enumerate(dirs) if not (use_cache and (d / "result.json").exists())]
-    out: list[dict[str, Any]] = [{} for _ in jobs]
+    out: list[JSON] = [{} for _ in jobs]
     if todo:
         if verbose:
             print(f"compiling {len(todo)} kernel(s) for sm_{jobs[todo[0]]['cc']} (about a second each; cached "
                   f"in {root} afterwards) …", flush=True)
-        res = _compile_jobs([jobs[i] for i in todo], [str(dirs[i]) for i in todo])
+        res = (compile_jobs or compile_in_child)([jobs[i] for i in todo], [str(dirs[i]) for i in todo])
         for i, r in zip(todo, res, strict=True):
             if "error" in r:
                 out[i] = {"error": r["error"]}
@@ -357,18 +370,19 @@ def build(jobs: list[dict[str, Any]], use_cache: bool = True, verbose: bool = Fa
 
 def compile_many(configs: list[TileConfig], dtype: str = "fp16", target: str | int = "sm_90", *,
                  shape: tuple[int, int, int] | None = None, gpu: str | None = None,
-                 use_cache: bool = True, verbose: bool = False) -> list[CompiledTile]:
-    """Compile every config (one child process for all the uncached ones) and read their resources."""
+                 use_cache: bool = True, verbose: bool = False, compile_jobs: Compiler | None = None) -> list[CompiledTile]:
+    """Compile every config (one child process for all the uncached ones, `compile_jobs` replacing it:
+    see `build`) and read their resources."""
     require()
     name = dtype_name(dtype)
     cc = parse_target(target)
     shp = tuple(int(v) for v in (shape or DEFAULT_SHAPE))
     if len(shp) != 3 or min(shp) < 1:
         raise InputError(f"shape {shape!r}: give three sizes m, n, k ≥ 1")
-    limits = _limits_for(cc, gpu)
+    limits = limits_for(cc, gpu)
     jobs = [matmul_job(c, name, cc, (shp[0], shp[1], shp[2])) for c in configs]
     t0 = time.perf_counter()
-    summaries, todo = build(jobs, use_cache=use_cache, verbose=verbose)
+    summaries, todo = build(jobs, use_cache=use_cache, verbose=verbose, compile_jobs=compile_jobs)
     build_s = time.perf_counter() - t0
     out = []
     for i, (c, s) in enumerate(zip(configs, summaries, strict=True)):
@@ -404,7 +418,7 @@ def check_config(config: TileConfig, dtype: str, target: str | int, gpu: str | N
     cannot launch. One line naming the limit and what to change. What passes is still checked
     after compiling, against the shared memory the compiler really asked for."""
     cc = parse_target(target)
-    limits = _limits_for(cc, gpu)
+    limits = limits_for(cc, gpu)
     if limits is None:
         return
     item = ITEMSIZE[dtype_name(dtype)]
@@ -445,8 +459,8 @@ def staircase(r: CompiledTile, dim: str, values, fixed: dict[str, int], sms: int
                       blocks_per_sm=r.occ.blocks_per_sm)
 
 
-def report(r: CompiledTile, shape: tuple[int, int, int] | None = None) -> dict[str, Any]:
-    """The figures `perflab kernel` prints, as a dict."""
+def report(r: CompiledTile, shape: tuple[int, int, int] | None = None) -> JSON:
+    """The figures `perflab kernel --json` prints."""
     d = r.as_dict()
     d["ptx_excerpt"] = r.ptx_excerpt
     if r.limits is not None:

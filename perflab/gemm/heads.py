@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 from perflab.core.validate import positive_int
 
 
@@ -43,8 +44,20 @@ def padded_efficiency(d: int, pad: int = 32) -> float:
     return d / (math.ceil(d / pad) * pad)
 
 
+@dataclass
+class HeadModel:
+    """The tile/wave model of Q·Kᵀ for one split of h into heads, times the head size's padding."""
+
+    tiles: int
+    waves: int
+    tile_utilization: float
+    wave_utilization: float
+    pad_utilization: float  # d over d padded to the kernel's multiple
+    utilization: float  # the three multiplied
+
+
 def predicted_head_utilization(b: int, a: int, s: int, d: int, *, sms: int, tile=(128, 128), pad: int = 32,
-                               blocks_per_sm: int = 1) -> dict[str, float]:
+                               blocks_per_sm: int = 1) -> HeadModel:
     """The tile/wave model of Q·Kᵀ as b·a independent s×s outputs, times the head-size padding.
 
     tiles = b·a·⌈s/tile_m⌉·⌈s/tile_n⌉ spread over `sms`; utilization = padding efficiency of d ×
@@ -60,8 +73,7 @@ def predicted_head_utilization(b: int, a: int, s: int, d: int, *, sms: int, tile
     tile_u = s * s / (per * tm * tn)
     wave_u = tiles / (waves * wave)
     pad_u = padded_efficiency(d, pad)
-    return {"tiles": tiles, "waves": waves, "tile_utilization": tile_u, "wave_utilization": wave_u,
-            "pad_utilization": pad_u, "utilization": tile_u * wave_u * pad_u}
+    return HeadModel(tiles, waves, tile_u, wave_u, pad_u, tile_u * wave_u * pad_u)
 
 
 def _reference_attention(q, k, v, causal: bool):
@@ -75,8 +87,22 @@ def _reference_attention(q, k, v, causal: bool):
     return torch.softmax(scores, dim=-1) @ vd
 
 
+@dataclass
+class SdpaTiming:
+    """scaled_dot_product_attention's forward timed on one shape, checked first."""
+
+    seconds: float  # median
+    tflops: float  # of the two matmuls (`sdpa_flops`)
+    flops: int
+    iqr_s: float
+    spread: float  # IQR / median
+    n_reps: int
+    rel_error: float  # of the first head's output against a float64 softmax(QKᵀ/√d)·V
+    quietness: Any = None  # perflab.core.quietness.Quietness: the machine while it ran (None: not watched)
+
+
 def measure_sdpa(b: int, a: int, s: int, d: int, dtype: str = "bf16", device=None, *, causal: bool = False,
-                 warmup_ms: float = 25, rep_ms: float = 100) -> dict[str, Any]:
+                 warmup_ms: float = 25, rep_ms: float = 100) -> SdpaTiming:
     """Time torch's scaled_dot_product_attention forward on (b, a, s, d) inputs; check it first.
 
     Returns seconds, TFLOP/s (of the two matmuls, `sdpa_flops`) and the relative error of the first
@@ -114,10 +140,14 @@ def measure_sdpa(b: int, a: int, s: int, d: int, dtype: str = "bf16", device=Non
         r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
                   label=f"sdpa b={b} a={a} s={s} d={d}")
     flops = sdpa_flops(b, a, s, d, causal)
-    quiet = getattr(r, "quietness", None)
-    return {"seconds": r.median_s, "tflops": flops / r.median_s / 1e12, "flops": flops, "iqr_s": r.iqr_s,
-            "spread": r.iqr_s / r.median_s, "n_reps": r.n, "rel_error": rel,
-            "quietness": quiet.to_json() if quiet is not None else None}
+    return SdpaTiming(r.median_s, flops / r.median_s / 1e12, flops, r.iqr_s, r.iqr_s / r.median_s, r.n, rel,
+                      getattr(r, "quietness", None))
+
+
+def _sdpa_row(p: dict[str, Any], device, causal: bool, warmup_ms: float, rep_ms: float) -> JSON:
+    """`measure_sdpa` at a sweep's point, as a row of its results file."""
+    return to_json(measure_sdpa(p["b"], p["a"], p["s"], p["d"], p["dtype"], device, causal=causal,
+                                warmup_ms=warmup_ms, rep_ms=rep_ms))
 
 
 def sweep_head_size(h: int, *, b: int, s: int, dtype: str = "bf16", device=None, splits=None, causal: bool = False,
@@ -139,8 +169,7 @@ def sweep_head_size(h: int, *, b: int, s: int, dtype: str = "bf16", device=None,
     pts = [{"h": int(a) * int(d), "a": int(a), "d": int(d), "b": int(b), "s": int(s), "dtype": dt.name,
             "causal": bool(causal)} for a, d in pairs]
     return run_sweep(name or f"heads_h{h}_s{s}_{dt.name}", pts,
-                     lambda p: measure_sdpa(p["b"], p["a"], p["s"], p["d"], p["dtype"], dev, causal=p["causal"],
-                                            warmup_ms=warmup_ms, rep_ms=rep_ms),
+                     lambda p: _sdpa_row(p, dev, p["causal"], warmup_ms, rep_ms),
                      device_slug=describe(dev).slug, progress=progress)
 
 
@@ -172,8 +201,7 @@ def fastest_head_size(result, *, device=None, warmup_ms: float = 10, rep_ms: flo
 
     def again(d, attempt: int) -> Measured:
         p = rows[int(d)]["params"]
-        r = (measure or (lambda q: measure_sdpa(q["b"], q["a"], q["s"], q["d"], q["dtype"], device,
-                                                causal=q["causal"], warmup_ms=warmup_ms, rep_ms=rep_ms)))(p)
+        r = (measure or (lambda q: _sdpa_row(q, device, q["causal"], warmup_ms, rep_ms)))(p)
         return m_of(r)
 
     keys = sorted(rows)

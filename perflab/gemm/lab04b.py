@@ -24,6 +24,7 @@ and Ampere-style `mma.sync` on a Hopper. Every refusal says what the choice lost
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.errors import InputError
@@ -58,7 +59,31 @@ def _config(d: dict[str, Any]):
         raise LabCheckError(f"pick_config: {e}") from None
 
 
-def evaluate(configs: list[dict[str, Any]], problem: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+@dataclass
+class ConfigRow:
+    """One configuration compiled for the lab's GEMM: what the compiler made of it and the useful share
+    of the GPU it reaches (lesson 04's wave model). The occupancy and wave figures are None when it
+    cannot run."""
+
+    config: str  # its label, '128x128x64 w8 s3'
+    registers: int  # per thread
+    spill_bytes: int
+    shared_bytes: int  # per block
+    tensor_cores: str | None  # 'wgmma', 'mma' or None: the Tensor Core instructions in its PTX
+    cannot_run: str | None  # the limit it breaks, and what to change
+    tile_area: int  # BLOCK_M × BLOCK_N outputs
+    blocks_per_sm: int | None = None
+    occupancy: float | None = None  # resident warps / max warps
+    limited_by: str | None = None
+    tiles: int | None = None
+    waves: int | None = None
+    wave_efficiency: float | None = None
+    tile_efficiency: float | None = None
+    utilization: float | None = None  # the useful share: tile × wave efficiency
+    tile_config: Any = None  # the perflab.gemm.triton_matmul.TileConfig
+
+
+def evaluate(configs: list[dict[str, Any]], problem: dict[str, Any] | None = None) -> list[ConfigRow]:
     """Compile each config for sm_90 and return its grades: spills, occupancy, utilization, ..."""
     from perflab.gemm import compiled
 
@@ -68,33 +93,55 @@ def evaluate(configs: list[dict[str, Any]], problem: dict[str, Any] | None = Non
                                     verbose=True)
     out = []
     for c, r in zip(cfgs, results, strict=True):
-        row: dict[str, Any] = {"config": c.label(), "registers": r.registers, "spill_bytes": r.spill_bytes,
-                               "shared_bytes": r.shared_bytes, "tensor_cores": r.tensor_core_kind,
-                               "cannot_run": r.cannot_run, "tile_area": c.block_m * c.block_n, "_config": c}
+        row = ConfigRow(c.label(), r.registers, r.spill_bytes, r.shared_bytes, r.tensor_core_kind, r.cannot_run,
+                        c.block_m * c.block_n, tile_config=c)
         if r.occ is not None:
             w = compiled.waves(r, p["m"], p["n"], p["k"])
-            row.update(blocks_per_sm=r.occ.blocks_per_sm, occupancy=r.occ.occupancy, limited_by=r.occ.limited_by,
-                       tiles=w.tiles, waves=w.waves, wave_efficiency=w.wave_utilization,
-                       tile_efficiency=w.tile_utilization, utilization=w.utilization)
+            row.blocks_per_sm, row.occupancy, row.limited_by = r.occ.blocks_per_sm, r.occ.occupancy, r.occ.limited_by
+            row.tiles, row.waves, row.wave_efficiency = w.tiles, w.waves, w.wave_utilization
+            row.tile_efficiency, row.utilization = w.tile_utilization, w.utilization
         out.append(row)
     return out
 
 
-def _eligible(row: dict[str, Any]) -> bool:
-    return (not row["cannot_run"] and row["spill_bytes"] == 0 and row["tile_area"] >= MIN_TILE_AREA
-            and row["tensor_cores"] == "wgmma")
+def _eligible(row: ConfigRow) -> bool:
+    return (not row.cannot_run and row.spill_bytes == 0 and row.tile_area >= MIN_TILE_AREA
+            and row.tensor_cores == "wgmma")
 
 
-def best_of_search(problem: dict[str, Any] | None = None) -> dict[str, Any]:
+def best_of_search(problem: dict[str, Any] | None = None) -> ConfigRow:
     """The search's best: the highest useful share among configs that pass the hard rules (fit the
     SM, no spills, tile ≥ 128×128, wgmma); occupancy only breaks ties, for the table."""
     rows = [r for r in evaluate(SEARCH, problem) if _eligible(r)]
     if not rows:  # pragma: no cover - the search is chosen so that some pass
         raise LabCheckError("no configuration of the search passes the rules: the lab's search needs mending")
-    return max(rows, key=lambda r: (round(r["utilization"], 6), r["occupancy"]))
+    return max(rows, key=lambda r: (round(r.utilization or 0.0, 6), r.occupancy or 0.0))
 
 
-def grade_config(config: dict[str, Any], problem: dict[str, Any] | None = None) -> dict[str, Any]:
+@dataclass
+class ConfigGrade:
+    """A configuration that passed, beside the search's best."""
+
+    mine: ConfigRow
+    best: ConfigRow
+
+    def table(self):
+        """The two side by side, as readable strings."""
+        import pandas as pd
+
+        from perflab.core.readout import nbytes, percent
+
+        rows = {}
+        for name, r in (("your config", self.mine), ("best of the search", self.best)):
+            rows[name] = {
+                "config": r.config, "registers": str(r.registers), "spills": nbytes(r.spill_bytes),
+                "shared memory": nbytes(r.shared_bytes), "blocks/SM": str(r.blocks_per_sm),
+                "occupancy": percent(r.occupancy or 0.0), "limited by": r.limited_by,
+                "tiles / waves": f"{r.tiles} / {r.waves}", "useful share": percent(r.utilization or 0.0)}
+        return pd.DataFrame(rows)
+
+
+def grade_config(config: dict[str, Any], problem: dict[str, Any] | None = None) -> ConfigGrade:
     """Raise LabCheckError (what the choice lost, what to change) unless `config` fits the SM, does
     not spill, uses wgmma on a tile of at least 128×128 and wastes no wave against the search's
     best; return both rows when it passes. Occupancy is in the rows, as a diagnostic."""
@@ -114,44 +161,33 @@ def grade_config(config: dict[str, Any], problem: dict[str, Any] | None = None) 
             f"{256 / 16384:.3g} for 128×128, so the kernel reads A and B "
             f"{(c.block_m + c.block_n) / (c.block_m * c.block_n) / (256 / 16384):.3g}× as often. Hint: use at least 128×128")
     mine = evaluate([config], p)[0]
-    if mine["cannot_run"]:
-        raise LabCheckError(f"compiled, but it does not fit an SM of {p['gpu']}: {mine['cannot_run']}")
-    if mine["spill_bytes"]:
+    if mine.cannot_run:
+        raise LabCheckError(f"compiled, but it does not fit an SM of {p['gpu']}: {mine.cannot_run}")
+    if mine.spill_bytes:
         raise LabCheckError(
-            f"{mine['config']} spills {nbytes(mine['spill_bytes'])} per thread to local memory ({mine['registers']} "
+            f"{mine.config} spills {nbytes(mine.spill_bytes)} per thread to local memory ({mine.registers} "
             f"registers, the most a thread may have is 255): its fp32 accumulator, {c.block_m}×{c.block_n} values "
             f"over {c.num_warps * 32} threads, is {c.block_m * c.block_n // (c.num_warps * 32)} registers a thread "
             "before anything else. Hint: more warps, or a smaller tile")
-    if mine["tensor_cores"] != "wgmma":
-        raise LabCheckError(f"{mine['config']} uses {mine['tensor_cores'] or 'no'} Tensor Core instructions, not "
+    if mine.tensor_cores != "wgmma":
+        raise LabCheckError(f"{mine.config} uses {mine.tensor_cores or 'no'} Tensor Core instructions, not "
                             "Hopper's wgmma, whose instructions work on 64-row slices (m64nNk16 in the PTX): with fewer "
                             "rows Triton falls back to Ampere's mma.sync. Hint: BLOCK_M of 64 or more")
     best = best_of_search(p)
-    if mine["utilization"] < best["utilization"] - UTILIZATION_SLACK:
+    mine_u, best_u = mine.utilization or 0.0, best.utilization or 0.0
+    if mine_u < best_u - UTILIZATION_SLACK:
         raise LabCheckError(
-            f"{mine['config']} wastes part of a wave: useful share {percent(mine['utilization'])} ({mine['tiles']} "
-            f"tiles in {mine['waves']} wave(s): waves {percent(mine['wave_efficiency'])} × tiles "
-            f"{percent(mine['tile_efficiency'])}) against {percent(best['utilization'])} for {best['config']}. Hint: "
+            f"{mine.config} wastes part of a wave: useful share {percent(mine_u)} ({mine.tiles} "
+            f"tiles in {mine.waves} wave(s): waves {percent(mine.wave_efficiency or 0.0)} × tiles "
+            f"{percent(mine.tile_efficiency or 0.0)}) against {percent(best_u)} for {best.config}. Hint: "
             f"count the tiles of {p['m']}×{p['n']} for your tile and the slots of a wave (SMs × blocks per SM: "
-            f"{mine['blocks_per_sm']} for yours)")
-    return {"mine": mine, "best": best}
+            f"{mine.blocks_per_sm} for yours)")
+    return ConfigGrade(mine, best)
 
 
-def compare_table(result: dict[str, Any]):
-    """The learner's config beside the search's best, as a table of readable strings."""
-    import pandas as pd
-
-    from perflab.core.readout import nbytes, percent
-
-    rows = {}
-    for name in ("mine", "best"):
-        r = result[name]
-        rows["your config" if name == "mine" else "best of the search"] = {
-            "config": r["config"], "registers": str(r["registers"]), "spills": nbytes(r["spill_bytes"]),
-            "shared memory": nbytes(r["shared_bytes"]), "blocks/SM": str(r["blocks_per_sm"]),
-            "occupancy": percent(r["occupancy"]), "limited by": r["limited_by"],
-            "tiles / waves": f"{r['tiles']} / {r['waves']}", "useful share": percent(r["utilization"])}
-    return pd.DataFrame(rows)
+def compare_table(result: ConfigGrade):
+    """The learner's config beside the search's best, as a table of readable strings (`result.table()`)."""
+    return result.table()
 
 
 def check_config_choice(student: Callable[..., dict[str, Any]]) -> bool:
@@ -163,10 +199,10 @@ def check_config_choice(student: Callable[..., dict[str, Any]]) -> bool:
         raise LabCheckError(f"pick_config should return a dict with {', '.join(KEYS)}, not {type(got).__name__}")
     res = grade_config(got)
     record("pick_config", True)
-    mine = res["mine"]
-    print(f"✓ pick_config: {mine['config']} fits the SM, does not spill and wastes no wave (useful share within "
-          f"{UTILIZATION_SLACK:.0%} of the search's best). Its occupancy, {mine['occupancy']:.1%} "
-          f"({mine['blocks_per_sm']} block(s)/SM, limited by {mine['limited_by']}), is a diagnostic, not a grade: "
+    mine = res.mine
+    print(f"✓ pick_config: {mine.config} fits the SM, does not spill and wastes no wave (useful share within "
+          f"{UTILIZATION_SLACK:.0%} of the search's best). Its occupancy, {mine.occupancy or 0.0:.1%} "
+          f"({mine.blocks_per_sm} block(s)/SM, limited by {mine.limited_by}), is a diagnostic, not a grade: "
           "only a GPU's timing ranks configs that pass")
     try:
         from IPython.display import display

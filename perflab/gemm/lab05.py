@@ -109,7 +109,7 @@ def check_pick(student: Callable[..., int], frame) -> Verdict:
     for b in budgets:
         if (frame["params_delta_pct"].abs() <= b + 1e-12).any():
             cases.append(({"frame": frame, "max_params_delta_pct": b},
-                          int(swiglu.recommend(frame, max_params_delta_pct=b)["d_ff"])))
+                          int(swiglu.recommend(frame, max_params_delta_pct=b).d_ff)))
     def answer(**kw):
         got = student(**kw)
         return got if got is None else int(got)
@@ -149,7 +149,7 @@ def reference_params_delta(h: int, d_ff: int) -> int:
 
 
 def reference_pick(frame, max_params_delta_pct: float) -> int:
-    return int(swiglu.recommend(frame, max_params_delta_pct=max_params_delta_pct)["d_ff"])
+    return int(swiglu.recommend(frame, max_params_delta_pct=max_params_delta_pct).d_ff)
 
 
 LEARNER_ANSWERS = ("candidate_widths", "params_delta", "pick_width")

@@ -18,17 +18,18 @@ resumes where it stopped (each stage re-reads what is already there). For each p
 mean = FLOPs / mean time, median = FLOPs / median time, max = FLOPs / fastest time; the search
 ranks by `stat` (default mean, as the published MAMF table does).
 
-When a search finishes, its best is kept per device in `<results>/<host>/<device>/mamf_ceiling.json`
-(per dtype; only a best that repeated, measured on a quiet machine, not above the peak, and no less
-quietly than the stored one: `save_ceiling_record`); `measured_ceiling(device, dtype)` returns it (TFLOP/s) for
-other lessons to use as "the measured ceiling", or None when this device has not been searched.
+When a search finishes, its best is offered to the device's one ceiling store (`perflab.core.ceiling`,
+`<results>/<host>/<device>/ceilings.json`, per dtype), which keeps it only under its one rule: a best
+that repeated, measured on a quiet machine, not above the peak, and no less quietly than the stored
+one (`save_ceiling_record`). `measured_ceiling(device, dtype)` returns it (TFLOP/s) for other lessons
+to use as "the measured ceiling", or None when this device has not been searched. It is never an MFU's
+basis (`perflab.core.ceiling` says why).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import math
 import socket
 import time
@@ -38,9 +39,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 
 if TYPE_CHECKING:
+    from perflab.core.ceiling import CeilingRecord, Slot
     from perflab.core.dtypes import DType
+    from perflab.core.hardware import Peaks
 
 STATS = ("mean", "median", "max")
 STRATEGIES = ("refine", "grid")
@@ -86,8 +90,9 @@ def _check(fn, a, b, dt, rows: int = 32, cols: int = 32) -> float:
 
 
 def measure_point(m: int, n: int, k: int, dtype: str = "bf16", device=None, *, flush_l2: bool | None = None,
-                  warmup_ms: float = 20, rep_ms: float = 60, check: bool = True) -> dict[str, Any]:
-    """Time one m×k by k×n matmul and return its mean/median/max TFLOP/s (see the module docstring)."""
+                  warmup_ms: float = 20, rep_ms: float = 60, check: bool = True) -> JSON:
+    """Time one m×k by k×n matmul and return its mean/median/max TFLOP/s (see the module docstring), as
+    the row the search's results file keeps."""
     import statistics
 
     import torch
@@ -145,7 +150,8 @@ class MamfResult:
         """Evaluated points / grid points."""
         return self.evaluated / self.grid_points if self.grid_points else float("nan")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
+        """The search for `perflab mamf --json` and a recorded reference."""
         return {"dtype": self.dtype, "stat": self.stat, "strategy": self.strategy, "device": self.device_name,
                 "best": self.best, "grid_points": self.grid_points, "evaluated": self.evaluated,
                 "measured": self.measured, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted,
@@ -162,8 +168,10 @@ class MamfResult:
         """Whether this search's best became the device's stored ceiling, and if not, why."""
         if self.ceiling_path is None or self.best is None:
             return None
-        last = (_read(self.ceiling_path).get(self.dtype) or {}).get("last") or {}
-        why = last.get("questioned")
+        from perflab.core import ceiling
+
+        last = ceiling.read(self.ceiling_path).slot(ceiling.slot_key("search", self.dtype)).last
+        why = last.questioned if last else None
         return f"not stored as this device's ceiling: {why}" if why else "stored as this device's measured ceiling"
 
 
@@ -182,7 +190,8 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
            device=None, strategy: str = "refine", stat: str = "mean", flush_l2: bool | None = None,
            warmup_ms: float = 20, rep_ms: float = 60, top: int = 3, coarse_points: int = 3, plane_limit: int = 1024,
            measure: Callable[[dict[str, Any]], dict[str, Any]] | None = None, path: Path | str | None = None,
-           name: str | None = None, progress: bool = True, save_ceiling: bool = True, retries: int = 2) -> MamfResult:
+           name: str | None = None, progress: bool = True, save_ceiling: bool = True, retries: int = 2,
+           peaks: Peaks | None = None) -> MamfResult:
     """Find the (m, n, k) of the grid m_values × n_values × k_values with the highest TFLOP/s.
 
     measure(params) -> {'mean_tflops', 'median_tflops', 'max_tflops', ...} replaces the real
@@ -192,7 +201,8 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
     Before a best is named it is measured again `retries` times (saved beside the search, in
     `<name>_confirm.jsonl`): the first of the best few whose measurements agree within the stated noise
     (`perflab.core.sweepnoise`) is the best, its TFLOP/s the median of them; a shape whose figure did
-    not repeat (a spike) cannot be the best. `best` carries its quietness.
+    not repeat (a spike) cannot be the best. `best` carries its quietness. `peaks` are the device's peaks
+    its best is checked against before it is stored (default `perflab.core.hardware.peaks_for`).
     """
     import torch
 
@@ -222,7 +232,7 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
         validate_matmul(axes[0][-1], axes[1][-1], axes[2][-1], dt, dev)  # the largest point must fit
         flush = (dev.type == "cuda") if flush_l2 is None else bool(flush_l2)
 
-        def _measure_point(p: dict[str, Any]) -> dict[str, Any]:
+        def _measure_point(p: JSON) -> JSON:
             return measure_point(p["m"], p["n"], p["k"], p["dtype"], dev, flush_l2=flush, warmup_ms=warmup_ms,
                                  rep_ms=rep_ms)
         measure_fn = _measure_point
@@ -321,7 +331,7 @@ def search(m_values: Sequence[int], n_values: Sequence[int], k_values: Sequence[
                         state["interrupted"], file, list(rows.values()), info.name,  # in the order looked at
                         saved=saved_summary(list({point_key(r["params"]): r for r in served}.values()), now))
     if save_ceiling and best is not None and not state["interrupted"] and path is None:
-        result.ceiling_path = save_ceiling_record(result, info, axes)
+        result.ceiling_path = save_ceiling_record(result, info, axes, peaks=peaks)
     return result
 
 
@@ -367,95 +377,70 @@ def _confirmed_best(candidates, rows, scores, key: str, stat: str, measure_fn, f
 
 # ---------------------------------------------------------------- the measured ceiling, per device
 
+
 def ceiling_path(device_slug: str, host: str | None = None) -> Path:
-    """<results>/<host>/<device>/mamf_ceiling.json."""
-    from perflab.core.results import sweep_path
+    """The device's ceiling store, `<results>/<host>/<device>/ceilings.json` (`perflab.core.ceiling`)."""
+    from perflab.core.ceiling import store_path
 
-    return sweep_path("mamf_ceiling", device_slug, host).with_suffix(".json")
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    return store_path(device_slug, host)
 
 
-def save_ceiling_record(result: MamfResult, info, axes) -> Path:
-    """Keep this device's ceiling for the dtype, and the latest search. The search's best becomes the
-    stored ceiling only when (1) its figure repeated (`best['confirmed']`), (2) the machine was quiet
-    while it was measured (`perflab.core.quietness`), (3) it is not above the device's peak (spec sheet
-    or CPU estimate, `perflab.core.hardware.ceiling_problem`), and (4) the stored one was not measured
-    on a quieter machine (a quieter measurement is the more trustworthy one; at equal quietness the
-    later wins). Otherwise it is kept as the latest search with `questioned` saying why it was not
-    stored. The record holds the shape, dtype, statistic, date and quietness."""
+def save_ceiling_record(result: MamfResult, info, axes, *, peaks: Peaks | None = None) -> Path:
+    """Offer this search's best to the device's ceiling store as its `dtype`'s search ceiling
+    (`perflab.core.ceiling`, kind 'search'): stored only under the store's one rule (not above the
+    peak, its figure repeated, a quiet machine, never in place of a quieter version); otherwise kept
+    as the latest search with `questioned` saying why. The record holds the shape, dtype, statistic,
+    date, quietness and what else the search found (its mean, median and max, noise, ranges).
+    Returns the store's path."""
     import torch
 
-    from perflab.core.hardware import ceiling_problem, peaks_for
+    from perflab.core import ceiling
+    from perflab.core.hardware import peaks_for
     from perflab.core.sweepnoise import quietness_of
 
     if result.best is None:
         raise ValueError("save_ceiling_record needs a search that measured at least one point")
+    b = result.best
+    details = {k: b[k] for k in ("mean", "median", "max", "noise", "measurements", "disturbed") if k in b}
+    details |= {"strategy": result.strategy, "evaluated": result.evaluated, "grid_points": result.grid_points,
+                "ranges": {nm: [a[0], a[-1], len(a)] for nm, a in zip("mnk", axes, strict=True)},
+                "host": socket.gethostname()}
+    rec = ceiling.CeilingRecord(
+        float(b["tflops"]), result.dtype, (int(b["m"]), int(b["n"]), int(b["k"])), str(b.get("stat", result.stat)),
+        f"best of a MAMF {result.strategy} search ({result.evaluated} of {result.grid_points} shapes)",
+        time.strftime("%Y-%m-%dT%H:%M:%S"), quietness_of(b.get("quietness")), torch.__version__, info.name,
+        kind="search", confirmed=b.get("confirmed"), details=details)
     path = ceiling_path(info.slug)
-    doc = _read(path)
-    rec = {**result.best, "dtype": result.dtype, "strategy": result.strategy, "device": info.name,
-           "ranges": {nm: [a[0], a[-1], len(a)] for nm, a in zip("mnk", axes, strict=True)},
-           "evaluated": result.evaluated, "grid_points": result.grid_points,
-           "torch_version": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname()}
-    entry = doc.get(result.dtype, {})
-    q = rec.get("quietness")
-    old = entry.get("best")
-    problem = ceiling_problem(float(rec["tflops"]), result.dtype, peaks_for(info))
-    if problem is None and rec.get("confirmed") is False:
-        problem = "the best shape's figure did not repeat when measured again"
-    if problem is None and quietness_of(q).verdict != "quiet":
-        problem = (f"measured while the machine was busy ({quietness_of(q).cause})" if quietness_of(q).disturbed
-                   else "the machine's quietness could not be read")
-    if problem is None and old and quietness_of(old.get("quietness")).quiet and _share(old) < _share(rec):
-        problem = f"the stored ceiling ({old['tflops']:.4g} TFLOP/s, {old.get('date', 'undated')}) was measured on a quieter machine"
-    if problem:
-        rec["questioned"] = problem
-    else:
-        entry["best"] = rec
-    entry["last"] = rec
-    doc[result.dtype] = entry
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(path)
+    ceiling.offer(rec, peaks if peaks is not None else peaks_for(info), path)
     return path
 
 
-def _share(rec: dict[str, Any]) -> float:
-    v = (rec.get("quietness") or {}).get("share")
-    return float(v) if isinstance(v, (int, float)) else math.inf
-
-
-def ceiling_record(device=None, dtype: str | DType = "bf16") -> dict[str, Any] | None:
-    """The best MAMF search result stored for `device` (default: perflab's pick) and dtype, or None."""
+def _search_slot(device, dtype: str | DType) -> Slot:
+    """The device's search slot of its ceiling store, for `dtype`."""
+    from perflab.core import ceiling
     from perflab.core.device import DeviceInfo, describe
     from perflab.core.dtypes import parse_dtype
 
     info = device if isinstance(device, DeviceInfo) else describe(device)
-    entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
-    return entry.get("best")
+    return ceiling.read(ceiling_path(info.slug)).slot(ceiling.slot_key("search", parse_dtype(dtype).name))
+
+
+def ceiling_record(device=None, dtype: str | DType = "bf16") -> CeilingRecord | None:
+    """The best MAMF search result stored for `device` (default: perflab's pick; a torch device, a name
+    `perflab.core.device.pick_device` accepts, or a DeviceInfo) and dtype, or None."""
+    return _search_slot(device, dtype).current
 
 
 def ceiling_note(device=None, dtype: str | DType = "bf16") -> str:
     """One sentence on the ceiling stored for `device` and `dtype`: its value, shape and date, and
-    whether the latest search was questioned (above the peak) and so not stored."""
-    from perflab.core.device import DeviceInfo, describe
-    from perflab.core.dtypes import parse_dtype
-
-    info = device if isinstance(device, DeviceInfo) else describe(device)
-    entry = _read(ceiling_path(info.slug)).get(parse_dtype(dtype).name) or {}
-    best, last = entry.get("best"), entry.get("last")
-    out = (f"measured ceiling stored for this device: {best['tflops']:.4g} TFLOP/s ({best.get('stat', 'mean')}) at "
-           f"{best['m']}×{best['n']}×{best['k']} ({best.get('date', 'undated')}; "
-           f"{(best.get('quietness') or {}).get('cause') or 'quietness not recorded'})" if best
+    whether the latest search was questioned (above the peak, a busy machine) and so not stored."""
+    slot = _search_slot(device, dtype)
+    best, last = slot.current, slot.last
+    out = (f"measured ceiling stored for this device: {best.tflops:.4g} TFLOP/s ({best.statistic}) at "
+           f"{best.shape_text()} ({best.date}; {best.quietness.line()})" if best
            else "no measured ceiling stored for this device")
-    if last and last.get("questioned"):
-        out += f"; the latest search ({last['tflops']:.4g} TFLOP/s) was not stored: {last['questioned']}"
+    if last and last.questioned:
+        out += f"; the latest search ({last.tflops:.4g} TFLOP/s) was not stored: {last.questioned}"
     return out
 
 
@@ -464,7 +449,7 @@ def measured_ceiling(device=None, dtype: str | DType = "bf16") -> float | None:
     when no search has been run on this device yet. `device` may be a torch device, a name
     perflab.core.device.pick_device accepts, or a DeviceInfo."""
     rec = ceiling_record(device, dtype)
-    return float(rec["tflops"]) if rec else None
+    return rec.tflops if rec else None
 
 
 def default_ranges(on_gpu: bool, smoke: bool = False) -> dict[str, list[int]]:

@@ -20,12 +20,13 @@ table (`per_sm` of the A100 and H100 records, with their sources).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 
 # Which table record gives a compilation target's per-SM limits (same compute capability) and SM count.
 TARGET_GPU = {"sm_80": "a100-sxm-80gb", "sm_90": "h100-sxm"}
@@ -51,8 +52,8 @@ class SMLimits:
     shared_allocation_unit: int
     source: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JSON:
+        return to_json(self)
 
 
 @lru_cache(maxsize=1)
@@ -93,8 +94,8 @@ class Occupancy:
     registers_per_warp: int  # after rounding to the allocation unit
     shared_per_block: int  # bytes, with the reserved part and rounding
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JSON:
+        return to_json(self)
 
 
 def occupancy(registers: int, shared_bytes: int, num_warps: int, limits: SMLimits) -> Occupancy:

@@ -8,12 +8,15 @@ them), each returning (figure, table, text); a config that cannot run raises Inp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
 from perflab.gemm import compiled
 from perflab.gemm import triton_matmul as tm
 from perflab.gemm.shapes import wave_model
+
+if TYPE_CHECKING:  # pragma: no cover
+    from perflab.core.ceiling import CeilingRecord
 
 ASSUMED_TILE = (256, 128)  # lesson 04's model: one 256×128 block per SM (the guide's cuBLAS tile)
 
@@ -117,15 +120,15 @@ def time_on_gpu(cfg: tm.TileConfig, dtype: str, m: int, n: int, k: int, target_c
     return out + (f" (inconclusive: the machine was busy, {busy[0]})" if busy else "")
 
 
-def ceiling_share(tflops: list[float], record: dict[str, Any] | None) -> str:
+def ceiling_share(tflops: list[float], record: CeilingRecord | None) -> str:
     """'; 71 % and 83 % of the measured ceiling 612 TFLOP/s (2026-11-26)', never above 100 %: a rate above
     the stored ceiling makes that ceiling suspect, and the text says so instead of a share."""
     from perflab.core.readout import num
 
     if not record:
         return "; no measured ceiling yet (run section 8 or `perflab mamf`)"
-    c = float(record["tflops"])
-    when = str(record.get("date", "undated"))[:10]
+    c = float(record.tflops)
+    when = str(record.date)[:10]
     if max(tflops) > c:
         return (f"; faster than the measured ceiling {num(c)} TFLOP/s ({when}), so that ceiling is suspect: measure "
                 "it again (`perflab mamf --fresh`) on a quiet machine")

@@ -178,10 +178,10 @@ def head_model(h: int, b: int, s: int, *, target, pad: int = 32, title: str = ""
     splits = heads.head_splits(h)
     us = [heads.predicted_head_utilization(b, a, s, d, sms=target.sms, pad=pad) for a, d in splits]
     ds = [d for _a, d in splits]
-    ax.plot(ds, [u["utilization"] for u in us], "s-", color="tab:blue", label="model: padding × tiles × waves")
-    ax.plot(ds, [u["pad_utilization"] for u in us], ":", color="gray", label=f"head size padded to a multiple of {pad}")
+    ax.plot(ds, [u.utilization for u in us], "s-", color="tab:blue", label="model: padding × tiles × waves")
+    ax.plot(ds, [u.pad_utilization for u in us], ":", color="gray", label=f"head size padded to a multiple of {pad}")
     for (a, d), u in zip(splits, us, strict=True):
-        ax.annotate(f"a={a}", (d, u["utilization"]), textcoords="offset points", xytext=(0, 5), fontsize=7, ha="center")
+        ax.annotate(f"a={a}", (d, u.utilization), textcoords="offset points", xytext=(0, 5), fontsize=7, ha="center")
     ax.set_ylim(0, 1.08)
     ax.set_xlabel("head size d = h/a (elements)")
     ax.set_ylabel("predicted utilization (model, fraction)")

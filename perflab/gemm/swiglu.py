@@ -17,12 +17,17 @@ memory-bound, scale smoothly with d_ff, and would only blur the shape effects th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 from perflab.core.validate import positive_int
+
+if TYPE_CHECKING:
+    from perflab.core.quietness import Quietness
 
 
 def eight_thirds(h: int) -> float:
@@ -125,8 +130,21 @@ def make_mlp_gemms(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=N
     return fn, check
 
 
+@dataclass
+class WidthTiming:
+    """The MLP's GEMMs (forward + backward) timed at one width, and the machine while they ran."""
+
+    seconds: float  # median per MLP step
+    tflops: float
+    iqr_s: float
+    spread: float  # IQR / median
+    n_reps: int
+    rel_error: float  # of the first GEMM against float64, checked before timing
+    quietness: Quietness  # the machine while it ran
+
+
 def measure_width(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=None, *, warmup_ms: float = 25,
-                  rep_ms: float = 100) -> dict[str, Any]:
+                  rep_ms: float = 100) -> WidthTiming:
     """Time the MLP's GEMMs (forward + backward) at width d_ff: seconds per step, TFLOP/s, the timing's
     relative spread (IQR / median) and the machine's quietness while it ran."""
     import torch
@@ -146,9 +164,39 @@ def measure_width(tokens: int, h: int, d_ff: int, dtype: str = "bf16", device=No
         with watch(dev) as w:
             r = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, device=dev, flush_l2=False,
                       label=f"SwiGLU MLP h={h} d_ff={d_ff}")
-    return {"seconds": r.median_s, "tflops": mlp_flops(tokens, h, d_ff) / r.median_s / 1e12, "iqr_s": r.iqr_s,
-            "spread": r.iqr_s / r.median_s, "n_reps": r.n, "rel_error": rel,
-            "quietness": of_bench(r, w).to_json()}
+    return WidthTiming(r.median_s, mlp_flops(tokens, h, d_ff) / r.median_s / 1e12, r.iqr_s, r.iqr_s / r.median_s,
+                       r.n, rel, of_bench(r, w))
+
+
+@dataclass
+class Width:
+    """One width of a search: a row of `SwigluSearch.frame` (a frame with fewer columns leaves the
+    rest None)."""
+
+    d_ff: int
+    tflops: float
+    seconds: float | None = None  # per MLP step (fwd+bwd GEMMs)
+    params: int | None = None
+    params_delta: int | None = None  # against 8/3·h
+    params_delta_pct: float | None = None
+    ratio: float | None = None  # d_ff / h
+    multiple_of: int | None = None  # the largest power of two dividing d_ff
+    speedup_vs_baseline: float | None = None
+    rank_tflops: int | None = None
+    rank_time: int | None = None
+    is_baseline: bool | None = None
+    status: str | None = None  # 'ok', 'confirmed', 'unstable' or 'unconfirmed' (perflab.core.sweepnoise)
+    eligible: bool | None = None  # may win (not a spike that did not repeat)
+    disturbed: bool | None = None  # every measurement of it was taken on a busy machine
+    measurements: int | None = None
+    quietness: str | None = None  # the verdict
+    quietness_json: JSON | None = None  # the verdict with its figures
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Width:
+        """From a frame's row (NumPy numbers become Python's)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: to_json(v) for k, v in row.items() if k in names})
 
 
 @dataclass
@@ -169,21 +217,21 @@ class SwigluSearch:
     noise: float = float("nan")  # the sweep's relative noise σ
     rule: str = ""
     notes: list[str] = field(default_factory=list)
-    saved: dict[str, Any] | None = None  # points served from earlier results: how many, when, how quiet
+    saved: JSON | None = None  # points served from earlier results: how many, when, how quiet
     remeasured: int = 0
 
     @property
-    def best(self) -> dict[str, Any]:
+    def best(self) -> Width:
         """The fastest width that may win (an unstable point, a spike that did not repeat, may not)."""
         ok = self.frame[self.frame["eligible"]] if "eligible" in self.frame else self.frame
-        return (ok if len(ok) else self.frame).iloc[0].to_dict()
+        return Width.of((ok if len(ok) else self.frame).iloc[0].to_dict())
 
     @property
-    def baseline_row(self) -> dict[str, Any] | None:
+    def baseline_row(self) -> Width | None:
         rows = self.frame[self.frame["d_ff"] == self.baseline]
-        return rows.iloc[0].to_dict() if len(rows) else None
+        return Width.of(rows.iloc[0].to_dict()) if len(rows) else None
 
-    def decision(self, row: dict[str, Any] | None = None, what: str = "the fastest width"):
+    def decision(self, row: Width | None = None, what: str = "the fastest width"):
         """`perflab.core.sweepnoise.Decision` of `row` (default: the best) against the baseline."""
         from perflab.core.sweepnoise import Point, decide, measured
 
@@ -192,9 +240,9 @@ class SwigluSearch:
         if base is None:
             return None
 
-        def point(r):
-            q = r.get("quietness_json")
-            return Point(int(r["d_ff"]), [measured(r["tflops"], None, q or {"verdict": r.get("quietness")})])
+        def point(r: Width):
+            q = r.quietness_json
+            return Point(int(r.d_ff), [measured(r.tflops, None, q or {"verdict": r.quietness})])
 
         return decide(point(row), point(base), self.noise, what)
 
@@ -202,10 +250,10 @@ class SwigluSearch:
         """The fastest width against ⌊8/3·h⌋, in one sentence computed from both and the noise."""
         best, base = self.best, self.baseline_row
         if base is None:
-            return f"fastest: d_ff = {best['d_ff']} at {best['tflops']:.4g} TFLOP/s (the baseline was not measured)"
+            return f"fastest: d_ff = {best.d_ff} at {best.tflops:.4g} TFLOP/s (the baseline was not measured)"
         d = self.decision(best)
-        return (f"fastest: d_ff = {best['d_ff']} at {best['tflops']:.4g} TFLOP/s (divisible by {best['multiple_of']}); "
-                f"⌊8/3·h⌋ = {base['d_ff']} at {base['tflops']:.4g} TFLOP/s → {best['tflops'] / base['tflops']:.2f}×: "
+        return (f"fastest: d_ff = {best.d_ff} at {best.tflops:.4g} TFLOP/s (divisible by {best.multiple_of}); "
+                f"⌊8/3·h⌋ = {base.d_ff} at {base.tflops:.4g} TFLOP/s → {best.tflops / base.tflops:.2f}×: "
                 + (d.text if d else ""))
 
     def choice(self, max_params_delta_pct: float = 1.0, where: str = "") -> str:
@@ -213,14 +261,14 @@ class SwigluSearch:
         baseline beyond the noise; otherwise that it is within the noise, or inconclusive when the
         machine was busy."""
         pick = recommend(self.frame, max_params_delta_pct)
-        d = self.decision(pick, f"d_ff = {pick['d_ff']}")
-        facts = (f"  {pick['tflops']:.4g} TFLOP/s, {pick['seconds'] * 1e3:.3f} ms per MLP step (fwd+bwd GEMMs), "
-                 f"{pick['speedup_vs_baseline']:.2f}× the ⌊8/3·h⌋ width\n"
-                 f"  parameters {pick['params_delta']:+,} ({pick['params_delta_pct']:+.2f}%) against 8/3·h; "
-                 f"divisible by {pick['multiple_of']}")
+        d = self.decision(pick, f"d_ff = {pick.d_ff}")
+        facts = (f"  {pick.tflops:.4g} TFLOP/s, {(pick.seconds or 0.0) * 1e3:.3f} ms per MLP step (fwd+bwd GEMMs), "
+                 f"{pick.speedup_vs_baseline:.2f}× the ⌊8/3·h⌋ width\n"
+                 f"  parameters {pick.params_delta:+,} ({pick.params_delta_pct:+.2f}%) against 8/3·h; "
+                 f"divisible by {pick.multiple_of}")
         on = f" on {where}" if where else ""
         if d is None or d.kind == "choose":
-            return f"choose d_ff = {pick['d_ff']} for h = {self.hidden}{on}:\n{facts}"
+            return f"choose d_ff = {pick.d_ff} for h = {self.hidden}{on}:\n{facts}"
         if d.kind == "inconclusive":
             return f"no choice for h = {self.hidden}{on}: {d.text}\n{facts}"
         return (f"no width beats ⌊8/3·h⌋ = {self.baseline} beyond the noise for h = {self.hidden}{on}: {d.text}; "
@@ -258,7 +306,8 @@ class SwigluSearch:
 
         return saved_note(self.saved, self.path)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
+        """The search as `perflab swiglu --json` prints it and a reference file keeps it."""
         cols = ["d_ff", "tflops", "seconds", "params", "params_delta", "params_delta_pct", "ratio", "multiple_of",
                 "speedup_vs_baseline", "rank_tflops", "rank_time", "is_baseline", "status", "eligible", "disturbed",
                 "measurements", "quietness_json"]
@@ -266,11 +315,11 @@ class SwigluSearch:
         d = self.decision() if base is not None else None
         return {"hidden": self.hidden, "tokens": self.tokens, "dtype": self.dtype, "device": self.device_name,
                 "eight_thirds_h": eight_thirds(self.hidden), "baseline": self.baseline,
-                "baseline_tflops": base["tflops"] if base else None, "baseline_seconds": base["seconds"] if base else None,
+                "baseline_tflops": base.tflops if base else None, "baseline_seconds": base.seconds if base else None,
                 "flops_per_step": "18 · tokens · h · d_ff (3 GEMMs forward, 6 backward)",
                 "candidates": [{("quietness" if c == "quietness_json" else c): _py(r.get(c)) for c in cols}
                                for r in self.frame.to_dict("records")],
-                "best": _py(self.best["d_ff"]), "decision": d.as_json() if d else None, "noise": self.noise,
+                "best": self.best.d_ff, "decision": d.as_json() if d else None, "noise": self.noise,
                 "rule": self.rule, "notes": self.notes, "remeasured": self.remeasured, "saved": self.saved,
                 "failed": self.failed, "results_file": str(self.path) if self.path else None}
 
@@ -293,7 +342,7 @@ def _py(v):
 
 def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: int = 100, step: int = 4,
            dtype: str = "bf16", device=None, warmup_ms: float = 25, rep_ms: float = 100, repeats: int = 1,
-           retries: int = 2, fresh: bool = False, measure: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+           retries: int = 2, fresh: bool = False, measure: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
            name: str | None = None, progress: bool = True) -> SwigluSearch:
     """Measure every candidate width (default `candidate_widths(h, radius, step)`) as a resumable sweep.
 
@@ -319,12 +368,13 @@ def search(h: int, tokens: int, *, widths: Iterable[int] | None = None, radius: 
     base = baseline_width(h)
     if base not in ws:
         ws = sorted([*ws, base])
-    measure_fn: Callable[[dict[str, Any]], dict[str, Any]]
+    measure_fn: Callable[[dict[str, Any]], Mapping[str, Any]]
     if measure is None:
         make_mlp_gemms(tokens, h, max(ws), dt.name, dev)  # the widest must fit before anything runs
 
-        def _measure_width(p: dict[str, Any]) -> dict[str, Any]:
-            return measure_width(p["tokens"], p["h"], p["d_ff"], p["dtype"], dev, warmup_ms=warmup_ms, rep_ms=rep_ms)
+        def _measure_width(p: dict[str, Any]) -> JSON:  # a row of the sweep's results file
+            return to_json(measure_width(p["tokens"], p["h"], p["d_ff"], p["dtype"], dev, warmup_ms=warmup_ms,
+                                         rep_ms=rep_ms))
         measure_fn = _measure_width
     else:
         measure_fn = measure
@@ -400,7 +450,7 @@ def _assemble(h: int, tokens: int, dtype: str, device_name: str, base: int, res,
                         list(settled.notes), None, settled.remeasured)
 
 
-def recommend(frame, max_params_delta_pct: float = 1.0) -> dict[str, Any]:
+def recommend(frame, max_params_delta_pct: float = 1.0) -> Width:
     """The fastest measured width (highest TFLOP/s) whose parameter change against 8/3·h is within
     ±max_params_delta_pct percent, among the widths that may win (not `eligible` False). `frame` is
     SwigluSearch.frame (or any frame with d_ff, tflops and params_delta_pct). Whether it beats the
@@ -413,7 +463,7 @@ def recommend(frame, max_params_delta_pct: float = 1.0) -> dict[str, Any]:
     if not len(ok):
         raise InputError(f"no measured width changes the parameters by at most {max_params_delta_pct}%: widen the budget")
     best = ok.sort_values(["tflops", "d_ff"], ascending=[False, True]).iloc[0]
-    return {k: _py(v) for k, v in best.to_dict().items()}
+    return Width.of(best.to_dict())
 
 
 def baseline_alignment(hs, target=None, tokens: int = 8192):

@@ -29,10 +29,11 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.errors import InputError, UnsupportedError
+from perflab.core.jsonable import JSON, to_json
 
 INTERPRETER_TIMING_NOTE = ("Triton's interpreter runs each program as numpy on the CPU, one after another: "
                            "its timings say nothing about a GPU, so perflab never shows them as speed.")
@@ -122,8 +123,8 @@ class TileConfig:
     def label(self) -> str:
         return f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JSON:
+        return to_json(self)
 
 
 def parse_tile3(text: str) -> tuple[int, int, int]:
@@ -187,14 +188,17 @@ def import_triton(interpret: bool) -> bool:
 
 def run_in_interpreter_process(module: str, func: str, kwargs: dict[str, Any], timeout: float = 300) -> Any:
     """Call `module.func(**kwargs)` in a child Python whose Triton runs in interpreter mode; its
-    JSON result. Used when this process imported Triton natively (torch.compile does so even on a CPU)."""
+    result as JSON (`perflab.core.jsonable.to_json`: a typed result comes back as its fields, for the
+    caller to make it again). Used when this process imported Triton natively (torch.compile does so
+    even on a CPU)."""
     env = dict(os.environ)
     env["TRITON_INTERPRET"] = "1"
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    code = ("import json, sys, importlib; m = importlib.import_module(sys.argv[1]); "
-            "print(json.dumps(getattr(m, sys.argv[2])(**json.loads(sys.argv[3]))))")
+    code = ("import json, sys, importlib; from perflab.core.jsonable import to_json; "
+            "m = importlib.import_module(sys.argv[1]); "
+            "print(json.dumps(to_json(getattr(m, sys.argv[2])(**json.loads(sys.argv[3])))))")
     proc = subprocess.run([sys.executable, "-c", code, module, func, json.dumps(kwargs)], capture_output=True,
                           text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
@@ -283,8 +287,29 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
+@dataclass
+class KernelCheck:
+    """The kernel's C against torch's on N(0, 1) inputs of one shape."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    device: str
+    interpreter: bool  # run by Triton's interpreter (a CPU), not compiled
+    max_abs_err: float
+    rtol: float  # the tolerance: atol + rtol·|C| (`tolerance`)
+    atol: float
+    passed: bool
+    config: TileConfig
+
+    @classmethod
+    def from_json(cls, d: JSON) -> KernelCheck:
+        return cls(**{**d, "config": TileConfig(**d["config"])})
+
+
 def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | dict | None = None, *, seed: int = 0,
-          device: str | None = None) -> dict[str, Any]:
+          device: str | None = None) -> KernelCheck:
     """Run the kernel on random N(0, 1) inputs and compare with torch (fp32 reference of the same
     rounded inputs, then rounded to the dtype): max_abs_err, the tolerance, and whether it passed."""
     import torch
@@ -302,8 +327,8 @@ def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | dict
     name = dtype_name(dtype)
     cfg = config or TileConfig()
     if torch.device(dev).type == "cpu" and import_triton(True) is False:
-        return run_in_interpreter_process(__name__, "check", {"m": m, "n": n, "k": k, "dtype": name, "seed": seed,
-                                                              "config": cfg.as_dict(), "device": "cpu"})
+        return KernelCheck.from_json(run_in_interpreter_process(__name__, "check", {
+            "m": m, "n": n, "k": k, "dtype": name, "seed": seed, "config": cfg.as_dict(), "device": "cpu"}))
     g = torch.Generator(device="cpu").manual_seed(seed)
     a = torch.randn(m, k, generator=g).to(torch_dtype(name)).to(dev)
     b = torch.randn(k, n, generator=g).to(torch_dtype(name)).to(dev)
@@ -312,6 +337,5 @@ def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | dict
     err = (c.float() - ref).abs()
     rtol, atol = tolerance(name, k, torch.device(dev).type)
     bound = atol + rtol * ref.abs()
-    return {"m": m, "n": n, "k": k, "dtype": name, "device": dev, "interpreter": torch.device(dev).type == "cpu",
-            "max_abs_err": float(err.max()), "rtol": rtol, "atol": atol,
-            "passed": bool((err <= bound).all()), "config": cfg.as_dict()}
+    return KernelCheck(m, n, k, name, dev, torch.device(dev).type == "cpu", float(err.max()), rtol, atol,
+                       bool((err <= bound).all()), cfg)

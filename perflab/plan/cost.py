@@ -1,8 +1,9 @@
 """What a planned step costs in time on a GPU nobody here has: a roofline per operator and lesson 06's
 bus-bandwidth model per collective, replayed on a compute stream and a communication stream.
 
-* **The cluster** (`cluster`): the GPU's dense peaks and memory bandwidth from perflab's hardware table
-  (perflab/core/data/accelerators.json, each figure with its datasheet), the links between GPUs from
+* **The cluster** (`cluster`): the GPU's dense peaks (`perflab.core.hardware.spec_peak`) and memory
+  bandwidth from perflab's hardware table (perflab/core/data/accelerators.json, each figure with its
+  datasheet), the links between GPUs from
   lesson 06's table (perflab/distributed/data/interconnects.json: NVLink inside a node, the NIC between
   nodes, per direction), 8 GPUs per node (data/clusters.json).
 * **Compute, op by op** (`op_seconds`): an operator takes max(FLOPs ÷ peak, bytes ÷ bandwidth), the
@@ -28,15 +29,16 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.hardware import DTYPE_KEYS, AcceleratorSpec, spec_peak
+from perflab.core.jsonable import JSON
 
 DTYPE_OF = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float64": "fp64"}
 
 
 @lru_cache(maxsize=1)
-def _clusters() -> dict[str, Any]:
+def _clusters() -> JSON:
     return json.loads(resources.files("perflab.plan").joinpath("data/clusters.json").read_text())
 
 
@@ -46,7 +48,7 @@ class Cluster:
 
     gpu_id: str
     gpu_name: str
-    peak_tflops: dict[str, float | None]
+    spec: AcceleratorSpec  # the GPU's record of the hardware table: its peaks come from there
     memory_bytes: float
     bandwidth_gbps: float
     intra_id: str
@@ -57,16 +59,21 @@ class Cluster:
     sources: tuple[str, ...]
 
     def peak(self, dtype: str) -> float | None:
-        return self.peak_tflops.get(dtype)
+        """The GPU's dense peak TFLOP/s for `dtype` (`perflab.core.hardware.spec_peak`), None: no such mode."""
+        return spec_peak(self.spec, dtype).tflops
+
+    def peak_source(self, dtype: str) -> str:
+        return spec_peak(self.spec, dtype).source
 
     def busbw_gbps(self, group_size: int, stride: int = 1) -> float:
         """The link a group of `group_size` ranks, `stride` ranks apart, is limited by: NVLink when the
         whole group fits in one node, else the NIC."""
         return self.intra_gbps if group_size * stride <= self.gpus_per_node else self.inter_gbps
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
+        """The cluster for `perflab plan --json`."""
         return {"gpu": self.gpu_id, "name": self.gpu_name, "memory_gb": self.memory_bytes / 1e9,
-                "bandwidth_gbps": self.bandwidth_gbps, "peak_tflops": self.peak_tflops,
+                "bandwidth_gbps": self.bandwidth_gbps, "peak_tflops": {d: self.peak(d) for d in DTYPE_KEYS},
                 "intra_link": self.intra_id, "intra_gbps": self.intra_gbps, "inter_link": self.inter_id,
                 "inter_gbps": self.inter_gbps, "gpus_per_node": self.gpus_per_node, "sources": list(self.sources)}
 
@@ -91,7 +98,7 @@ def cluster(gpu: str) -> Cluster:
     lk = data["links"][gid]
     intra, inter = link(lk["intra"]), link(lk["inter"])
     sources = tuple(dict.fromkeys([*spec.sources.values(), intra.source, inter.source, *data["sources"].values()]))
-    return Cluster(gid, spec.name, dict(spec.peak_tflops), spec.memory_gb * 1e9, spec.memory_bandwidth_gbps,
+    return Cluster(gid, spec.name, spec, spec.memory_gb * 1e9, spec.memory_bandwidth_gbps,
                    intra.id, intra.per_direction_gbps, inter.id, inter.per_direction_gbps, int(lk["gpus_per_node"]),
                    sources)
 

@@ -41,8 +41,12 @@ Why the plan differs from llm-foundry's rows (`foundry_side_by_side` gives the f
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from perflab.core.jsonable import JSON
 
 FOUNDRY_DATA = Path(__file__).with_name("data") / "llm_foundry_throughput.json"
 
@@ -62,15 +66,24 @@ def make_target():
     return from_hf_config("llama", over, batch=RUN["micro_batch"], seq=RUN["seq"], n_batches=1)
 
 
-def torchtitan_8b() -> dict[str, Any]:
+@dataclass(frozen=True)
+class PublishedRun:
+    """A published run's figures: tokens/s per GPU, the peak memory in bytes, and where they are printed."""
+
+    tokens_per_s_per_gpu: float
+    memory_bytes: float
+    source: str
+
+
+def torchtitan_8b() -> PublishedRun:
     """The published row (FSDP, eager) with its source."""
     from perflab.shard.published import load
 
     data = load()
     tab = next(t for t in data["tables"] if t["id"] == "fsdp_8gpu")
     row = dict(zip(tab["columns"], tab["rows"][0], strict=True))
-    return {"tokens_per_s_per_gpu": float(row["tokens_per_s_per_gpu"]), "memory_bytes": float(row["memory_gib"]) * GIB,
-            "source": f"{data['source']['title']}, {tab['url']}, {tab['section']}"}
+    return PublishedRun(float(row["tokens_per_s_per_gpu"]), float(row["memory_gib"]) * GIB,
+                        f"{data['source']['title']}, {tab['url']}, {tab['section']}")
 
 
 def side_by_side(plans: dict[str, Any]) -> list[dict[str, Any]]:
@@ -80,16 +93,17 @@ def side_by_side(plans: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for label, p in plans.items():
         tps = (p.tokens_per_s or 0.0) / p.layout.gpus
-        rows.append({"plan": label, "published_tokens_per_s_per_gpu": pub["tokens_per_s_per_gpu"],
-                     "plan_tokens_per_s_per_gpu": tps, "tokens_ratio": tps / pub["tokens_per_s_per_gpu"],
-                     "published_memory_gb": pub["memory_bytes"] / 1e9, "plan_peak_gb": p.peak_bytes / 1e9,
-                     "memory_ratio": p.peak_bytes / pub["memory_bytes"], "mfu": p.mfu})
+        rows.append({"plan": label, "published_tokens_per_s_per_gpu": pub.tokens_per_s_per_gpu,
+                     "plan_tokens_per_s_per_gpu": tps, "tokens_ratio": tps / pub.tokens_per_s_per_gpu,
+                     "published_memory_gb": pub.memory_bytes / 1e9, "plan_peak_gb": p.peak_bytes / 1e9,
+                     "memory_ratio": p.peak_bytes / pub.memory_bytes, "mfu": p.mfu})
     return rows
 
 
 # ----------------------------------------------------------------------------- llm-foundry's MPT rows
-def foundry() -> dict[str, Any]:
-    """llm-foundry's rows (one dict each) and their source (repo, path, commit, URL)."""
+def foundry() -> JSON:
+    """llm-foundry's table as its data file has it: {'source': repo, path, commit, URL; 'rows': one dict per
+    row, each with its model's 'shape'}."""
     data = json.loads(FOUNDRY_DATA.read_text())
     rows = [dict(zip(data["columns"], r, strict=True)) for r in data["rows"]]
     for r in rows:
@@ -97,7 +111,7 @@ def foundry() -> dict[str, Any]:
     return {"source": data["source"], "rows": rows}
 
 
-def mpt_overrides(shape: dict[str, int], seq: int) -> dict[str, Any]:
+def mpt_overrides(shape: dict[str, int], seq: int) -> dict[str, int | float | str]:
     """An MPT shape as a GPT-2 config (learned positions, tied embedding, MLP ×4, torch's GELU, SDPA, no
     dropout: MPT's benchmark configs train without it)."""
     return {"n_embd": shape["d_model"], "n_layer": shape["n_layers"], "n_head": shape["n_heads"], "n_positions": seq,
@@ -115,9 +129,14 @@ def mpt_target(row: dict[str, Any]):
 
 
 def foundry_mfu(tokens_per_s_per_gpu: float, params: float, shape: dict[str, int], seq: int, peak_flops: float) -> float:
-    """MFU in llm-foundry's convention: (6·N + 12·layers·d·s) FLOPs per token (attention counted whole)."""
+    """MFU in llm-foundry's convention: (6·N + 12·layers·d·s) FLOPs per token (attention counted whole),
+    divided where every MFU is (`perflab.flops.mfu.utilization`); NaN when it cannot be (no peak)."""
+    from perflab.flops.mfu import spec_basis, utilization
+
     per_token = 6 * params + 3 * shape["n_layers"] * 2 * 2 * shape["d_model"] * seq
-    return per_token * tokens_per_s_per_gpu / peak_flops
+    basis = spec_basis(peak_flops / 1e12, "bf16", "given", "given peak")
+    u = utilization(1.0, {"bf16": per_token * tokens_per_s_per_gpu}, {"bf16": basis})
+    return u.mfu if u.mfu is not None else math.nan
 
 
 def foundry_side_by_side(models: tuple[str, ...] | None = None) -> list[dict[str, Any]]:

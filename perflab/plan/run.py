@@ -11,8 +11,8 @@
 * **Tokens/s** = tokens per GPU per step × GPUs ÷ tensor-parallel degree ÷ step time (the tensor-parallel
   ranks of a group share one micro-batch).
 * **MFU** = model FLOPs per step (forward + backward, recompute excluded; all ranks) ÷ (step time ×
-  GPUs × the GPU's dense peak in the training dtype) — lesson 02's definition. With the roofline's
-  ideal kernels it is an upper bound.
+  GPUs × the GPU's dense peak in the training dtype) — lesson 02's definition, divided where every MFU
+  is (`perflab.flops.mfu.utilization`, per GPU). With the roofline's ideal kernels it is an upper bound.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.plan.cost import Cluster, Event, Replay, cluster, replay
 from perflab.plan.step import Layout, StepTrace, run_step
 
@@ -58,13 +59,18 @@ class Plan:
 
     @property
     def mfu(self) -> float | None:
-        peak = self.cluster.peak(self.layout.dtype)
+        """One GPU's model FLOPs per step over the step time at the GPU's dense peak in the training dtype
+        (`perflab.flops.mfu.utilization`); None when the peak is unknown (or the MFU would pass 100 %)."""
+        from perflab.flops.mfu import spec_basis, utilization
+
+        dt = self.layout.dtype
+        peak = self.cluster.peak(dt)
         if not peak or self.step.step_s <= 0:
             return None
-        model_flops = (self.flops["forward"] + self.flops["backward"]) * self.layout.gpus
-        return model_flops / (self.step.step_s * self.layout.gpus * peak * 1e12)
+        basis = spec_basis(peak, dt, self.cluster.peak_source(dt))
+        return utilization(self.step.step_s, {dt: self.flops["forward"] + self.flops["backward"]}, {dt: basis}).mfu
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         return {"model": self.name, "layout": asdict(self.layout), "cluster": self.cluster.as_dict(),
                 "params_total": self.params_total, "memory_bytes": dict(self.parts), "peak_bytes": self.peak_bytes,
                 "usable_bytes": self.usable_bytes, "headroom": self.headroom, "fits": self.fits,

@@ -36,9 +36,9 @@ def test_causal_reads_about_half_and_the_closed_form_is_exact_when_blocks_divide
         exact = io.flash_bytes(1, 1, s_, 64, block_m=bm, block_n=bn, causal=True)["total"]
         closed = io.flash_bytes_closed(1, 1, s_, 64, block_m=bm, causal=True)
         gap = io.causal_gap(s_, 64, 2, block_m=bm, block_n=bn)
-        assert exact - closed == gap["gap_bytes"] and sum(gap["tile_keys"]) == gap["keys"]
-        assert f"{gap['gap_bytes']:,} B" in gap["text"]
-    assert io.causal_gap(1024, 64, block_m=64, block_n=32)["gap_bytes"] == 0
+        assert exact - closed == gap.gap_bytes and sum(gap.tile_keys) == gap.keys
+        assert f"{gap.gap_bytes:,} B" in gap.text
+    assert io.causal_gap(1024, 64, block_m=64, block_n=32).gap_bytes == 0
 
 
 def test_flops_follow_the_matmuls():
@@ -73,7 +73,10 @@ def test_bad_input_is_one_line():
         io.standard_bytes(1, 1, 64, 64, itemsize=3)
     with pytest.raises(InputError):
         io.fraction_of_peak(1e12, 0, 100)
-    assert io.fraction_of_peak(1e12, 1.0, 1.0) == 1.0
+    assert io.fraction_of_peak(1e12, 1.0, 1.0) == 1.0 and io.fraction_of_peak(0, 1.0, 1.0) == 0.0
+    assert io.fraction_of_peak(1e12, 2.0, 1.0) == 0.5
+    with pytest.raises(InputError, match="faster than the peak given"):  # above 100 %: the peak is wrong
+        io.fraction_of_peak(2e12, 1.0, 1.0)
 
 
 def test_the_fused_kernels_rereads_are_a_fraction_d_over_2_block_m_of_standard_traffic():

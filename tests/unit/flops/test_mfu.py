@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-import types
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from perflab.core import hardware
+from perflab.core import ceiling, hardware
 from perflab.core.errors import InputError
 from perflab.flops import mfu
 from perflab.flops.mfu import (
     achieved_tflops,
     comparability,
     implied_recompute_fraction,
-    matmul_ceiling,
     narayanan_table1,
     printed,
     published_frame,
@@ -30,26 +27,9 @@ from perflab.flops.transformer import (
     palm_flops_per_token,
 )
 
+from .helpers import estimated, timed_matmul, watch_of
+
 ROWS = [(run["id"], r) for run in published_runs() for r in reproduce(run)]
-
-
-def test_the_ceiling_is_measured_when_perflab_gemm_has_no_search_result(monkeypatch):
-    from perflab.core import measure
-    from perflab.gemm import mamf
-
-    monkeypatch.delattr(mamf, "measured_ceiling")  # an older perflab.gemm
-    monkeypatch.setattr(mfu, "_CEILINGS", {})
-    sizes = []
-
-    def measure_matmul(m, n, k, dtype, device, **kw):
-        sizes.append((m, n, k, dtype, str(device)))
-        return type("R", (), {"tflops": 1.25})()
-
-    monkeypatch.setattr(measure, "measure_matmul", measure_matmul)
-    c = mfu.matmul_ceiling("cpu", "fp32", size=64)
-    assert (c.tflops, c.source, c.size) == (1.25, "matmul", 64)
-    assert c.label == "measured matmul ceiling (largest square matmul measured here: 64³ fp32)"
-    assert mfu.matmul_ceiling("cpu", "fp32", size=64) is c and sizes == [(64, 64, 64, "fp32", "cpu")]
 
 
 def test_published_runs_refuse_a_missing_peak_and_an_unknown_convention():
@@ -100,6 +80,13 @@ def test_mfu_arithmetic():
         mfu.mfu(1, 1, 1, devices=0)
 
 
+def test_a_run_above_100_percent_of_its_peak_has_no_mfu_and_says_why():
+    """`mfu` divides where every MFU is divided (`utilization`): 6 TFLOP/s against a 1 TFLOP/s peak is not 600 %."""
+    with pytest.raises(InputError, match="no utilization above 100 %: the step ran at .* the ceiling is suspect"):
+        mfu.mfu(1000, 6e9, 1.0)
+    assert mfu.mfu(1000, 6e9, 6.0) == pytest.approx(1.0)  # exactly the peak is not above it
+
+
 def test_peaks():
     assert resolve_peak(accelerator="h100-sxm") == (989.4, pytest.approx(resolve_peak(accelerator="h100-sxm")[1]))
     assert resolve_peak(accelerator="NVIDIA A100-SXM4-80GB")[0] == 312
@@ -123,26 +110,6 @@ def test_palm_hfu_implies_three_quarters_of_a_forward_recomputed():
 def test_printed():
     assert printed(0.46229, 3, "truncate") == 0.462 and printed(0.30266, 3, "truncate") == 0.302
     assert printed(0.41651, 3, "round") == 0.417
-
-
-def test_ceiling_measured_and_cached(monkeypatch, tmp_path):
-    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))  # no MAMF search recorded here by another test
-    a = matmul_ceiling("cpu", "fp32", size=256)
-    b = matmul_ceiling("cpu", "fp32", size=256)
-    assert a is b and a.tflops > 0 and "256³" in a.label and a.source == "matmul"
-
-
-def test_ceiling_prefers_mamf(monkeypatch):
-    fake = types.ModuleType("perflab.gemm.mamf")
-    fake.measured_ceiling = lambda dev, dtype: 1.234
-    monkeypatch.setitem(sys.modules, "perflab.gemm.mamf", fake)
-    import perflab.gemm
-
-    monkeypatch.setattr(perflab.gemm, "mamf", fake, raising=False)
-    c = matmul_ceiling("cpu", "fp32", size=256)
-    assert c.tflops == 1.234 and c.source == "mamf"
-    fake.measured_ceiling = lambda dev, dtype: None  # not measured yet: fall back to a matmul
-    assert matmul_ceiling("cpu", "fp32", size=256).source == "matmul"
 
 
 def test_comparability():
@@ -173,9 +140,10 @@ def test_handbook_estimate_example():
     from perflab.flops.mfu import handbook_estimate_example
 
     ex = handbook_estimate_example()
-    assert ex["hfu_tflops"] == pytest.approx(52 * 4 * 2 * 2048 * 1024 / (127 * 64 * 1e3))
-    assert round(ex["hfu_tflops"], 1) == 107.3
-    assert ex["mfu_tflops"] == pytest.approx(ex["hfu_tflops"] * 3 / 4)
+    assert ex.hfu_tflops == pytest.approx(52 * 4 * 2 * 2048 * 1024 / (127 * 64 * 1e3))
+    assert round(ex.hfu_tflops, 1) == 107.3
+    assert ex.mfu_tflops == pytest.approx(ex.hfu_tflops * 3 / 4)
+    assert ex.peak_tflops == 312 and ex.hfu == pytest.approx(ex.hfu_tflops / 312) and ex.mfu == pytest.approx(ex.mfu_tflops / 312)
 
 
 @pytest.mark.parametrize("row", narayanan_table1(), ids=lambda r: f"{r['params_b']}B")
@@ -210,60 +178,37 @@ CPU = torch.device("cpu")
 
 @pytest.fixture
 def timed(monkeypatch, tmp_path):
-    """measure_matmul that returns a chosen fastest time, with results in a fresh folder; box["q"] is
-    the quietness the injected watch reports."""
-    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
-    box = {"min_s": 1e-3, "q": {"verdict": "quiet", "share": 0.02, "cause": "machine quiet"}}
-    import perflab.core.measure as M
-
-    monkeypatch.setattr(M, "measure_matmul", lambda m, n, k, *a, **kw: SimpleNamespace(min_s=box["min_s"], n_reps=7))
-    return box
-
-
-def _watch(box):
-    """A quietness watch that reports box["q"] (no /proc read)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def watch(device):
-        yield SimpleNamespace(result=box["q"])
-
-    return watch
-
-
-def _est(tflops):
-    return hardware.Peaks("cpu", {"fp32": tflops}, "estimate")
+    return timed_matmul(monkeypatch, tmp_path)
 
 
 def test_a_ceiling_above_the_peak_is_questioned():
-    assert hardware.ceiling_problem(0.1, "fp32", _est(0.2)) is None
-    why = hardware.ceiling_problem(0.1698, "fp32", _est(0.1558))
+    assert hardware.ceiling_problem(0.1, "fp32", estimated(0.2)) is None
+    why = hardware.ceiling_problem(0.1698, "fp32", estimated(0.1558))
     assert why and "109 % of the estimated peak" in why and "not stored" in why
-    assert hardware.ceiling_problem(5.0, "bf16", _est(0.2)) is None  # no bf16 peak: nothing to check against
+    assert hardware.ceiling_problem(5.0, "bf16", estimated(0.2)) is None  # no bf16 peak: nothing to check against
+    # the one admission rule (perflab.core.ceiling) asks it first
+    from perflab.core.quietness import Quietness
+
+    rec = ceiling.CeilingRecord(0.1698, "fp32", (8, 8, 8), "fastest call", "x", "2026-01-01", Quietness(
+        "quiet", 0.0, 1.0, 1, 0.0, 1, ""), "2.9", "cpu")
+    assert ceiling.admit(rec, None, estimated(0.1558)) == why
 
 
-def test_the_first_ceiling_stays_the_basis_and_a_remeasure_is_a_named_new_version(timed, monkeypatch):
-    monkeypatch.setattr(hardware, "ceiling_problem", lambda *a: None)
+def test_the_first_ceiling_stays_the_basis_and_a_remeasure_is_a_named_new_version(timed):
     shape = (64, 128, 32)
-    w = _watch(timed)
-    b1 = mfu.mfu_basis(CPU, "fp32", shape, watch=w)
+    w, none = watch_of(timed), estimated()  # no peak here: whether the figure lies under it is tested above
+    b1 = mfu.mfu_basis(CPU, "fp32", shape, watch=w, peaks=none)
     assert b1.kind == "measured ceiling" and b1.version == 1 and b1.shape == shape
     assert b1.tflops == pytest.approx(2 * 64 * 128 * 32 / 1e-3 / 1e12)
     assert "64×128×32 matmul" in b1.label() and "version 1" in b1.label() and b1.when
-    assert b1.statistic == "fastest call" and {k: b1.quietness[k] for k in timed["q"]} == timed["q"]
+    assert b1.statistic == "fastest call" and b1.quietness is not None
+    assert (b1.quietness.verdict, b1.quietness.share, b1.quietness.cause) == ("quiet", 0.02, "machine quiet")
     timed["min_s"] = 0.5e-3  # another lesson's faster run does not replace it
-    assert mfu.mfu_basis(CPU, "fp32", shape, watch=w).version == 1
-    b2 = mfu.mfu_basis(CPU, "fp32", shape, remeasure=True, watch=w)
+    assert mfu.mfu_basis(CPU, "fp32", shape, watch=w, peaks=none).version == 1
+    b2 = mfu.mfu_basis(CPU, "fp32", shape, remeasure=True, watch=w, peaks=none)
     assert b2.version == 2 and b2.replaced and "version 1" in b2.label()
-    assert mfu.mfu_basis(CPU, "fp32", shape, watch=w).tflops == pytest.approx(2 * b1.tflops)
-    assert mfu.mfu_basis(CPU, "bf16", shape, watch=w).version == 1  # each dtype has its own basis
-
-
-def test_a_questioned_ceiling_is_used_named_and_not_stored(timed, monkeypatch):
-    monkeypatch.setattr(hardware, "peaks_for", lambda info: _est(1e-9))
-    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=_watch(timed))
-    assert b.questioned and b.version is None and "not stored" in b.label()
-    assert mfu.stored_ceilings(__import__("perflab.core.device", fromlist=["x"]).describe(CPU).slug) == {}
+    assert mfu.mfu_basis(CPU, "fp32", shape, watch=w, peaks=none).tflops == pytest.approx(2 * b1.tflops)
+    assert mfu.mfu_basis(CPU, "bf16", shape, watch=w, peaks=none).version == 1  # each dtype has its own basis
 
 
 def test_a_utilization_above_100_percent_is_never_shown_and_its_ceiling_is_called_suspect():
@@ -274,53 +219,7 @@ def test_a_utilization_above_100_percent_is_never_shown_and_its_ceiling_is_calle
     assert mfu.shown_utilization(None) .startswith("unknown")
 
 
-def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypatch, tmp_path):
-    from perflab.gemm import mamf
-
-    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
-    monkeypatch.setattr(hardware, "peaks_for", lambda info: _est(1e-9))  # every real search is above this peak
-    mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", rep_ms=2, warmup_ms=1, progress=False)
-    assert mamf.measured_ceiling("cpu", "fp32") is None
-    note = mamf.ceiling_note("cpu", "fp32")
-    assert note.startswith("no measured ceiling stored") and "was not stored" in note and "estimated peak" in note
-
-
 # ---------------------------------------------------------------- the one basis: storing, and the division
-
-
-def test_a_ceiling_measured_on_a_busy_machine_is_used_named_and_not_stored(timed):
-    timed["q"] = {"verdict": "disturbed", "share": 0.48, "cause": "other programs used 48 % of 2 cores"}
-    seen = []
-
-    def counting(device):
-        seen.append(device)
-        return _watch(timed)(device)
-
-    b = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=counting)
-    assert len(seen) == mfu.CEILING_ATTEMPTS  # measured again while the machine stayed busy
-    assert b.version is None and not b.stored
-    assert "not stored: measured while the machine was busy (other programs used 48 % of 2 cores)" in b.label()
-    slug = __import__("perflab.core.device", fromlist=["x"]).describe(CPU).slug
-    assert mfu.stored_ceilings(slug) == {}
-    timed["q"] = None  # quietness that cannot be read is not quiet either
-    assert not mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=_watch(timed)).stored
-
-
-def test_a_remeasure_never_replaces_a_quieter_ceiling(timed, monkeypatch):
-    monkeypatch.setattr(hardware, "ceiling_problem", lambda *a: None)
-    w = _watch(timed)
-    b1 = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), watch=w)
-    timed["q"] = {"verdict": "quiet", "share": 0.08, "cause": "machine quiet"}  # quiet, but less so
-    timed["min_s"] = 0.25e-3
-    b2 = mfu.mfu_basis(CPU, "fp32", (64, 64, 64), remeasure=True, watch=w)
-    assert b2.version == 1 and b2.tflops == b1.tflops and "quieter machine" in (b2.questioned or "")
-    timed["q"] = {"verdict": "quiet", "share": 0.0, "cause": "machine quiet"}
-    assert mfu.mfu_basis(CPU, "fp32", (64, 64, 64), remeasure=True, watch=w).version == 2
-
-
-def test_every_caller_gets_the_same_cpu_ceiling_shape():
-    assert mfu.ceiling_shape(CPU) == mfu.ceiling_shape("cpu") == mfu.CEILING_SHAPE_CPU
-    assert mfu.ceiling_shape(torch.device("cuda")) == mfu.CEILING_SHAPE_GPU
 
 
 def _spec(dt, tflops):
@@ -360,7 +259,7 @@ def test_an_unknown_device_never_borrows_a_peak(timed, monkeypatch):
     """A CPU (or any device missing from the hardware table) gets 'peak unknown' and its own measured
     ceiling, never another device's spec peak, even where a CPU peak is estimated."""
     for dt in ("fp32", "bf16"):
-        b = mfu.mfu_basis(CPU, dt, (8, 8, 8), watch=_watch(timed))
+        b = mfu.mfu_basis(CPU, dt, (8, 8, 8), watch=watch_of(timed))
         assert b.kind == "measured ceiling" and b.dtype == dt
         u = utilization(1.0, {dt: 1e6}, {dt: b})
         assert u.basis_label().startswith("peak unknown") and not u.spec
@@ -376,7 +275,7 @@ def test_unknown_peak_uses_the_measured_ceiling_for_the_dtype_that_ran(timed, mo
         return SimpleNamespace(min_s=1e-3, n_reps=5)
 
     monkeypatch.setattr(M, "measure_matmul", measure_matmul)
-    bases = mfu.bases_for(CPU, ["bf16"], (8, 8, 8), watch=_watch(timed))
+    bases = mfu.bases_for(CPU, ["bf16"], (8, 8, 8), watch=watch_of(timed))
     assert asked == ["bf16"] and bases["bf16"].tflops == pytest.approx(2 * 8**3 / 1e-3 / 1e12)
     u = utilization(0.5, {"bf16": 1e3}, bases, {"bf16": 1.2e3})
     assert u.mfu == pytest.approx(1e3 / (bases["bf16"].tflops * 1e12) / 0.5)

@@ -53,8 +53,7 @@ def cuobjdump_report(cubin) -> dict[str, int]:
 
 @needs_triton
 def test_fused_compile_refused_by_triton(monkeypatch, tmp_path):
-    monkeypatch.setenv("PERFLAB_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(compiled, "_compile_jobs", lambda jobs, dirs, timeout=300: compiled._compile_in_this_process(jobs, dirs))
+    monkeypatch.setenv("PERFLAB_KERNEL_CACHE", str(tmp_path))  # compiled in the child process, as a lesson does
     tm.import_triton(True)
     with pytest.raises(InputError, match="^Triton could not compile the fused kernel for sm_90: AssertionError: "
                                          "num_warps must be a power of 2$"):
@@ -64,10 +63,10 @@ def test_fused_compile_refused_by_triton(monkeypatch, tmp_path):
 def test_compiler_process_that_fails_says_its_last_line(monkeypatch):
     monkeypatch.setattr(subprocess, "run", failed_process("Traceback (most recent call last):\nImportError: no triton\n"))
     with pytest.raises(UnsupportedError, match="^the Triton compiler process failed: ImportError: no triton$"):
-        compiled._compile_jobs([], [])
+        compiled.compile_in_child([], [])
     monkeypatch.setattr(subprocess, "run", failed_process("  \n"))
     with pytest.raises(UnsupportedError, match="^the Triton compiler process failed: no message$"):
-        compiled._compile_jobs([], [])
+        compiled.compile_in_child([], [])
 
 
 def test_cuobjdump_missing(monkeypatch, tmp_path):
@@ -121,9 +120,9 @@ def test_compile_many_refusals_before_compiling():
 def test_compile_many_reports_a_config_triton_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("PERFLAB_KERNEL_CACHE", str(tmp_path))
     said = "CompilationError: out of resources: shared memory, Required: 262144, Hardware limit: 232448"
-    monkeypatch.setattr(compiled, "_compile_jobs", lambda jobs, dirs, timeout=300: [{"error": said} for _ in jobs])
     with pytest.raises(InputError, match=f"^Triton could not compile 128x128x64 w4 s3 fp16 for sm_90: {said}$"):
-        compiled.compile_tile(tm.TileConfig(), "fp16", "sm_90", use_cache=False)
+        compiled.compile_tile(tm.TileConfig(), "fp16", "sm_90", use_cache=False,
+                              compile_jobs=lambda jobs, dirs: [{"error": said} for _ in jobs])
 
 
 def test_compiled_tile_without_limits_refuses_waves_and_staircases(tmp_path):
@@ -159,8 +158,8 @@ def test_build_says_what_it_compiles_and_refuses_a_ptx_that_disagrees_with_the_m
 
     monkeypatch.setenv("PERFLAB_KERNEL_CACHE", str(tmp_path))
     job = {"name": "matmul", "cc": 90, "dtype": "fp16", "config": {"block_m": 64}}
-    monkeypatch.setattr(compiled, "_compile_jobs", lambda jobs, dirs, timeout=300: [{"error": "refused"} for _ in jobs])
-    out, now = compiled.build([job], use_cache=False, verbose=True)
+    out, now = compiled.build([job], use_cache=False, verbose=True,
+                              compile_jobs=lambda jobs, dirs: [{"error": "refused"} for _ in jobs])
     assert out == [{"error": "refused"}] and now == {0}
     assert capsys.readouterr().out.startswith(f"compiling 1 kernel(s) for sm_90 (about a second each; cached in {tmp_path}")
     d = tmp_path / compiled._key(job)

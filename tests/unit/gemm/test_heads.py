@@ -27,13 +27,13 @@ def test_padding_model():
     assert heads.padded_efficiency(80) == pytest.approx(80 / 96)
     assert heads.padded_efficiency(80, pad=64) == pytest.approx(80 / 128)
     u = heads.predicted_head_utilization(1, 32, 2048, 80, sms=132)
-    assert 0 < u["utilization"] < u["pad_utilization"] <= 1
+    assert 0 < u.utilization < u.pad_utilization <= 1 and u.tiles == 32 * 16 * 16 and u.waves == 63  # ⌈8192 / 132⌉
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_measure_sdpa_checks_against_float64(causal):
     r = heads.measure_sdpa(1, 4, 64, 40, "fp32", "cpu", causal=causal, rep_ms=3, warmup_ms=1)
-    assert r["rel_error"] < 1e-4 and r["tflops"] > 0 and r["flops"] == heads.sdpa_flops(1, 4, 64, 40, causal)
+    assert r.rel_error < 1e-4 and r.tflops > 0 and r.flops == heads.sdpa_flops(1, 4, 64, 40, causal)
 
 
 def test_sweep_head_size_smoke():

@@ -253,9 +253,14 @@ def test_measured_ceiling_is_kept_per_device(monkeypatch, tmp_path):
     assert r.ceiling_path is not None and r.ceiling_path.parent.parent.parent == tmp_path
     assert mamf.measured_ceiling("cpu", "fp32") == pytest.approx(r.best["tflops"])
     rec = mamf.ceiling_record("cpu", "fp32")
-    assert rec["m"] == r.best["m"] and rec["dtype"] == "fp32" and rec["torch_version"]
-    assert rec["stat"] == "mean" and rec["date"] and rec["confirmed"]
-    assert {k: rec["quietness"][k] for k in QUIET} == QUIET
+    assert rec is not None and rec.kind == "search" and rec.version == 1
+    assert rec.shape == (r.best["m"], r.best["n"], r.best["k"]) and rec.dtype == "fp32" and rec.torch
+    assert rec.statistic == "mean" and rec.date and rec.confirmed and rec.details["max"] == r.best["max"]
+    assert (rec.quietness.verdict, rec.quietness.share, rec.quietness.cause) == ("quiet", 0.01, "machine quiet")
+    assert r.ceiling_path.name == "ceilings.json"  # the one store (perflab.core.ceiling), beside the MFU's basis
+    note = mamf.ceiling_note("cpu", "fp32")
+    assert note.startswith(f"measured ceiling stored for this device: {rec.tflops:.4g} TFLOP/s (mean) at ")
+    assert note.endswith("; machine quiet)")
     assert mamf.measured_ceiling("cpu", "bf16") is None  # per dtype
     assert "stored as this device's measured ceiling" in (r.stored_note() or "")
 
@@ -305,7 +310,7 @@ def test_a_stored_ceiling_is_never_replaced_by_a_less_quiet_one(monkeypatch, tmp
                      name="t_louder")
     assert mamf.measured_ceiling("cpu", "fp32") == first and "quieter machine" in (louder.stored_note() or "")
     rec = mamf.ceiling_record("cpu", "fp32")
-    assert rec is not None and rec["quietness"]["share"] == 0.0
+    assert rec is not None and rec.quietness.share == 0.0
 
 
 def test_saved_shapes_say_when_they_were_measured(monkeypatch, tmp_path):
@@ -331,3 +336,15 @@ def test_bad_inputs():
         mamf.search([1], [1], [1], stat="mode", device="cpu")
     with pytest.raises(InputError, match="GiB"):
         mamf.search([10**6], [10**6], [10**6], dtype="fp32", device="cpu")
+
+
+def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypatch, tmp_path):
+    from perflab.core.hardware import Peaks
+
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    tiny_peak = Peaks("cpu", {"fp32": 1e-9}, "estimate")  # every real search is above this peak
+    r = mamf.search([32, 64], [32, 64], [32, 64], dtype="fp32", device="cpu", rep_ms=2, warmup_ms=1, progress=False,
+                    peaks=tiny_peak)
+    assert mamf.measured_ceiling("cpu", "fp32") is None and "estimated peak" in (r.stored_note() or "")
+    note = mamf.ceiling_note("cpu", "fp32")
+    assert note.startswith("no measured ceiling stored") and "was not stored" in note and "estimated peak" in note

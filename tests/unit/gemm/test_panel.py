@@ -85,9 +85,12 @@ def test_the_fit_table_merges_identical_fits_and_never_shows_a_negative_fixed_ti
 
 
 def test_a_share_of_the_ceiling_is_never_above_100_percent():
+    from perflab.core.ceiling import CeilingRecord
+    from perflab.core.quietness import UNKNOWN
     from perflab.gemm.panel import ceiling_share
 
-    rec = {"tflops": 600.0, "date": "2026-11-26T08:00:00"}
+    rec = CeilingRecord(600.0, "bf16", (8192, 8192, 8192), "mean", "a search's best", "2026-11-26T08:00:00", UNKNOWN,
+                        "2.9", "NVIDIA H100", kind="search", version=1)
     assert ceiling_share([420.0, 540.0], rec) == "; 70 % and 90 % of the measured ceiling 600 TFLOP/s (2026-11-26)"
     over = ceiling_share([420.0, 660.0], rec)
     assert "%" not in over and "ceiling is suspect" in over and "2026-11-26" in over

@@ -24,7 +24,7 @@ def test_swiglu_refusals():
         swiglu.recommend(frame, -1)
     with pytest.raises(InputError, match=r"^no measured width changes the parameters by at most 0.1%: widen the budget$"):
         swiglu.recommend(frame, 0.1)
-    assert swiglu.recommend(frame, 0.5)["d_ff"] == 10880
+    assert swiglu.recommend(frame, 0.5).d_ff == 10880
 
 
 def test_swiglu_search_with_nothing_measured_says_why():
@@ -115,7 +115,8 @@ def test_search_on_cpu_ranks_and_reports():
     assert d["baseline"] == 170 and {"d_ff", "tflops", "seconds", "params_delta"} <= set(d["candidates"][0])
     assert d["candidates"][0]["tflops"] == pytest.approx(df["tflops"].max())
     base = s.baseline_row
-    assert base["speedup_vs_baseline"] == pytest.approx(1.0) and base["params_delta"] == 3 * 64 * 170 - 8 * 64 * 64
+    assert base is not None and base.speedup_vs_baseline == pytest.approx(1.0)
+    assert base.params_delta == 3 * 64 * 170 - 8 * 64 * 64 and base.is_baseline is True
 
 
 def test_repeats_measure_every_width_and_the_baseline():
@@ -160,7 +161,7 @@ def test_a_single_spike_is_measured_again_and_the_search_says_within_the_noise(m
     measure, calls = _injected(lambda w, n: 42.5 if (w, n) == (176, 1) else _flat(w))
     s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=measure, progress=False)
     assert calls[176] == 3 and s.remeasured >= 2  # the spike, measured twice more (beside the noise's controls)
-    assert s.best["tflops"] < 31 and s.frame.loc[s.frame["d_ff"] == 176, "tflops"].iloc[0] < 31
+    assert s.best.tflops < 31 and s.frame.loc[s.frame["d_ff"] == 176, "tflops"].iloc[0] < 31
     d = s.decision()
     assert d is not None and d.kind == "within the noise"
     text = s.choice(max_params_delta_pct=5.0)
@@ -173,7 +174,7 @@ def test_a_real_step_repeats_and_is_chosen(monkeypatch, tmp_path):
     measure, calls = _injected(lambda w, n: 45.0 if w == 176 else _flat(w))
     s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=measure, progress=False)
     row = s.frame.set_index("d_ff").loc[176]
-    assert s.best["d_ff"] == 176 and row["status"] == "confirmed" and calls[176] == 3
+    assert s.best.d_ff == 176 and row["status"] == "confirmed" and calls[176] == 3
     assert s.choice(max_params_delta_pct=5.0).startswith("choose d_ff = 176 for h = 64")
     assert s.decision().kind == "choose"
 

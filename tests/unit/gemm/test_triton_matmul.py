@@ -108,7 +108,7 @@ def test_a_config_the_compiler_refuses_is_reported_and_the_batch_goes_on(tmp_pat
     # refused before Triton's frontend runs: a process whose Triton also interprets kernels compiles
     # nothing reliably (hence the child process), but these refusals come from the options and the lookup
     no_kernel = {**job, "kernel": "no_such_kernel"}
-    res = compiled._compile_in_this_process([three_warps, no_kernel], [str(tmp_path / "a"), str(tmp_path / "b")])
+    res = compiled.compile_in_this_process([three_warps, no_kernel], [str(tmp_path / "a"), str(tmp_path / "b")])
     assert res == [{"error": "AssertionError: num_warps must be a power of 2"},
                    {"error": "AttributeError: module 'perflab.gemm.triton_kernels' has no attribute 'no_such_kernel'"}]
     assert not (tmp_path / "a").exists()
@@ -207,9 +207,9 @@ def test_interpreter_matches_torch_on_odd_shapes(dtype):
     m, n, k = (rng.randrange(17, 90) | 1 for _ in range(3))  # odd: no block divides them
     cfg = tm.TileConfig(32, 32, 16, group_m=rng.choice([1, 2, 3]))
     r = tm.check(m, n, k, dtype, cfg, seed=rng.randrange(1000))
-    assert r["passed"], r
-    assert r["interpreter"] == (r["device"] == "cpu")  # natively on a GPU, the interpreter on a CPU
-    assert r["max_abs_err"] <= r["atol"] + r["rtol"] * 8 * k ** 0.5
+    assert r.passed, r
+    assert r.interpreter == (r.device == "cpu")  # natively on a GPU, the interpreter on a CPU
+    assert r.max_abs_err <= r.atol + r.rtol * 8 * k ** 0.5 and r.config == cfg
 
 
 @needs_triton

@@ -5,12 +5,16 @@ from __future__ import annotations
 import pytest
 
 from perflab.core.errors import InputError
+from perflab.core.hardware import spec_peak
 from perflab.plan.cost import Event, cluster, collective_seconds, op_seconds, replay
 
 
 def test_the_cluster_comes_from_the_hardware_and_link_tables():
     c = cluster("h100")
     assert c.gpu_id == "h100-sxm" and c.peak("bf16") == pytest.approx(989.4) and c.memory_bytes == 80e9
+    assert c.peak("bf16") == spec_peak("h100-sxm", "bf16").tflops and "H100" in c.peak_source("bf16")  # the one look-up
+    assert c.as_dict()["peak_tflops"] == {"fp64": 33.5, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
+                                          "fp8": 1978.9}
     assert c.intra_gbps == 450 and c.inter_gbps == 50 and c.gpus_per_node == 8
     assert c.busbw_gbps(8) == 450 and c.busbw_gbps(16) == 50 and c.busbw_gbps(8, stride=2) == 50
     with pytest.raises(InputError, match="--gpu 'h1000' is not a GPU perflab can plan for"):

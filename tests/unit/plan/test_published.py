@@ -9,8 +9,8 @@ from perflab.plan import published
 
 def test_the_published_row_keeps_its_source():
     pub = published.torchtitan_8b()
-    assert pub["tokens_per_s_per_gpu"] == 5762 and pub["memory_bytes"] == pytest.approx(82.4 * 2**30)
-    assert "github.com/pytorch/torchtitan" in pub["source"] and "Table 1" in pub["source"]
+    assert pub.tokens_per_s_per_gpu == 5762 and pub.memory_bytes == pytest.approx(82.4 * 2**30)
+    assert "github.com/pytorch/torchtitan" in pub.source and "Table 1" in pub.source
 
 
 @pytest.mark.slow

@@ -29,6 +29,9 @@ def test_full_recompute_trades_activations_for_time(plans):
     # the model's FLOPs are the same: MFU counts no recompute
     assert full.flops["forward"] == none.flops["forward"]
     assert full.mfu is not None and none.mfu is not None and full.mfu < none.mfu <= 1
+    # lesson 02's definition, per GPU, at the GPU's dense fp32 peak, divided where every MFU is
+    want = (none.flops["forward"] + none.flops["backward"]) / (none.step.step_s * none.cluster.peak("fp32") * 1e12)
+    assert none.mfu == pytest.approx(want, rel=1e-12) and none.to_json()["mfu"] == none.mfu
 
 
 def test_auto_recompute_fits_a_budget_between_none_and_full_at_less_time_than_full(plans):
