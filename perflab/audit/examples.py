@@ -4,25 +4,9 @@ whose dataset is slow to read (lesson 07's starving loop). Used by lab 11's audi
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-
-class SlowTokens(torch.utils.data.Dataset):
-    """Random token sequences that take `io_s` seconds each to 'read' (as from a slow disk)."""
-
-    def __init__(self, n: int, seq: int, vocab: int, io_s: float):
-        self.n, self.seq, self.vocab, self.io_s = n, seq, vocab, io_s
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int):
-        time.sleep(self.io_s)
-        g = torch.Generator().manual_seed(i)
-        x = torch.randint(0, self.vocab, (self.seq + 1,), generator=g)
-        return x[:-1], x[1:]
+from perflab.workload.data import SlowTokens  # the course's one slow dataset of token ids
 
 
 def slow_data_step(smoke: bool = False, io_s: float = 0.05) -> dict:

@@ -3,7 +3,8 @@
 full: every block's activations are dropped after the forward pass and the block is recomputed
 in the backward pass (one extra forward: HFU counts it, MFU does not). selective: torch's
 selective checkpoint policy keeps the outputs of the matmuls (expensive to recompute) and
-recomputes only the cheap elementwise ops and norms. MFU/HFU come from `perflab.flops`.
+recomputes only the cheap elementwise ops and norms. MFU/HFU come from `perflab.flops.mfu.utilization`
+against the bases of `perflab.flops.mfu.bases_for`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,18 @@ import contextlib
 import functools
 import logging
 import re
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 
 from perflab.core.errors import InputError
+
+if TYPE_CHECKING:
+    from perflab.flops.mfu import Basis
 
 KINDS = ("none", "full", "selective")
 
@@ -91,32 +99,45 @@ def hardware_flops(cfg, batch: int, seq: int, kind: str) -> tuple[int, int]:
     return ex.model, ex.hardware
 
 
+@dataclass(frozen=True)
+class CheckpointRun:
+    """One checkpointing kind, eager or compiled: its step, its peak memory and its utilization."""
+
+    checkpointing: str  # 'none', 'full' or 'selective'
+    compiled: bool
+    step_s: float  # median seconds of a training step (forward, backward, AdamW)
+    peak_bytes: int  # the first forward + backward's peak above its start
+    model_flops: int  # per step
+    hardware_flops: int  # per step, the recomputation of eager full checkpointing included
+    mfu: float | None  # against the basis of the dtype that ran; None without one, or when suspect
+    hfu: float | None
+    mfu_suspect: str | None = None  # why there is no figure although there is a basis (above 100 %)
+
+
 def measure(cfg, batches, *, steps: int = 3, device=None, kinds=KINDS, backend: str = "inductor",
-            autocast: torch.dtype | None = None, peak_tflops: float | None = None) -> list[dict]:
-    """Each checkpointing kind, eager and compiled: median step seconds (forward, backward, AdamW),
-    the peak memory of the first forward + backward above its start (where checkpointing acts;
-    the optimizer's update is left out: its temporaries are the same in every row), and MFU/HFU
-    against `peak_tflops` (None: not computed). One row per (kind, compiled).
+            autocast: torch.dtype | None = None, bases: Mapping[str, Basis] | None = None) -> list[CheckpointRun]:
+    """Each checkpointing kind, eager and compiled: median step seconds (forward, backward, AdamW: the
+    course's step, `perflab.workload.train.StepRunner`), the peak memory of the first forward +
+    backward above its start (where checkpointing acts; the optimizer's update is left out: its
+    temporaries are the same in every row), and MFU/HFU against `bases` (one per dtype,
+    `perflab.flops.mfu.bases_for`; the step's dtype is `autocast`'s, else fp32) by
+    `perflab.flops.mfu.utilization` (None: not computed). One row per (kind, compiled).
 
     Peak memory: CUDA: the caching allocator's `max_memory_allocated`; CPU: torch's allocator
     events in the profiler, exact for tensor storage (`perflab.memory.probe.allocated_during`).
     HFU counts the recomputation of eager checkpointing; a compiled graph's partitioner decides
     its own recomputation, so compiled HFU uses the same count."""
-    import statistics
-    import time
-
+    from perflab.core.dtypes import parse_dtype
     from perflab.core.validate import positive_int
+    from perflab.flops.mfu import utilization
     from perflab.memory.probe import allocated_during
     from perflab.workload.models import build_model
-    from perflab.workload.train import next_token_loss
+    from perflab.workload.train import StepRunner
 
     steps = positive_int("steps", steps)
     device = torch.device(device) if device is not None else batches[0][0].device
     batch, seq = batches[0][0].shape
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    dtype = parse_dtype(autocast if autocast is not None else torch.float32).name
 
     rows = []
     with quiet_policy_warning():
@@ -124,58 +145,34 @@ def measure(cfg, batches, *, steps: int = 3, device=None, kinds=KINDS, backend: 
             mflops, hflops = hardware_flops(cfg, batch, seq, kind)
             for compiled in (False, True):
                 torch._dynamo.reset()
-                model = apply(build_model(cfg, device=device), kind)
-                opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-                fwd = torch.compile(model, backend=backend) if compiled else model
-
-                def forward_backward(i, fwd=fwd):
-                    x, y = batches[i % len(batches)]
-                    with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-                        loss = next_token_loss(fwd(x).float(), y)
-                    loss.backward()
-
-                def step(i, opt=opt, fb=forward_backward):
-                    fb(i)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-
+                runner = StepRunner(apply(build_model(cfg, device=device), kind), device=device, autocast_dtype=autocast,
+                                    compile_kw={"backend": backend} if compiled else None)
                 # the first forward + backward (it compiles, or warms up eager) is the one whose
                 # memory is measured; it is not timed, the profiler would slow it
-                peak = allocated_during(lambda fb=forward_backward: fb(0), device)["peak_bytes"]
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                ts = []
-                for i in range(steps):
-                    t0 = time.perf_counter()
-                    step(i)
-                    sync()
-                    ts.append(time.perf_counter() - t0)
-                s = statistics.median(ts)
-                row = {"checkpointing": kind, "compiled": compiled, "step_s": s,
-                       "peak_bytes": int(peak), "model_flops": mflops, "hardware_flops": hflops,
-                       "mfu": None, "hfu": None}
-                if peak_tflops:
-                    row["mfu"] = mflops / s / 1e12 / peak_tflops
-                    row["hfu"] = hflops / s / 1e12 / peak_tflops
-                rows.append(row)
-                del model, opt, fwd
+                peak = allocated_during(lambda r=runner: r.accumulate([batches[0]]), device)["peak_bytes"]
+                runner.update()
+                s = statistics.median(runner.step([batches[i % len(batches)]]).step_s for i in range(steps))
+                u = utilization(s, {dtype: mflops}, bases, {dtype: hflops}) if bases else None
+                rows.append(CheckpointRun(kind, compiled, s, int(peak), mflops, hflops, u.mfu if u else None,
+                                          u.hfu if u else None, u.suspect if u else None))
+                del runner
     torch._dynamo.reset()
     return rows
 
 
-def frame(rows: list[dict]):
+def frame(rows: list[CheckpointRun]):
     """The rows of `measure` as a table a person reads (ms, MiB, %)."""
     import pandas as pd
 
     from perflab.core.readout import num, percent
 
     return pd.DataFrame([{
-        "checkpointing": r["checkpointing"], "run": "compiled" if r["compiled"] else "eager",
-        "step (ms)": num(r["step_s"] * 1e3),
-        "peak memory, fwd+bwd (MiB)": num(r["peak_bytes"] / 2**20),
-        "model GFLOP/step": num(r["model_flops"] / 1e9), "hardware GFLOP/step": num(r["hardware_flops"] / 1e9),
-        "MFU": percent(r["mfu"]) if r["mfu"] is not None else "n/a",
-        "HFU": percent(r["hfu"]) if r["hfu"] is not None else "n/a"} for r in rows])
+        "checkpointing": r.checkpointing, "run": "compiled" if r.compiled else "eager",
+        "step (ms)": num(r.step_s * 1e3),
+        "peak memory, fwd+bwd (MiB)": num(r.peak_bytes / 2**20),
+        "model GFLOP/step": num(r.model_flops / 1e9), "hardware GFLOP/step": num(r.hardware_flops / 1e9),
+        "MFU": percent(r.mfu) if r.mfu is not None else "n/a",
+        "HFU": percent(r.hfu) if r.hfu is not None else "n/a"} for r in rows])
 
 
 def published():
@@ -186,7 +183,7 @@ def published():
     return json.loads(resources.files("perflab.compiler").joinpath("data/published_compile_mfu.json").read_text())
 
 
-def beside_published(rows: list[dict], *, model: str, device_name: str, peak_label: str):
+def beside_published(rows: list[CheckpointRun], *, model: str, device_name: str, peak_label: str):
     """The published MFU rows and this machine's measured rows in one table, each saying where it
     comes from (published figures are never this machine's)."""
     import pandas as pd
@@ -199,7 +196,7 @@ def beside_published(rows: list[dict], *, model: str, device_name: str, peak_lab
     out = [{"source": label, "model": r["model"], "hardware": f"{r['gpus']} × {r['gpu']}",
             "checkpointing": "selective" if r.get("selective_checkpointing") else "none",
             "compiled": r["compile"], "MFU": percent(r["mfu"]), "peak": "the source's GPU peak"} for r in pub["rows"]]
-    out += [{"source": "measured here", "model": model, "hardware": device_name, "checkpointing": r["checkpointing"],
-             "compiled": r["compiled"], "MFU": percent(r["mfu"]) if r["mfu"] is not None else "n/a (peak unknown)",
+    out += [{"source": "measured here", "model": model, "hardware": device_name, "checkpointing": r.checkpointing,
+             "compiled": r.compiled, "MFU": percent(r.mfu) if r.mfu is not None else "n/a (peak unknown)",
              "peak": peak_label} for r in rows]
     return pd.DataFrame(out)

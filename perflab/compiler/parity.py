@@ -18,7 +18,8 @@ import torch
 
 from perflab.core.errors import InputError
 from perflab.core.validate import positive_int
-from perflab.workload.train import next_token_loss
+from perflab.workload.optim import make_optimizer
+from perflab.workload.train import StepRunner
 
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 
@@ -61,21 +62,18 @@ class Parity:
 
 def train_losses(model: torch.nn.Module, batches, steps: int, *, compile_kw: dict | None = None, lr: float = 1e-3,
                  cast: torch.dtype | None = None) -> list[float]:
-    """Losses of `steps` AdamW steps on `batches` (cycled). compile_kw: passed to torch.compile
-    (None runs eagerly). cast: run the model in this dtype (the 'unsafe change' of the lesson)."""
+    """Losses of `steps` AdamW steps on `batches` (cycled), the course's step
+    (`perflab.workload.train.StepRunner`). compile_kw: passed to torch.compile (None runs eagerly).
+    cast: run the model in this dtype (the 'unsafe change' of the lesson)."""
     steps = positive_int("steps", steps)
     if cast is not None:
         model = model.to(cast)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    fwd = torch.compile(model, **compile_kw) if compile_kw is not None else model
+    runner = StepRunner(model, make_optimizer(model.parameters(), lr=lr), compile_kw=compile_kw)
     losses = []
     for i in range(steps):
-        x, y = batches[i % len(batches)]
-        loss = next_token_loss(fwd(x).float(), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+        runner.step([batches[i % len(batches)]])
+        assert runner.last_loss is not None  # a step keeps its loss
+        losses.append(runner.last_loss)
     return losses
 
 

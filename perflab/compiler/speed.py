@@ -17,7 +17,6 @@ import math
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 from perflab.core.validate import positive_int
-from perflab.workload.train import next_token_loss
+from perflab.workload.train import StepRunner
 
 MODES = ("default", "reduce-overhead", "max-autotune")
 GPU_ONLY = {
@@ -56,20 +55,6 @@ def mode_skip_reason(mode: str, device: torch.device) -> str | None:
     return None
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _step(fwd, opt, batch):
-    x, y = batch
-    loss = next_token_loss(fwd(x).float(), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss
-
-
 @dataclass
 class Speed:
     eager_step_s: float
@@ -93,25 +78,14 @@ class Speed:
 
 
 def time_steps(model, batches, steps: int, *, compile_kw: dict | None = None, warmup: int = 1) -> tuple[float, float]:
-    """(first-call seconds, median seconds per later step) of AdamW training steps of `model`."""
+    """(first-call seconds, median seconds per later step) of AdamW training steps of `model` (the
+    course's step, `perflab.workload.train.StepRunner`; each step's wall time after waiting for the device)."""
     steps = positive_int("steps", steps)
-    device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    fwd = torch.compile(model, **compile_kw) if compile_kw is not None else model
-    t0 = time.perf_counter()
-    _step(fwd, opt, batches[0])
-    _sync(device)
-    first = time.perf_counter() - t0
+    runner = StepRunner(model, compile_kw=compile_kw)
+    first = runner.step([batches[0]]).step_s
     for i in range(warmup):
-        _step(fwd, opt, batches[(i + 1) % len(batches)])
-    _sync(device)
-    ts = []
-    for i in range(steps):
-        t0 = time.perf_counter()
-        _step(fwd, opt, batches[i % len(batches)])
-        _sync(device)
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
+        runner.step([batches[(i + 1) % len(batches)]])
+    ts = sorted(runner.step([batches[i % len(batches)]]).step_s for i in range(steps))
     return first, ts[len(ts) // 2]
 
 

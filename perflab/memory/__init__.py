@@ -1,7 +1,11 @@
 """Lesson 03 (memory anatomy): predict a training step's memory, then measure it phase by phase.
 
 - `estimate`: model states (ZeRO 0–3, optimizers), activations, MBS/GBS/DP/TP/PP/GAS arithmetic
-- `probe`: a step's memory measured per phase (build → forward → backward → step)
+- `probe`: the allocation probe: what a function allocates, and a step's memory measured per phase
+  (build → forward → backward → step), to the byte
+- `usage`: what the process (RSS, its peak) and the device (NVML, the driver) say is in use
+- `recompute`: gradient checkpointing measured: activation memory and time with and without recomputation
+- `cells`: ipyexperiments' per-cell memory report in a notebook, set up to behave
 - `gpu`: what no formula predicts on a GPU: kernels, CUDA context, NCCL, fragmentation
 - `plots`: lesson 03's figures and widget view (`data/memory_references.json`: published figures)
 - `lab03`: the lab's checks
@@ -12,5 +16,5 @@ within a slider's budget.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("estimate", "probe", "gpu", "plots", "lab03")
+MODULES = ("estimate", "probe", "usage", "recompute", "cells", "gpu", "plots", "lab03")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

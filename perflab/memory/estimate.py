@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.core.validate import positive_int, positive_number
 
 GB = 1e9
@@ -315,7 +316,7 @@ class MemoryEstimate:
     def model_state_bytes(self) -> float:
         return float(sum(v for k, v in self.components.items() if k != "activations"))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return {"inputs": self.inputs, "bytes_per_param": self.per_param,
                 "bytes_per_param_total": sum(self.per_param.values()),
                 "components_bytes": {k: int(round(v)) for k, v in self.components.items()},
@@ -434,7 +435,7 @@ class BatchPlan:
     def tokens_per_step(self) -> int | None:
         return self.gbs * self.seq if self.seq else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return {"gpus": self.gpus, "tp": self.tp, "pp": self.pp, "dp": self.dp, "mbs": self.mbs, "gas": self.gas,
                 "gbs": self.gbs, "seq": self.seq, "tokens_per_step": self.tokens_per_step}
 
@@ -500,7 +501,7 @@ class StepPhase:
     parts: dict[str, int]
     peak_note: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return {"phase": self.phase, "iteration": self.iteration, "end_bytes": self.end_bytes,
                 "peak_bytes": self.peak_bytes, "peak_note": self.peak_note, **{f"{k}_bytes": v for k, v in self.parts.items()}}
 

@@ -15,10 +15,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import PerflabError, UnsupportedError
+from perflab.core.jsonable import JSON
 
 
 def gpu_skip_reason(device=None) -> str | None:
@@ -42,8 +44,8 @@ class ChildError(PerflabError):
     """A measuring subprocess failed or timed out; the message carries its output."""
 
 
-def _run_child(code: str, env: dict[str, str | None] | None = None, timeout: float = 180) -> dict[str, Any]:
-    """Run `code` in a fresh Python; its last stdout line is JSON."""
+def _run_child(code: str, env: dict[str, str | None] | None = None, timeout: float = 180) -> JSON:
+    """Run `code` in a fresh Python; its last stdout line is JSON (the child's edge), returned as read."""
     full_env = {**os.environ, **(env or {})}
     for k, v in (env or {}).items():
         if v is None:
@@ -157,7 +159,23 @@ print(json.dumps({{"rows": [{{"stage": a, "used_bytes": b, "nvml_used_bytes": c}
     return res["rows"]
 
 
-def fragmentation(expandable: bool, steps: int = 48, timeout: float = 180) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Fragmentation:
+    """The caching allocator after a fragmenting workload, with or without expandable segments (bytes)."""
+
+    expandable_segments: bool
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    allocated_bytes: int
+    reserved_bytes: int
+    segments: int  # the allocator's segments at the end
+    inactive_split_bytes: int
+    cuda_malloc_retries: int
+    reserved_over_allocated: float  # peak reserved ÷ peak allocated: how much the cache holds beyond the tensors
+    cached_not_allocated_bytes: int  # reserved − allocated at the end
+
+
+def fragmentation(expandable: bool, steps: int = 48, timeout: float = 180) -> Fragmentation:
     """A workload that fragments the caching allocator: a transient buffer that grows by 2 MiB every
     step (like batches of growing sequence length) next to small tensors that stay alive.
 
@@ -184,16 +202,36 @@ print(json.dumps({{"peak_allocated_bytes": torch.cuda.max_memory_allocated(), "p
 """
     env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True" if expandable else None}
     row = _run_child(code, env, timeout)
-    row["expandable_segments"] = bool(expandable)
-    row["reserved_over_allocated"] = row["peak_reserved_bytes"] / max(1, row["peak_allocated_bytes"])
-    row["cached_not_allocated_bytes"] = row["reserved_bytes"] - row["allocated_bytes"]
-    return row
+    return Fragmentation(bool(expandable), int(row["peak_allocated_bytes"]), int(row["peak_reserved_bytes"]),
+                         int(row["allocated_bytes"]), int(row["reserved_bytes"]), int(row["segments"]),
+                         int(row["inactive_split_bytes"]), int(row["cuda_malloc_retries"]),
+                         row["peak_reserved_bytes"] / max(1, row["peak_allocated_bytes"]),
+                         int(row["reserved_bytes"] - row["allocated_bytes"]))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The CUDA allocator's history over two training steps, saved for https://pytorch.org/memory_viz."""
+
+    path: str  # the saved snapshot (a pickle)
+    segments: int
+    segment_bytes: int  # bytes the segments reserve
+    trace_events: int
+    peak_traced_bytes: int  # the most bytes alive at once in the replayed trace
+    largest_at_peak: list[dict[str, Any]]  # {'bytes', 'where'}: the largest allocations alive then, and the line that made each
+
+    def largest(self):
+        """The largest allocations alive at the peak as a table."""
+        import pandas as pd
+
+        return pd.DataFrame(self.largest_at_peak)
 
 
 def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "adamw", path: str | Path | None = None,
-                  max_entries: int = 200_000) -> dict[str, Any]:
-    """Record the CUDA allocator's history over two training steps of perflab's model and save the
-    snapshot (`torch.cuda.memory._dump_snapshot`) for https://pytorch.org/memory_viz.
+                  max_entries: int = 200_000) -> Snapshot:
+    """Record the CUDA allocator's history over two training steps of perflab's model (the course's
+    step, `perflab.workload.train.StepRunner`) and save the snapshot (`torch.cuda.memory._dump_snapshot`)
+    for https://pytorch.org/memory_viz.
 
     Returns the file, the segments and their bytes, and the largest allocations alive at the peak
     with the source line that made them."""
@@ -201,9 +239,9 @@ def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "
     import torch
 
     from perflab.core.results import results_root
-    from perflab.memory.probe import make_optimizer
     from perflab.workload.models import build_model
-    from perflab.workload.train import make_batches, model_loss
+    from perflab.workload.optim import make_optimizer
+    from perflab.workload.train import StepRunner, make_batches
 
     dev = torch.device("cuda", torch.cuda.current_device())
     s = seq or cfg.seq_len
@@ -212,12 +250,10 @@ def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "
     torch.cuda.memory._record_memory_history(max_entries=max_entries)
     try:
         model = build_model(cfg, device=dev)
-        opt = make_optimizer(optimizer, model.parameters())
+        runner = StepRunner(model, make_optimizer(model.parameters(), optimizer))
         data = make_batches(cfg, batch, s, device=dev)[0]
         for _ in range(2):
-            model_loss(model, data).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            runner.step([data])
         torch.cuda.synchronize(dev)
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._dump_snapshot(str(path))
@@ -247,6 +283,5 @@ def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "
         return f"{Path(fr.get('filename', '?')).name}:{fr.get('line')} {fr.get('name')}"
 
     top = sorted(at_peak, key=lambda e: -e["size"])[:12]
-    return {"path": str(path), "segments": len(segs), "segment_bytes": sum(sg["total_size"] for sg in segs),
-            "trace_events": len(traces), "peak_traced_bytes": peak,
-            "largest_at_peak": [{"bytes": e["size"], "where": where(e)} for e in top]}
+    return Snapshot(str(path), len(segs), sum(sg["total_size"] for sg in segs), len(traces), peak,
+                    [{"bytes": e["size"], "where": where(e)} for e in top])

@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.memory.estimate import GB, GiB, activations_per_layer_bytes, estimate
 from perflab.memory.estimate import step_phases as _step_phases
+
+if TYPE_CHECKING:
+    from perflab.memory.recompute import CheckpointingEffect
 
 MiB = 2**20
 
@@ -23,8 +27,8 @@ COLORS = {
 
 
 @lru_cache(maxsize=1)
-def references() -> dict[str, Any]:
-    """Published figures shipped with perflab (`perflab/memory/data/memory_references.json`)."""
+def references() -> JSON:
+    """Published figures shipped with perflab (`perflab/memory/data/memory_references.json`), as read."""
     return json.loads(resources.files("perflab.memory").joinpath("data/memory_references.json").read_text())
 
 
@@ -240,33 +244,33 @@ def step_bars(report, est=None) -> dict[str, dict[str, float]]:
     return bars
 
 
-def checkpointing_figure(out: dict[str, Any]):
+def checkpointing_figure(out: CheckpointingEffect):
     """Activation memory (predicted and measured) and step time with and without recomputation."""
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    keys = ["stored", "checkpointed"]
-    div, uname = _unit(out["stored_activation_bytes"])
-    a1.bar([0, 1], [out[f"{k}_activation_bytes"] / div for k in keys], color=["#C44E52", "#4C72B0"], width=0.6,
+    sides = [out.stored, out.checkpointed]
+    div, uname = _unit(out.stored.activation_bytes)
+    a1.bar([0, 1], [s.activation_bytes / div for s in sides], color=["#C44E52", "#4C72B0"], width=0.6,
            label="measured")
-    a1.scatter([0, 1], [out[f"{k}_predicted_bytes"] / div for k in keys], marker="_", s=600, color="black", zorder=3,
+    a1.scatter([0, 1], [s.predicted_bytes / div for s in sides], marker="_", s=600, color="black", zorder=3,
                label="predicted")
     a1.set_xticks([0, 1], ["all activations stored", "blocks recomputed"])
     a1.set_ylabel(f"activations kept by the forward ({uname})")
     a1.set_title("allocator's count", fontsize=9)
     a1.legend(fontsize=8)
-    med = [out[f"{k}_step_s"] * 1e3 for k in keys]
-    err = [[m - out[f"{k}_step_q25_s"] * 1e3 for m, k in zip(med, keys)],
-           [out[f"{k}_step_q75_s"] * 1e3 - m for m, k in zip(med, keys)]]
+    med = [s.step_s * 1e3 for s in sides]
+    err = [[m - s.step_q25_s * 1e3 for m, s in zip(med, sides)],
+           [s.step_q75_s * 1e3 - m for m, s in zip(med, sides)]]
     a2.bar([0, 1], med, yerr=err, color=["#C44E52", "#4C72B0"], width=0.6, capsize=4)
-    a2.axhline(out["stored_step_s"] * 1e3 * out["flop_ratio"], color="black", linestyle="--", linewidth=1,
+    a2.axhline(out.stored.step_s * 1e3 * out.flop_ratio, color="black", linestyle="--", linewidth=1,
                label="stored × 4/3 (one more forward)")
     a2.set_xticks([0, 1], ["stored", "recomputed"])
     a2.set_ylabel("forward + backward (ms)")
     a2.set_title("median; error bars: quartiles", fontsize=9)
     a2.legend(fontsize=8)
-    fig.suptitle(f"gradient checkpointing: {out['model']} b={out['batch']} s={out['seq']} {out['dtype']} "
-                 f"on {out['device']}", fontsize=10, y=0.99)
+    fig.suptitle(f"gradient checkpointing: {out.model} b={out.batch} s={out.seq} {out.dtype} "
+                 f"on {out.device}", fontsize=10, y=0.99)
     fig.tight_layout()
     return fig
 

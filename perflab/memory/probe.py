@@ -1,120 +1,50 @@
-"""Memory of a training step, measured phase by phase: build → forward → backward → optimizer step.
+"""The allocation probe: what a function, or each phase of a training step, allocates, to the byte.
 
 What each device lets us measure honestly:
 
 * **CUDA**: the caching allocator's own counters — `allocated` (bytes in live tensors), `peak`
   (`max_memory_allocated`, reset at the start of every phase), `reserved` (held by the cache) — and
   the device's "used" as NVML (and `nvidia-smi`) report it, which adds the CUDA context, kernels,
-  libraries' workspaces and other processes.
+  libraries' workspaces and other processes (`perflab.memory.usage`).
 * **CPU**: torch's CPU allocator reports every allocation and free to the profiler when
   `profile_memory=True`, so the same `allocated` and `peak` come out *exactly* (to the byte) from the
   profiler's memory events. The process's resident set size (RSS) is shown next to it: it also holds
   the interpreter, libraries, oneDNN/BLAS buffers, and memory that glibc has not returned to the OS,
   and pages count only once touched — a coarse number, good to tens of MB. `tracemalloc` sees only
-  Python objects, not tensor storage (shown to make that point).
+  Python objects, not tensor storage (shown to make that point). The profiler's own lines on stderr
+  (its start and stop, the allocator's notes) are kept off it (`perflab.core.stderr`).
 
+    >>> allocated_during(fn)                     # {'kept_bytes': ..., 'peak_bytes': ...}
     >>> rep = measure_step_phases(preset("small-gpt"), batch=4)
     >>> rep.frame()          # one row per phase: allocated, peak, reserved/NVML (GPU) or RSS (CPU)
     >>> rep.compare()        # predicted (perflab.memory.estimate.step_phases) next to measured
 
-Also here: `saved_tensors` (what the autograd graph keeps, storage by storage),
-`checkpointing_effect` (activation memory and step time with and without recomputation), and
-`cell_memory_experiment` (ipyexperiments' per-cell memory report, set up to behave).
+The step is the course's (`perflab.workload.train.StepRunner`), its phases wrapped by the probe.
+Also here: `saved_tensors` (what the autograd graph keeps, storage by storage). Gradient
+checkpointing's effect is `perflab.memory.recompute`; ipyexperiments' per-cell report `perflab.memory.cells`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perflab.core.errors import InputError, UnsupportedError
-from perflab.memory.estimate import (
-    MEASURED_OPTIMIZERS,
-    activation_total,
-    model_activation_bytes,
-    step_phases,
+from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
+from perflab.memory.estimate import MEASURED_OPTIMIZERS, step_phases
+from perflab.memory.usage import (
+    cuda_used_bytes,
+    nvml_used_bytes,
+    reset_rss_peak,
+    rss_bytes,
+    rss_peak_bytes,
 )
 
 MiB = 2**20
-
-
-# ---------------------------------------------------------------- process-level numbers
-
-
-def rss_bytes() -> int | None:
-    """Resident set size of this process (bytes), or None when psutil is missing."""
-    try:
-        import psutil
-
-        return int(psutil.Process(os.getpid()).memory_info().rss)
-    except Exception:  # pragma: no cover
-        return None
-
-
-def _status_kb(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def reset_rss_peak() -> bool:
-    """Reset the kernel's peak-RSS counter (VmHWM) of this process (Linux ≥ 4.0); False elsewhere."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def rss_peak_bytes() -> int | None:
-    """Peak RSS since the last `reset_rss_peak()` (Linux VmHWM), or None."""
-    return _status_kb("VmHWM")
-
-
-def nvml_used_bytes(device) -> int | None:
-    """Device memory in use as NVML (and nvidia-smi) reports it: every process, the CUDA context,
-    the loaded kernels and the allocator's cache. None without NVML."""
-    import torch
-
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        idx = torch.device(device).index or 0
-        handle = None
-        uuid = getattr(torch.cuda.get_device_properties(idx), "uuid", None)
-        if uuid is not None:
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            except Exception:
-                handle = None
-        if handle is None:
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            if visible and visible.split(",")[idx].strip().isdigit():
-                idx = int(visible.split(",")[idx])
-            handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:
-        return None
-
-
-def cuda_used_bytes(device) -> int:
-    """total − free from the driver (`torch.cuda.mem_get_info`): like NVML's 'used', device-wide."""
-    import torch
-
-    free, total = torch.cuda.mem_get_info(device)
-    return int(total - free)
 
 
 # ---------------------------------------------------------------- allocation tracking
@@ -124,7 +54,8 @@ class _CPUAllocations:
     """Exact CPU allocator accounting from the profiler's memory events.
 
     Only allocations made while tracking are counted (blocks allocated earlier are unknown to it),
-    so every number is 'bytes allocated since start() that are still alive'.
+    so every number is 'bytes allocated since start() that are still alive'. Between start() and
+    stop() stderr is filtered (`perflab.core.stderr.quiet_stderr`).
     """
 
     def __init__(self):
@@ -135,12 +66,21 @@ class _CPUAllocations:
         self.events: list[tuple[int, int]] = []
 
     def start(self):
-        with _quiet_stderr():
+        from perflab.core.stderr import quiet_stderr
+
+        self._quiet = quiet_stderr()  # the profiler's start/stop lines and allocator notes, until stop()
+        self._quiet.__enter__()
+        try:
             self._prof.__enter__()
+        except BaseException:
+            self._quiet.__exit__(None, None, None)
+            raise
 
     def stop(self):
-        with _quiet_stderr():
+        try:
             self._prof.__exit__(None, None, None)
+        finally:
+            self._quiet.__exit__(None, None, None)
         prof = self._prof.profiler
         if prof is None or prof.kineto_results is None:  # pragma: no cover - set by __exit__ of a started profile
             raise RuntimeError("the memory profiler recorded nothing")
@@ -189,23 +129,6 @@ def _cpu_type():
         return DeviceType.CPU
     except Exception:  # pragma: no cover
         return 0
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence the profiler's 'USDT ... profiler_start/stop' lines, written by C++ to fd 2."""
-    try:
-        fd = os.dup(2)
-    except OSError:  # pragma: no cover
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(fd, 2)
-        os.close(fd)
 
 
 def allocated_during(fn: Callable[[], Any], device=None) -> dict[str, int]:
@@ -314,27 +237,11 @@ def warm_up_libraries(device, dtype=None) -> int:
 PRECISIONS_MEASURED = ("fp32", "bf16")
 
 
-def _torch_dtype(name: str):
+def torch_dtype(name: str):
+    """torch's dtype for a precision the probe measures ('fp32', 'bf16'; 'fp16')."""
     import torch
 
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
-
-
-def make_optimizer(name: str, params):
-    """torch's optimizer for `name` (adamw, adamw-fused, sgd) with its memory-relevant defaults."""
-    import torch
-
-    key = name.strip().lower()
-    if key == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4)
-    if key == "adamw-fused":
-        try:
-            return torch.optim.AdamW(params, lr=1e-4, fused=True)
-        except (RuntimeError, TypeError) as e:
-            raise UnsupportedError(f"fused AdamW is not available here ({e}): use adamw") from e
-    if key == "sgd":
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    raise InputError(f"measured optimizers are {', '.join(MEASURED_OPTIMIZERS)} (got {name!r})")
 
 
 @dataclass
@@ -373,7 +280,7 @@ class PhaseReport:
     def peak_bytes(self) -> int:
         return max(r["peak_bytes"] for r in self.rows)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSON:
         """The step in numbers: its loss, the last iteration's seconds per phase and in all
         (`step_s`), peak bytes measured and predicted, and the per-phase rows (what
         `perflab memory --measure --json` prints)."""
@@ -426,7 +333,8 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
     from perflab.core.device import describe, pick_device, synchronize
     from perflab.core.validate import positive_int
     from perflab.workload.models import build_model
-    from perflab.workload.train import make_batches, model_loss
+    from perflab.workload.optim import make_optimizer
+    from perflab.workload.train import StepRunner, make_batches
 
     dev = pick_device(device) if device is None or isinstance(device, str) else torch.device(device)
     if dtype not in PRECISIONS_MEASURED:
@@ -456,7 +364,7 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
-        workspace = warm_up_libraries(dev, _torch_dtype(dtype))
+        workspace = warm_up_libraries(dev, torch_dtype(dtype))
         base = torch.cuda.memory_allocated(dev)
         cpu = None
     else:
@@ -502,25 +410,20 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
         row["seconds"] = time.perf_counter() - t0
         rows.append(row)
 
-    model = opt = loss = data = None
+    model = opt = data = runner = None
     last_loss = None
     try:
         with phase("build", 0):
-            model = build_model(cfg, device=dev, dtype=_torch_dtype(dtype), seed=seed)
-            model.checkpointing = checkpointing
-            opt = make_optimizer(optimizer, model.parameters())
+            model = build_model(cfg, device=dev, dtype=torch_dtype(dtype), seed=seed)
+            opt = make_optimizer(model.parameters(), optimizer)
             data = make_batches(cfg, b, s, device=dev, seed=seed)[0]
-        for it in range(1, positive_int("iterations", iterations) + 1):
-            with phase("forward", it):
-                loss = model_loss(model, data)
-            last_loss = loss.item()  # outside the phases: .item() waits for the device
-            with phase("backward", it):
-                loss.backward()
-                loss = None
-            with phase("optimizer step", it):
-                opt.step()
-            with phase("zero_grad", it):
-                opt.zero_grad(set_to_none=True)
+            # the course's step, each phase inside `phase`; keep_loss=False: the loss is read between the
+            # forward and backward phases and freed in the backward, as the estimate frees it
+            runner = StepRunner(model, opt, device=dev, checkpointing=checkpointing, keep_loss=False,
+                                phase=lambda name, done: phase(name, done + 1))
+        for _ in range(positive_int("iterations", iterations)):
+            runner.step([data])
+        last_loss = runner.last_loss
     finally:
         if cpu is not None:
             import tracemalloc
@@ -530,7 +433,7 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
                 tracemalloc.stop()
         info = describe(dev)
         n_params = sum(p.numel() for p in model.parameters()) if model is not None else None
-        del model, opt, loss, data
+        del model, opt, data, runner
         gc.collect()
     if cpu is not None:
         for row, ph in zip(rows, cpu.per_phase()):
@@ -543,145 +446,3 @@ def measure_step_phases(cfg, *, batch: int, seq: int | None = None, dtype: str =
             "dtype": dtype, "optimizer": optimizer, "checkpointing": checkpointing, "timeline": timeline,
             "phase_ranges": ranges, "loss": last_loss}
     return PhaseReport(rows, predicted, meta)
-
-
-# ---------------------------------------------------------------- gradient checkpointing
-
-
-def checkpointing_effect(cfg, *, batch: int, seq: int | None = None, dtype: str = "fp32", device=None,
-                         rep_ms: float = 200.0, warmup_ms: float = 50.0, rounds: int = 2, min_reps: int = 5,
-                         seed: int = 0) -> dict[str, Any]:
-    """Activation memory and forward+backward time of perflab's model with and without
-    `model.checkpointing` (every block recomputed in the backward).
-
-    Memory is the allocator's count of bytes the forward pass leaves alive (exact on CPU and GPU);
-    the prediction is `perflab.memory.estimate.model_activation_bytes` (recompute 'none' vs 'full').
-    Recomputation adds one forward to forward+backward: FLOPs grow from 3 to 4 forward-equivalents
-    (4/3 ≈ 1.33×), which bounds the time cost from above when the step is compute-bound.
-    """
-    import torch
-
-    from perflab.core.device import pick_device
-    from perflab.core.timing import bench
-    from perflab.core.validate import positive_int
-    from perflab.workload.models import build_model
-    from perflab.workload.train import make_batches, model_loss
-
-    dev = pick_device(device) if device is None or isinstance(device, str) else torch.device(device)
-    b = positive_int("batch", batch)
-    s = positive_int("seq", seq if seq is not None else cfg.seq_len, maximum=cfg.seq_len)
-    model = build_model(cfg, device=dev, dtype=_torch_dtype(dtype), seed=seed)
-    data = make_batches(cfg, b, s, device=dev, seed=seed)[0]
-    out: dict[str, Any] = {"model": cfg.name, "batch": b, "seq": s, "dtype": dtype, "device": dev.type}
-    for ckpt in (False, True):
-        model.checkpointing = ckpt
-        key = "checkpointed" if ckpt else "stored"
-        mem = allocated_during(lambda: model_loss(model, data), dev)
-        pred = activation_total(model_activation_bytes(cfg, b, s, dtype=dtype, recompute="full" if ckpt else "none",
-                                                       device=dev.type))
-        if ckpt and dev.type == "cpu":
-            from perflab.memory.estimate import CPU_RNG_STATE_BYTES
-
-            pred += cfg.layers * CPU_RNG_STATE_BYTES
-        out[f"{key}_activation_bytes"] = mem["kept_bytes"]
-        out[f"{key}_forward_peak_bytes"] = mem["peak_bytes"]
-        out[f"{key}_predicted_bytes"] = pred
-
-    def step():
-        model_loss(model, data).backward()
-
-    # time the two alternately, `rounds` times, and keep each one's better round: a machine shared
-    # with other work drifts, and alternating exposes both to the same drift
-    best: dict[str, Any] = {}
-    for _ in range(positive_int("rounds", rounds)):
-        for ckpt in (False, True):
-            model.checkpointing = ckpt
-            key = "checkpointed" if ckpt else "stored"
-            t = bench(step, warmup_ms=warmup_ms, rep_ms=rep_ms / rounds, device=dev, min_reps=min_reps,
-                      grad_to_none=list(model.parameters()))
-            if key not in best or t.median_s < best[key].median_s:
-                best[key] = t
-    for key, t in best.items():
-        out[f"{key}_step_s"] = t.median_s
-        out[f"{key}_step_q25_s"] = t.quantile(0.25)
-        out[f"{key}_step_q75_s"] = t.quantile(0.75)
-        out[f"{key}_step_iqr_s"] = t.iqr_s
-    model.checkpointing = False
-    out["saved_bytes"] = out["stored_activation_bytes"] - out["checkpointed_activation_bytes"]
-    out["predicted_saved_bytes"] = out["stored_predicted_bytes"] - out["checkpointed_predicted_bytes"]
-    out["time_ratio"] = out["checkpointed_step_s"] / out["stored_step_s"]
-    out["flop_ratio"] = 4 / 3
-    return out
-
-
-# ---------------------------------------------------------------- ipyexperiments, tamed
-
-
-def cell_memory_experiment(*, cell_logger: bool = True, compact: bool = True, keep: tuple[str, ...] = ()):
-    """Start an `ipyexperiments` experiment that reports each cell's memory (CPU RSS, and GPU
-    'used' through NVML when there is a GPU), working around its traps:
-
-    * the class is chosen by `torch.cuda.is_available()` (IPyExperimentsPytorch initialises NVML
-      first and fails on a machine without it);
-    * importing ipyexperiments sets CUDA_MODULE_LOADING=EAGER for the whole process; the previous
-      value is put back, so lazy kernel loading stays as it was (measure it in a subprocess anyway);
-    * `keep` names variables that `finish()` must not delete (it deletes every variable created
-      since the start otherwise);
-    * it needs an IPython kernel: outside one this raises UnsupportedError with a one-line reason.
-
-    Use `pause_cell_logger(exp)` around timings: the cell logger samples memory in a busy loop on
-    one core and slows benchmarks.
-    """
-    try:
-        from IPython import get_ipython
-    except ImportError as e:  # pragma: no cover
-        raise UnsupportedError("ipyexperiments needs IPython: run this in Jupyter") from e
-    ip = get_ipython()
-    if ip is None or not hasattr(ip, "kernel"):
-        raise UnsupportedError("ipyexperiments reports per-cell memory inside a Jupyter kernel only: run this in a notebook")
-    import torch
-
-    before = os.environ.get("CUDA_MODULE_LOADING")
-    try:
-        from perflab.core.extras import need
-
-        ipyexperiments = need("ipyexperiments", "course", "the per-cell memory report")
-    finally:
-        if before is None:
-            os.environ.pop("CUDA_MODULE_LOADING", None)
-        else:
-            os.environ["CUDA_MODULE_LOADING"] = before
-    cls = ipyexperiments.IPyExperimentsCPU
-    if torch.cuda.is_available() and nvml_used_bytes(torch.device("cuda", torch.cuda.current_device())) is not None:
-        cls = ipyexperiments.IPyExperimentsPytorch
-    exp = cls(cl_enable=cell_logger, cl_compact=compact)
-    if keep:
-        exp.keep_var_names(*keep)
-    return exp
-
-
-@contextlib.contextmanager
-def pause_cell_logger(exp):
-    """Stop ipyexperiments' per-cell sampler (a busy loop on one core) for the duration, e.g. of a
-    timing, and start it again afterwards."""
-    cl = getattr(exp, "cl", None)
-    if cl is None:
-        yield
-        return
-    cl.stop()
-    exp.cl = None
-    try:
-        yield
-    finally:
-        from ipyexperiments.cell_logger import CellLogger
-
-        exp.cl = CellLogger(exp=exp, **exp.cl_kwargs)
-        exp.cl.start()
-
-
-def finish_experiment(exp, keep: tuple[str, ...] = ()):
-    """`exp.finish()` keeping the named variables; returns ipyexperiments' data (consumed and
-    reclaimed bytes)."""
-    if keep:
-        exp.keep_var_names(*keep)
-    return exp.finish()

@@ -4,9 +4,10 @@
     >>> run.diagnosis.top.cause        # 'data_wait'
     >>> run.trace_path                 # open it in https://ui.perfetto.dev (or chrome://tracing)
 
-The step is perflab's: `build_model`, batches from `make_batches` served by a DataLoader,
-`model_loss`, backward, AdamW, with `record_function` ranges around its phases ("forward",
-"backward", "optimizer"). The faults, each the textbook form of one cause of device idle time:
+The step is perflab's: `build_model`, batches of `perflab.workload.data.SlowTokens` served by a
+DataLoader, and the course's training step (`perflab.workload.train.StepRunner`: the next-token
+loss, backward, AdamW), with `record_function` ranges around its phases ("forward", "backward",
+"optimizer", "zero_grad"). The faults, each the textbook form of one cause of device idle time:
 
 | fault | what is planted | cause it shows | the fix (`fixed=True`) |
 | --- | --- | --- | --- |
@@ -32,9 +33,9 @@ from typing import Any
 import torch
 
 from perflab.core.errors import InputError
+from perflab.core.stderr import quiet_stderr
 from perflab.core.validate import positive_int
 from perflab.profiling.diagnose import Diagnosis, diagnose
-from perflab.profiling.quiet import quiet_profiler
 
 FAULTS = ("none", "loader", "sync", "launch", "comm")
 EXPECTED = {"none": None, "loader": "data_wait", "sync": "host_sync", "launch": "launch_bound", "comm": "communication"}
@@ -51,21 +52,6 @@ def check_fault(fault: str) -> str:
     if f not in FAULTS:
         raise InputError(f"unknown fault {fault!r}: use one of {', '.join(FAULTS)}")
     return f
-
-
-class _SlowStorage(torch.utils.data.Dataset):
-    """Pre-made (inputs, targets) batches; each read waits `delay_s` first (a stand-in for slow storage)."""
-
-    def __init__(self, batches, delay_s: float):
-        self.batches, self.delay_s = batches, delay_s
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, i):
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        return self.batches[i]
 
 
 def _host_check_hook(module, inputs, out):
@@ -127,9 +113,18 @@ class ProfileRun:
 def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int = 64, n_batches: int = 8,
               sizes: FaultSizes = FaultSizes(), device=None, seed: int = 0, world: int = 1):
     """(model, optimizer, loader, step(batch)) for one fault; `fixed=True` applies its fix.
-    For `comm`, call inside a process group of `world` ranks."""
+    For `comm`, call inside a process group of `world` ranks.
+
+    The step is the course's (`perflab.workload.train.StepRunner`), its phases in `record_function`
+    ranges ("forward", "backward", "optimizer", "zero_grad"); the `comm` fault's gradient sync runs after
+    the backward and the `launch` fault's weight EMA after the step, as its hooks. The loader serves
+    whole batches of `perflab.workload.data.SlowTokens`."""
+    from torch.profiler import record_function
+
+    from perflab.workload.data import SlowTokens
     from perflab.workload.models import build_model
-    from perflab.workload.train import make_batches, model_loss
+    from perflab.workload.optim import make_optimizer
+    from perflab.workload.train import StepRunner
 
     fault = check_fault(fault)
     device = torch.device(device or "cpu")
@@ -138,8 +133,7 @@ def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int 
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=4)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    batches = make_batches(cfg, batch, seq, n=n_batches, seed=seed)
+    opt = make_optimizer(model.parameters(), "adamw-foreach")
     delay = sizes.loader_ms / 1e3 if fault == "loader" else 0.0
     workers = 4 if (fault == "loader" and fixed) else 0
     import warnings  # 4 workers on 2 cores is deliberate: they mostly wait on "storage", so DataLoader's
@@ -147,39 +141,42 @@ def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int 
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create")
-        loader = torch.utils.data.DataLoader(_SlowStorage(batches, delay), batch_size=None, shuffle=False,
-                                             num_workers=workers, persistent_workers=workers > 0,
-                                             prefetch_factor=4 if workers else None)
+        loader = torch.utils.data.DataLoader(SlowTokens(n_batches, seq, cfg.vocab, delay, seed=seed, batch=batch),
+                                             batch_size=None, shuffle=False, num_workers=workers,
+                                             persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
         if workers:  # start the (persistent) workers now, not inside the profiled steps
             next(iter(loader))
     if fault == "sync" and not fixed:
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):
                 m.register_forward_hook(_host_check_hook)
-    ema = WeightEMA(model, sizes.launch_rows) if fault == "launch" else None
-    from torch.profiler import record_function
+    hooks: dict[str, list] = {}
+    if fault == "comm" and not fixed:
+        import torch.distributed as dist
 
-    def step(b):
-        x, y = (t.to(device, non_blocking=True) for t in b)
-        with record_function("forward"):
-            loss = model_loss(model, (x, y))
-        with record_function("backward"):
-            loss.backward()
-        if fault == "comm" and not fixed:
-            import torch.distributed as dist
-
+        def gradient_sync(runner, i):
             with record_function("gradient sync"):
                 for p in model.parameters():
                     if p.grad is not None:
                         dist.all_reduce(p.grad)
                         p.grad.div_(world)
-        with record_function("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        if ema is not None:
+
+        hooks["after_backward"] = [gradient_sync]
+    if fault == "launch":
+        ema = WeightEMA(model, sizes.launch_rows)
+
+        def ema_update(runner, i):
             with record_function("weight EMA"):
                 ema.update(looped=not fixed)
-        return loss
+
+        hooks["after_step"] = [ema_update]
+    ranges = {"optimizer step": "optimizer"}  # the lesson's range names
+    runner = StepRunner(model, opt, device=device, hooks=hooks,
+                        phase=lambda name, i: record_function(ranges.get(name, name)))
+
+    def step(b) -> torch.Tensor:
+        runner.step([tuple(t.to(device, non_blocking=True) for t in b)])
+        return runner.micro_losses[-1]  # the step's loss, detached
 
     return model, opt, loader, step
 
@@ -235,7 +232,7 @@ def _trace_path(trace_out, fault: str) -> Path:
     return Path(tempfile.mkdtemp(prefix="perflab-trace-")) / f"step_{fault}.json"
 
 
-@quiet_profiler()  # the profiler's own USDT/STAGE lines stay off the learner's stderr
+@quiet_stderr()  # the profiler's own lines (USDT/STAGE, allocator notes) stay off the learner's stderr
 def profile_step(preset: str = "tiny-gpt", fault: str = "none", *, fixed: bool = False, steps: int = 2,
                  batch: int = 4, seq: int = 64, trace_out: str | Path | None = None, sizes: FaultSizes = FaultSizes(),
                  record_shapes: bool = True, profile_memory: bool = False, with_stack: bool = False,

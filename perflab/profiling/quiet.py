@@ -1,9 +1,6 @@
-"""Keep the profiler's own log lines off the learner's stderr, and nothing else.
-
-torch's profiler (kineto) writes lines such as `USDT:... profiler_start` and `STAGE:... Completed
-Stage: Warm Up` straight to file descriptor 2 from C++, where Python's `sys.stderr` cannot catch
-them and no setting silences them (KINETO_LOG_LEVEL does not). `quiet_profiler()` points fd 2 at a
-temporary file for the duration, then writes back every line that is not one of those.
+"""Keep the profiler's own log lines off the learner's stderr, and nothing else: lesson 09's name for
+`perflab.core.stderr.quiet_stderr`, the one stderr silencer (read there which lines it hides; every
+other line, a real warning or a C++ error, is written back to stderr).
 
     >>> with quiet_profiler():
     ...     with torch.profiler.profile(...) as prof: ...
@@ -11,36 +8,7 @@ temporary file for the duration, then writes back every line that is not one of 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterator
+from perflab.core.stderr import NOISE, without_noise
+from perflab.core.stderr import quiet_stderr as quiet_profiler
 
-NOISE = re.compile(r"^(USDT|STAGE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\] ")
-
-
-def without_noise(text: str) -> str:
-    """`text` minus the profiler's own log lines."""
-    return "".join(line for line in text.splitlines(keepends=True) if not NOISE.match(line))
-
-
-@contextlib.contextmanager
-def quiet_profiler() -> Iterator[None]:
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            rest = without_noise(tmp.read().decode(errors="replace"))
-            if rest:
-                sys.stderr.write(rest)
+__all__ = ["NOISE", "quiet_profiler", "without_noise"]

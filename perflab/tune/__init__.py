@@ -2,9 +2,17 @@
 
 - `ladder`: the ladder as data (each rung: its name, what it changes, the lesson that explains it)
   and the presets (a GPT-2-small-class step per device: full GPT-2 small on a GPU, a CPU size)
-- `runner`: applies rungs cumulatively to one step, measures each interleaved with the step before
-  it (step time, tokens/s, MFU/HFU, peak bytes, loss parity against the baseline), saves each rung
-  as it is measured (shared by lesson 11, lab 11 and `perflab tune`) and resumes
+- `runner`: the ladder: applies rungs cumulatively to one step, measures each interleaved with the
+  step before it, saves each rung as it is measured (shared by lesson 11, lab 11 and `perflab tune`)
+  and resumes
+- `config`: a configuration of the step (what the rungs change) and what it builds: the model, its
+  AdamW form, the workload's training step and the loader of slow token ids
+- `changes`: each rung as a change to the configuration, or why it does not apply here (the memory
+  rungs follow lesson 03's estimator)
+- `measure`: one configuration measured, alone or interleaved with another (step time, peak bytes,
+  losses, the waterfall)
+- `rows`: a rung's saved row: MFU/HFU against its dtype's basis, loss parity against the baseline,
+  the verdict and the sentences that explain it
 - `verdict`: a rung's verdict with a stated confidence (interleaved pairs, the sign test's interval
   of the median speed-up against the 2 % threshold: adopted, kept out or inconclusive) and the noise
   rule for waterfall categories a rung does not touch
@@ -26,5 +34,6 @@ perflab.profiling (lesson 09's trace diagnosis).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("ladder", "runner", "rungmath", "verdict", "waterfall", "published", "plots", "levers", "lab11")
+MODULES = ("ladder", "config", "changes", "measure", "rows", "runner", "rungmath", "verdict", "waterfall", "published",
+           "plots", "levers", "lab11")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -7,16 +7,17 @@ this, and lab 11's audit exercise grades it.
 
 from __future__ import annotations
 
-# the waterfall's parts as `perflab audit` names them (perflab.audit.run.BREAKDOWN)
-PARTS = ("data_wait", "host_sync", "launch", "optimizer", "compute")
+from perflab.tune.waterfall import CATEGORIES
+
+PARTS = CATEGORIES  # the waterfall's parts, one spelling for the ladder, the waterfall and `perflab audit`
 
 ACTS_ON: dict[str, tuple[str, ...]] = {
     "bf16": ("compute",),
     "adamw": ("optimizer",),
     "vocab64": ("compute",),
     "sdpa": ("compute",),
-    "compile": ("launch", "compute"),
-    "batch": ("launch",),
+    "compile": ("launch_overhead", "compute"),
+    "batch": ("launch_overhead",),
     "checkpoint": ("compute",),
     "loader": ("data_wait",),
     "numa": ("data_wait", "compute"),

@@ -11,37 +11,68 @@ Only numbers read at their source are recorded; what could not be verified is li
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from perflab.core.jsonable import JSON
 
 PATH = Path(__file__).parent / "data" / "published_tune.json"
 REQUIRED = ("id", "title", "project", "url", "commit", "section", "quote", "figure", "value", "unit", "hardware", "date")
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One published figure, as its source states it."""
+
+    id: str
+    title: str
+    project: str
+    url: str
+    commit: str  # the source's commit, 40 hex digits
+    section: str
+    quote: str  # the source's own words
+    figure: str  # what the number is, in words
+    value: float
+    unit: str
+    model: str
+    hardware: str
+    date: str
+    approximate: bool = False  # the source says "about"
+    context: str | None = None  # what the source's run was, where it matters for a comparison
+
+
+@dataclass(frozen=True)
+class NotShown:
+    """A figure that could not be verified at its source, and why (never shown as a number)."""
+
+    what: str
+    why: str
+
+
 @lru_cache(maxsize=1)
-def _raw() -> dict[str, Any]:
+def _raw() -> JSON:
     return json.loads(PATH.read_text())
 
 
-def rows() -> list[dict[str, Any]]:
-    return [dict(r) for r in _raw()["rows"]]
+def rows() -> list[Figure]:
+    return [Figure(**r) for r in _raw()["rows"]]
 
 
-def not_shown() -> list[dict[str, str]]:
-    return [dict(r) for r in _raw().get("not_shown", [])]
+def not_shown() -> list[NotShown]:
+    return [NotShown(**r) for r in _raw().get("not_shown", [])]
 
 
-def figure(fid: str) -> dict[str, Any]:
+def figure(fid: str) -> Figure:
     for r in rows():
-        if r["id"] == fid:
+        if r.id == fid:
             return r
     raise KeyError(fid)
 
 
 def compile_speedup() -> float:
     """nanoGPT's iteration time without compile over with it."""
-    return figure("nanogpt_eager")["value"] / figure("nanogpt_compiled")["value"]
+    return figure("nanogpt_eager").value / figure("nanogpt_compiled").value
 
 
 def frame():
@@ -51,9 +82,9 @@ def frame():
 
     out = []
     for r in rows():
-        v = seconds(r["value"]) if r["unit"].startswith("s ") else f"{r['value']:g} {r['unit']}"
-        out.append({"Published": r["figure"], "value": ("~" if r.get("approximate") else "") + v,
-                    "model, hardware": f"{r['model']}, {r['hardware']}",
-                    "source": f"{r['project']}, {r['section']} ({r['url']})",
-                    "date": r["date"]})
+        v = seconds(r.value) if r.unit.startswith("s ") else f"{r.value:g} {r.unit}"
+        out.append({"Published": r.figure, "value": ("~" if r.approximate else "") + v,
+                    "model, hardware": f"{r.model}, {r.hardware}",
+                    "source": f"{r.project}, {r.section} ({r.url})",
+                    "date": r.date})
     return pd.DataFrame(out)

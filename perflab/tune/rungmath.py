@@ -5,7 +5,7 @@
     >>> vocab_padding(50257, 64)["row_bytes"]      # one bf16 row of logits (or of the output layer)
     (100514, 100608)
     >>> from perflab.workload.models import preset
-    >>> round(checkpoint_cost(preset("gpt2-small"), 1, 1024)["step_increase"], 3)   # GPT-2 small
+    >>> round(checkpoint_cost(preset("gpt2-small"), 1, 1024).step_increase, 3)   # GPT-2 small
     0.173
 
 * **Padding the vocabulary** (rung `vocab64`) does not fill whole tiles: 50,257 → 50,304 leaves the
@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.validate import positive_int
@@ -60,8 +61,23 @@ def vocab_padding(vocab: int, multiple: int = 64, *, itemsize: int = 2,
     }
 
 
+@dataclass(frozen=True)
+class CheckpointCost:
+    """What full activation checkpointing adds to one training step (`checkpoint_cost`)."""
+
+    seq: int
+    extra_flops: int  # hardware FLOPs recomputed per step
+    step_flops: int  # hardware FLOPs of the step without checkpointing
+    step_increase: float  # extra_flops / step_flops
+    recompute_over_forward: float  # recomputed FLOPs / one forward's
+    naive_step_increase: float  # the same were the whole forward run again (1/3)
+    logits_share: float  # the LM head's share of the forward
+    recomputed: list[str]  # the forward's products that run again, by name
+    not_recomputed: list[str]
+
+
 def checkpoint_cost(cfg, batch: int = 1, seq: int | None = None, *, early_stop: bool = True,
-                    fused_attention: bool = True) -> dict:
+                    fused_attention: bool = True) -> CheckpointCost:
     """What full activation checkpointing (the `checkpoint` rung) adds to one training step of `cfg`
     (a ModelConfig or a preset name), from perflab's exact count (`perflab.flops.transformer`): every
     block's forward runs again in the backward pass, the LM head (outside the blocks) does not.
@@ -86,14 +102,14 @@ def checkpoint_cost(cfg, batch: int = 1, seq: int | None = None, *, early_stop: 
                      checkpoint_early_stop=early_stop)
     extra = ck.hardware - plain.hardware
     redone = [k for k, v in ck.recompute.items() if v > plain.recompute.get(k, 0)]
-    return {
-        "seq": plain.seq,
-        "extra_flops": extra,
-        "step_flops": plain.hardware,
-        "step_increase": extra / plain.hardware,
-        "recompute_over_forward": (ck.recompute_total - plain.recompute_total) / plain.forward_total,
-        "naive_step_increase": plain.forward_total / plain.model,
-        "logits_share": plain.forward.get("logits", 0) / plain.forward_total,
-        "recomputed": redone,
-        "not_recomputed": [k for k in plain.forward if k not in redone],
-    }
+    return CheckpointCost(
+        seq=plain.seq,
+        extra_flops=extra,
+        step_flops=plain.hardware,
+        step_increase=extra / plain.hardware,
+        recompute_over_forward=(ck.recompute_total - plain.recompute_total) / plain.forward_total,
+        naive_step_increase=plain.forward_total / plain.model,
+        logits_share=plain.forward.get("logits", 0) / plain.forward_total,
+        recomputed=redone,
+        not_recomputed=[k for k in plain.forward if k not in redone],
+    )

@@ -50,8 +50,8 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from perflab.core.jsonable import JSON
 from perflab.core.quietness import UNKNOWN, Quietness
 from perflab.core.stats import iqr
 
@@ -184,7 +184,7 @@ class Block:
         """A block is used unless the machine was disturbed while it ran."""
         return not self.quietness.disturbed
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         return {"pairs": len(self.ratios), "median": self.median, "kept": self.kept,
                 "quietness": self.quietness.to_json()}
 
@@ -207,7 +207,7 @@ class Verdict:
         return f"{self.verdict}: {self.reason}" if self.verdict == "inconclusive" else \
             f"{self.verdict}: {self.interval.text()}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         return {"verdict": self.verdict, "reason": self.reason, "busy": self.busy,
                 "interval": [self.interval.lo, self.interval.hi], "point": self.interval.point,
                 "pairs": self.interval.pairs, "blocks_kept": self.kept, "blocks_dropped": self.dropped,

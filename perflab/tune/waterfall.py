@@ -27,15 +27,21 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from perflab.core.jsonable import JSON
+
 CATEGORIES = ("compute", "data_wait", "host_sync", "launch_overhead", "optimizer")
 LABELS = {"compute": "compute", "data_wait": "data wait", "host_sync": "host sync",
           "launch_overhead": "launch overhead", "optimizer": "optimizer"}
 
 
-def profile_steps(step: Callable[[], Any], device, steps: int = 1) -> dict[str, Any]:
-    """Run `step()` `steps` times under torch.profiler (one ProfilerStep range each); the trace as a dict."""
+def profile_steps(step: Callable[[], Any], device, steps: int = 1) -> JSON:
+    """Run `step()` `steps` times under torch.profiler (one ProfilerStep range each); the Chrome trace
+    it exports, as read back from that file. The profiler's own log lines stay off stderr
+    (`perflab.core.stderr`)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from perflab.core.stderr import quiet_stderr
 
     acts = [ProfilerActivity.CPU]
     if getattr(device, "type", str(device)) == "cuda":
@@ -43,7 +49,7 @@ def profile_steps(step: Callable[[], Any], device, steps: int = 1) -> dict[str, 
     fd, path = tempfile.mkstemp(suffix=".json", prefix="perflab-tune-")
     os.close(fd)
     try:
-        with _quiet_fd2(), profile(activities=acts) as prof:
+        with quiet_stderr(), profile(activities=acts) as prof:
             for _ in range(steps):
                 step()
                 if getattr(device, "type", "") == "cuda":
@@ -54,20 +60,6 @@ def profile_steps(step: Callable[[], Any], device, steps: int = 1) -> dict[str, 
             return json.load(f)
     finally:
         os.unlink(path)
-
-
-class _quiet_fd2:
-    """The profiler's C++ start/stop lines go to fd 2; a lesson prints no stderr noise."""
-
-    def __enter__(self):
-        self.fd = os.dup(2)
-        self.null = open(os.devnull, "w")
-        os.dup2(self.null.fileno(), 2)
-
-    def __exit__(self, *exc):
-        os.dup2(self.fd, 2)
-        os.close(self.fd)
-        self.null.close()
 
 
 def _optimizer_spans(raw: dict[str, Any]) -> list[tuple[float, float, Any]]:

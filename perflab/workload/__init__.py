@@ -1,11 +1,15 @@
-"""The workload several lessons share: model configs, small transformers built from them, and a
-timed training step (lessons 02, 03, 07, 09 and 10 all train the same models). Uses `perflab.core`.
+"""The workload several lessons share: model configs, small transformers built from them, their
+optimizer, a slow dataset of token ids, and the one timed training step (lessons 02, 03, 07, 09, 10
+and 11 all train the same models with it). Uses `perflab.core`.
 
 - `models`: decoder-only transformer configs (presets), exact parameter counts, PyTorch models
-- `train`: batches, the next-token loss, and a training step timed phase by phase
+- `optim`: `make_optimizer`, the one place a lesson's optimizer is built (AdamW's loop, foreach and
+  fused forms, SGD), and whether fused AdamW runs on a device
+- `data`: `SlowTokens`, token ids that are slow to read (a DataLoader's starving loop)
+- `train`: batches, the next-token loss, and the training step (`StepRunner`) timed phase by phase
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("models", "train")
+MODULES = ("models", "optim", "data", "train")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

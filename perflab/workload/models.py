@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.core.validate import positive_int
 
 
@@ -81,7 +81,9 @@ class ModelConfig:
     def with_(self, **changes) -> ModelConfig:
         return replace(self, **changes)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
+        """The shape with its derived sizes filled in (what `perflab flops --json` and `perflab memory
+        --json` print as the model)."""
         d = asdict(self)
         d.update(kv_heads=self.n_kv, ffn=self.d_ff, head_dim=self.d_head)
         return d

@@ -66,16 +66,16 @@ MUTANTS = [
 
 
 def audit(**bd):
-    parts = {"data_wait": 0.0, "host_sync": 0.0, "launch": 0.0, "optimizer": 0.0, "compute": 0.0, **bd}
+    parts = {"data_wait": 0.0, "host_sync": 0.0, "launch_overhead": 0.0, "optimizer": 0.0, "compute": 0.0, **bd}
     recs = [{"rung": r, "why": "", "measured_speedup": None, "parity_ok": None}
             for r in ("compile", "bf16", "loader", "adamw")]
     return {"step_s": sum(parts.values()), "breakdown_s": parts, "recommendations": recs}
 
 
-STARVED = audit(data_wait=0.200, compute=0.050, launch=0.010, optimizer=0.005)
+STARVED = audit(data_wait=0.200, compute=0.050, launch_overhead=0.010, optimizer=0.005)
 
 
-COMPUTE = audit(data_wait=0.020, compute=0.150, launch=0.010, optimizer=0.005)
+COMPUTE = audit(data_wait=0.020, compute=0.150, launch_overhead=0.010, optimizer=0.005)
 
 
 def _row(rung, speedup, verdict):

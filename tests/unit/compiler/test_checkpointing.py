@@ -9,6 +9,7 @@ import torch
 
 from perflab.compiler import checkpointing
 from perflab.core.errors import InputError
+from perflab.flops.mfu import Basis
 from perflab.workload.models import build_model, preset
 from perflab.workload.train import make_batches, next_token_loss
 
@@ -42,15 +43,22 @@ def test_checkpointing_flops_full_recomputes_selective_does_not():
 def test_checkpointing_measure_full_keeps_less_memory_than_none():
 
     cfg = dataclasses.replace(preset("tiny-llama"), layers=1)  # one block: two dynamo traces stay quick
+    given = {"fp32": Basis(1.0, "given peak", "fp32", "a test's peak")}
     rows = checkpointing.measure(cfg, make_batches(cfg, 2, 64, n=1), steps=1, kinds=("none", "full"),
-                                 backend="eager", peak_tflops=1.0)
-    by = {(r["checkpointing"], r["compiled"]): r for r in rows}
+                                 backend="eager", bases=given)
+    by = {(r.checkpointing, r.compiled): r for r in rows}
     assert len(by) == 4
     # full checkpointing drops the block's activations: its forward+backward peak is lower (measured:
     # ~0.8×; the gradients and logits, the same in both, are most of this small model's peak)
     for compiled in (False, True):
-        assert by[("full", compiled)]["peak_bytes"] < 0.9 * by[("none", compiled)]["peak_bytes"]
-        assert by[("full", compiled)]["hfu"] > by[("full", compiled)]["mfu"]
+        full, none = by[("full", compiled)], by[("none", compiled)]
+        assert full.peak_bytes < 0.9 * none.peak_bytes
+        hfu, mfu = full.hfu, full.mfu
+        assert hfu is not None and mfu is not None and hfu > mfu
+        # the one utilization rule: the step's FLOPs over the time the basis would take (1 TFLOP/s here)
+        assert mfu == pytest.approx(full.model_flops / 1e12 / full.step_s)
+    assert all(r.mfu is None for r in checkpointing.measure(cfg, make_batches(cfg, 2, 64, n=1), steps=1,
+                                                               kinds=("none",), backend="eager"))
     table = checkpointing.beside_published(rows, model=cfg.name, device_name="cpu", peak_label="given")
     assert list(table["source"]).count("measured here") == 4 and "published: pytorch.org/blog/maximizing-training-throughput" in set(table["source"])
 

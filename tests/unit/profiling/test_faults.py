@@ -154,7 +154,7 @@ def test_comm_fault_on_two_gloo_ranks(tmp_path):
     run = profile_step("tiny-gpt", "comm", steps=2, trace_out=tmp_path / "comm.json", launcher="fork", timeout=60)
     d = run.diagnosis
     assert d.top.cause == "communication" and d.top.share >= NONE_THRESHOLD, d.summary()
-    assert any("allreduce" in e["op"] for e in d.top.evidence)
+    assert any("allreduce" in e.op for e in d.top.evidence)
 
 
 @pytest.mark.gpu
@@ -178,4 +178,5 @@ def test_gpu_trace_faults_and_hta(fault, tmp_path):
     from perflab.profiling import hta
 
     r = hta.cross_check(run.trace_path)
-    assert 0 <= r["hta_idle"] <= 1 and 0 <= r["perflab_idle"] <= 1
+    assert r.hta_idle is not None and r.perflab_idle is not None
+    assert 0 <= r.hta_idle <= 1 and 0 <= r.perflab_idle <= 1

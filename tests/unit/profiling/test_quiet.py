@@ -1,20 +1,18 @@
-"""Tests of `perflab.profiling.quiet`."""
+"""Tests of `perflab.profiling.quiet`: lesson 09's name for the one stderr silencer (`perflab.core.stderr`)."""
 
 import os
 import subprocess
 import sys
 
-from perflab.profiling.quiet import without_noise
+from perflab.core import stderr
+from perflab.profiling.quiet import quiet_profiler, without_noise
 
 USDT = "USDT:2026-11-23 20:17:11 12996:12996 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
 
 
-STAGE = "STAGE:2026-11-23 20:18:25 13392:13392 SyncActivityProfilerHandler.cpp:51] Completed Stage: Warm Up\n"
-
-
-def test_only_the_profilers_lines_are_dropped():
-    assert without_noise(USDT + "a real warning\n" + STAGE) == "a real warning\n"
-    assert without_noise("USDT is a word in a real message\n") == "USDT is a word in a real message\n"
+def test_it_is_the_core_silencer():
+    assert quiet_profiler is stderr.quiet_stderr and without_noise is stderr.without_noise
+    assert without_noise(USDT + "a real warning\n") == "a real warning\n"
 
 
 def test_a_profiled_block_prints_no_usdt_but_keeps_other_stderr():

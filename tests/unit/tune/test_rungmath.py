@@ -37,13 +37,13 @@ def test_padding_rejects_bad_input():
 def test_checkpoint_costs_less_than_a_third_of_the_step_for_gpt2_small():
     cfg = preset("gpt2-small")
     c = rungmath.checkpoint_cost(cfg, 1, 1024)
-    assert c["naive_step_increase"] == pytest.approx(1 / 3)
-    assert 0.15 < c["step_increase"] < 0.20  # the LM head (and each block's last product) are not recomputed
-    assert c["step_increase"] < c["naive_step_increase"]
-    assert 0.2 < c["logits_share"] < 0.35
+    assert c.naive_step_increase == pytest.approx(1 / 3)
+    assert 0.15 < c.step_increase < 0.20  # the LM head (and each block's last product) are not recomputed
+    assert c.step_increase < c.naive_step_increase
+    assert 0.2 < c.logits_share < 0.35
     plain, ck = exact_flops(cfg, 1, 1024), exact_flops(cfg, 1, 1024, checkpointing=True)
-    assert c["step_increase"] == pytest.approx(ck.hardware / plain.hardware - 1)
-    assert c["recompute_over_forward"] * plain.forward_total == pytest.approx(ck.recompute_total - plain.recompute_total)
+    assert c.step_increase == pytest.approx(ck.hardware / plain.hardware - 1)
+    assert c.recompute_over_forward * plain.forward_total == pytest.approx(ck.recompute_total - plain.recompute_total)
 
 
 def test_rung_texts_follow_the_arithmetic():
@@ -54,24 +54,24 @@ def test_rung_texts_follow_the_arithmetic():
 
 
 def test_a_rung_is_adopted_only_above_two_percent():
-    from perflab.tune import runner
+    from perflab.tune import verdict
 
-    assert runner.ADOPT_MIN_GAIN == 0.02
+    assert verdict.ADOPT_MIN_GAIN == 0.02
     assert "2 %" in ladder.__doc__
 
 
 
 def test_gpt2_small_pays_about_17_percent_per_step_for_full_checkpointing():
     r = rungmath.checkpoint_cost("gpt2-small")
-    assert r["seq"] == 1024 and r["step_increase"] == pytest.approx(0.1729, abs=5e-4)
-    assert "logits" in r["not_recomputed"] and "mlp_down" in r["not_recomputed"]  # torch stops early
+    assert r.seq == 1024 and r.step_increase == pytest.approx(0.1729, abs=5e-4)
+    assert "logits" in r.not_recomputed and "mlp_down" in r.not_recomputed  # torch stops early
     # the extra is exactly the blocks' forward products up to the last saved tensor
     cfg = preset("gpt2-small")
     from perflab.flops.transformer import layer_forward
 
     layer = layer_forward(cfg, 1, 1024)
-    assert r["extra_flops"] == cfg.layers * (sum(layer.values()) - layer["mlp_down"])
-    assert r["step_flops"] == exact_flops(cfg, 1, 1024).hardware
+    assert r.extra_flops == cfg.layers * (sum(layer.values()) - layer["mlp_down"])
+    assert r.step_flops == exact_flops(cfg, 1, 1024).hardware
     whole = rungmath.checkpoint_cost(cfg, early_stop=False)
-    assert whole["extra_flops"] == cfg.layers * sum(layer.values()) and r["step_increase"] < whole["step_increase"] < 1 / 3
-    assert r["recompute_over_forward"] < 1  # less than one more forward: the LM head is not recomputed
+    assert whole.extra_flops == cfg.layers * sum(layer.values()) and r.step_increase < whole.step_increase < 1 / 3
+    assert r.recompute_over_forward < 1  # less than one more forward: the LM head is not recomputed

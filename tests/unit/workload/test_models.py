@@ -200,7 +200,7 @@ def test_counter_equals_exact_on_cuda_bf16():
 def test_activation_formula_equals_saved_storages(name, dtype):
     cfg = VARIANTS[name]
     b, s = 3, 48
-    model = build_model(cfg, dtype=probe._torch_dtype(dtype))
+    model = build_model(cfg, dtype=probe.torch_dtype(dtype))
     batch = make_batches(cfg, b, s)[0]
     exclude = list(model.parameters()) + list(model.buffers()) + list(batch)
     _, saved = probe.saved_tensors(lambda: model_loss(model, batch), exclude=exclude)
