@@ -3,30 +3,48 @@
     >>> from perflab.audit.target import from_factory, from_hf_config
     >>> from perflab.audit.run import run_audit
     >>> rep = run_audit(from_factory("mystep.py:build"))      # or from_hf_config("gpt2", {"n_layer": 2})
-    >>> rep.json                                              # the stable fields (perflab.audit.run.JSON_FIELDS)
+    >>> rep.time.step_s, rep.utilization.mfu, rep.waterfall.largest()   # a typed report (perflab.audit.report)
+    >>> rep.to_json()                                         # the stable fields (perflab.audit.report.JSON_FIELDS)
     >>> print(rep.summary())
+
+The audit of a step:
 
 - `target`: what is audited: a factory's model, batches, loss, optimizer and tokens (the contract,
   checked with one-line errors), or a Hugging Face model built from its config with no download
-- `run`: `run_audit`, the step timed, its FLOPs counted per phase and dtype, one step profiled, its
-  memory by part, its graph breaks; the report's stable JSON fields
+- `run`: `run_audit`, the phases in order: the step timed, its FLOPs counted, a few steps profiled, its
+  memory, its graph breaks, the rungs that apply
+- `report`: the audit as a typed object (the step's timing, the FLOPs and MFU with their basis, the
+  waterfall, top ops, memory, graph breaks, energy, recommendations, notes), its terminal summary, and
+  its JSON made once, at the edge (`AuditReport.to_json`, exactly `JSON_FIELDS`)
+- `work`: parameters (total, active), 6N·T and the terms of its gap to the counted FLOPs, float64's cost
+- `ops`: each aten op's calls and bytes, the top ops against this device's roofline, the ops the FLOP
+  counter has no formula for
+- `memory`: memory by part beside lesson 03's estimate
+- `breaks`: the loss's graph breaks (lesson 10)
 - `recommend`: which rungs of the capstone apply, ordered by the time they act on, and `--try`
 - `energy`: joules of the timed steps from NVML or RAPL, or a line saying why not
-- `text`: the terminal summary
-- `trace`: `perflab audit --trace DIR`, a whole job read from its ranks' profiler traces: step time,
-  HolisticTraceAnalysis's temporal and idle-time breakdowns, exposed communication, stragglers and the
-  waits they cost, MFU at the peak of the GPU the traces name
 - `examples`: a small step to audit (perflab's tiny GPT fed by a slow DataLoader), for lab 11
+
+A job that ran, from its ranks' profiler traces (`perflab audit --trace DIR`):
+
+- `trace`: the job: its ranks' traces checked to be one job, each rank's row, MFU at the peak of the
+  GPU the traces name
+- `job`: the job audit as a typed report (`JobReport`), its table, its terminal report and its JSON
+- `rank_trace`: one rank's trace read: its steps, its GPU events classified as HTA classifies them
+- `hta`: HolisticTraceAnalysis's temporal and idle-time breakdowns, and each step's exposed communication
+- `stragglers`: across ranks, the stragglers (robust z-score) and the waits they cost in collectives
 
 Uses other topics' formulas and measurements, never their figures, widgets or lab checks:
 perflab.flops (the attention-aware FLOP counter, per dtype, and MFU's one basis per dtype), perflab.memory (lesson 03's estimate,
 the allocation probe, saved tensors), perflab.gemm (the maximum achievable matmul search),
 perflab.profiling (reading a trace: op self times), perflab.compiler (graph breaks and the one-line
-error of the user's code) and perflab.tune (the rungs, the waterfall of a profiled step, bf16 and
-fused-AdamW availability, parity tolerances).
+error of the user's code) and perflab.tune (the rungs and the parts of the step each acts on, the
+waterfall of a profiled step with its categories and labels, bf16 and fused-AdamW availability, parity
+tolerances).
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("target", "run", "recommend", "energy", "text", "examples", "trace")
+MODULES = ("target", "run", "report", "work", "ops", "memory", "breaks", "recommend", "energy", "examples", "trace",
+           "job", "rank_trace", "hta", "stragglers")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -3,11 +3,13 @@ what the waterfall says each can save, and (with --try) each measured on the ste
 
 A rung acts on one part of the step's time (lesson 11's waterfall categories): bf16, the padded
 vocabulary, SDPA and the larger micro-batch on *compute*; the fused/foreach AdamW on *optimizer*;
-torch.compile on *launch* overhead and *compute*; DataLoader workers on *data_wait*. The seconds of
-that part are the most a rung can save; rungs are ordered by them. A rung is measured, with --try,
-as lesson 11 measures it: the same starting weights and batches, a few steps each, the loss after
-each step compared with the unchanged step's within the dtype's tolerance; it is kept only when
-parity holds and the step is faster by more than 2 % (less is timing noise). Every timed run is
+torch.compile on *launch overhead* and *compute*; DataLoader workers on *data wait*
+(`perflab.tune.levers.ACTS_ON`, read in the waterfall's categories, `perflab.tune.waterfall.CATEGORIES`).
+The seconds of those parts are the most a rung can save; rungs are ordered by them (`ranked`, a list of
+`perflab.audit.report.Recommendation`). A rung is measured, with --try, as lesson 11 measures it:
+the same starting weights and batches, a few steps each, the loss after each step compared with the
+unchanged step's within the dtype's tolerance; it is kept only when parity holds and the step is
+faster by more than 2 % (less is timing noise). Every timed run is
 watched (`perflab.core.quietness`): when other programs disturbed the rung's run or the run it is
 compared with, the row says "inconclusive: the machine was busy (…)" instead of keeping or not
 keeping it, and carries that quietness (`verdict`, `quietness`).
@@ -26,7 +28,9 @@ from typing import Any
 
 import torch
 
+from perflab.audit.report import Recommendation
 from perflab.audit.target import Target, to_device
+from perflab.tune.waterfall import LABELS
 
 TRIABLE = ("bf16", "adamw", "sdpa", "compile", "loader")
 NOISE = 0.02
@@ -77,7 +81,7 @@ def applicable(target: Target, opt: torch.optim.Optimizer, device: torch.device,
         out.append(Applicable("sdpa", "the model's attention is written out (attn_implementation 'eager')"))
     if not hasattr(target.model, "_orig_mod"):
         out.append(Applicable("compile", "the model runs eagerly (not torch.compile'd)"))
-    if step_s and breakdown.get("launch", 0.0) / step_s >= 0.10:
+    if step_s and breakdown.get("launch_overhead", 0.0) / step_s >= 0.10:
         out.append(Applicable("batch", "launch overhead is a large share of the step: larger batches pay it less often"))
     loader = target.batches
     if step_s and breakdown.get("data_wait", 0.0) / step_s >= 0.05 and isinstance(loader, torch.utils.data.DataLoader) \
@@ -87,20 +91,28 @@ def applicable(target: Target, opt: torch.optim.Optimizer, device: torch.device,
     return out
 
 
-def ranked(items: list[Applicable], breakdown: dict[str, float]) -> list[dict[str, Any]]:
-    """Recommendations ordered by the seconds of the waterfall parts each rung acts on (largest first)."""
+def acts_on(rung: str) -> tuple[str, ...]:
+    """The waterfall categories (`perflab.tune.waterfall.CATEGORIES`) a rung acts on: `perflab.tune.levers.ACTS_ON`
+    (default compute)."""
+    from perflab.tune.levers import ACTS_ON
+
+    return ACTS_ON.get(rung, ("compute",))
+
+
+def ranked(items: list[Applicable], breakdown: dict[str, float]) -> list[Recommendation]:
+    """Recommendations ordered by the seconds of the waterfall parts each rung acts on (largest first);
+    `breakdown` is seconds per waterfall category."""
     from perflab.tune.ladder import rung
-    from perflab.tune.levers import ACTS_ON, can_save
 
     rows = []
     for a in items:
-        parts = ACTS_ON.get(a.rung, ("compute",))
-        can = can_save(a.rung, breakdown)
+        parts = acts_on(a.rung)
+        can = sum(breakdown.get(p, 0.0) for p in parts)
         r = rung(a.rung)
-        why = (f"{a.reason}; acts on {' + '.join(p.replace('_', ' ') for p in parts)}, "
+        why = (f"{a.reason}; acts on {' + '.join(LABELS.get(p, p) for p in parts)}, "
                f"{can * 1e3:.3g} ms of the step by the waterfall; {r.why} (lesson {r.lesson})")
-        rows.append({"rung": a.rung, "why": why, "measured_speedup": None, "parity_ok": None, "_can_save_s": can})
-    rows.sort(key=lambda r: -r["_can_save_s"])
+        rows.append(Recommendation(a.rung, why, can))
+    rows.sort(key=lambda r: -r.can_save_s)
     return rows
 
 
@@ -131,10 +143,11 @@ def _timed_losses(model, opt, batches: Sequence[Any], loss_fn, device, autocast_
     return losses, statistics.median(times) if times else float("nan")
 
 
-def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, Any], opt: torch.optim.Optimizer,
+def try_rungs(rows: list[Recommendation], target: Target, init_state: dict[str, Any], opt: torch.optim.Optimizer,
               loss_fn: Callable, batches: Sequence[Any], device: torch.device, *,
               progress: Callable[[str], None] | None = None) -> None:
-    """Measure each triable rung in `rows` on the learner's step (fills measured_speedup and parity_ok)."""
+    """Measure each triable rung in `rows` on the learner's step (sets each one's measured_speedup,
+    parity_ok, quietness and verdict, and adds to its why)."""
     from perflab.tune.runner import fused_adamw_available, tolerance_for
 
     model = target.model
@@ -152,9 +165,9 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
     with watch(device) as w_base:
         base_losses, base_s = _timed_losses(model, fresh_opt(), batches, loss_fn, device)
     for row in rows:
-        name = row["rung"]
+        name = row.rung
         if name not in TRIABLE:
-            row["why"] += "; not measured: --try cannot apply it to a factory's step"
+            row.why += "; not measured: --try cannot apply it to a factory's step"
             continue
         say(f"try: {name}")
         m_model, fetch, dtype_name, autocast_dtype, kw = model, None, "fp32", None, {}
@@ -185,7 +198,7 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
                                                       fetch=_in_loop_fetch(target.batches))
                 ref_q = w_ref.result
         except Exception as e:  # noqa: BLE001 - a rung that cannot run on this step is reported, not fatal
-            row["why"] += f"; --try could not run it: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
+            row.why += f"; --try could not run it: {type(e).__name__}: {' '.join(str(e).split())[:160]}"
             continue
         finally:
             restore()
@@ -194,14 +207,14 @@ def try_rungs(rows: list[dict[str, Any]], target: Target, init_state: dict[str, 
         tol = tolerance_for(dtype_name)
         sequential = name != "loader" or _sequential(target.batches)
         ok = all(abs(a - b) <= tol * max(abs(b), 1e-12) for a, b in zip(losses, ref_losses)) if sequential else None
-        row["measured_speedup"] = ref_s / s if s > 0 else None
-        row["parity_ok"] = ok
+        speedup = ref_s / s if s > 0 else None
+        row.measured_speedup, row.parity_ok = speedup, ok
         q = Quietness.combine([ref_q, w.result])
-        row["quietness"] = q.to_json()
-        kept = ok is not False and row["measured_speedup"] is not None and row["measured_speedup"] > 1 + NOISE
+        row.quietness = q
+        kept = ok is not False and speedup is not None and speedup > 1 + NOISE
         busy = q.disturbed and ok is not False  # a broken parity needs no timing to be refused
-        row["verdict"] = "inconclusive" if busy else ("keep it" if kept else "not kept")
-        row["why"] += f"; tried: {row['measured_speedup']:.3g}× the step, " + (
+        row.verdict = "inconclusive" if busy else ("keep it" if kept else "not kept")
+        row.why += f"; tried: {speedup:.3g}× the step, " + (
             "loss parity held" if ok else ("loss parity not checked (shuffled data)" if ok is None else
                                            f"loss parity FAILED (tolerance {tol:g})")) + (
             f"; inconclusive: the machine was busy ({q.cause})" if busy else ("; keep it" if kept else "; not kept"))

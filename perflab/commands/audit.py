@@ -77,7 +77,7 @@ def run_trace(args) -> int:
     elif args.tokens_per_step:
         raise InputError("--tokens-per-step goes with TARGET or --hf-config (the model whose FLOPs MFU counts)")
     rep = audit_traces(args.trace, flops_per_step=flops, six_n_flops_per_step=six_n, dtype=args.peak_dtype)
-    emit(rep.json, args.json, rep.summary())
+    emit(rep.to_json(), args.json, rep.summary())
     return 0
 
 
@@ -102,5 +102,5 @@ def run(args) -> int:
         from perflab.course.audit_html import write_html
 
         write_html(rep, args.html)
-    emit(rep.json, args.json, rep.summary() + (f"\nHTML report: {args.html}" if args.html else ""))
+    emit(rep.to_json(), args.json, rep.summary() + (f"\nHTML report: {args.html}" if args.html else ""))
     return 0

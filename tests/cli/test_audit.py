@@ -14,6 +14,7 @@ SMALL = ["--hf-set", "n_layer=1", "n_embd=16", "n_head=2", "vocab_size=64", "n_p
 
 def test_json_and_html_of_a_hugging_face_config(tmp_path):
     from perflab.audit.run import JSON_FIELDS
+    from perflab.tune.waterfall import CATEGORIES
 
     page = tmp_path / "audit.html"
     r = perflab("audit", "--hf-config", "gpt2", *SMALL, "--seq", "8", "--steps", "2", "--no-breaks", "--json",
@@ -21,6 +22,7 @@ def test_json_and_html_of_a_hugging_face_config(tmp_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert tuple(j) == JSON_FIELDS
+    assert set(j["breakdown_s"]) == set(CATEGORIES)  # lesson 11's waterfall names: launch_overhead
     assert "[audit] first step" in r.stderr  # progress is not hidden by --json: it goes to stderr
     assert j["peak_tflops"] is None and "peak unknown" in j["mfu_basis"]
     text = page.read_text()

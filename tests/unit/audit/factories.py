@@ -163,6 +163,46 @@ def lstm():
     return {"model": Tagger(), "batches": [(torch.randn(4, 10, 12), torch.randint(0, 5, (4,))) for _ in range(8)]}
 
 
+def _opaque_mm():
+    """A library's own kernel (a custom op outside torch's namespaces): a product the counter has no formula for."""
+    try:
+        return torch.ops.perflab_audit_test.opaque_mm
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op("perflab_audit_test::opaque_mm", mutates_args=())
+    def opaque_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b
+
+    @opaque_mm.register_fake
+    def _(a, b):
+        return a.new_empty(a.shape[0], b.shape[1])
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return torch.ops.perflab_audit_test.opaque_mm(grad, b.t()), torch.ops.perflab_audit_test.opaque_mm(a.t(), grad)
+
+    opaque_mm.register_autograd(backward, setup_context=setup)
+    return torch.ops.perflab_audit_test.opaque_mm
+
+
+class OpaqueHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(12, 5) / 4)
+
+    def forward(self, x):
+        return _opaque_mm()(x, self.w)
+
+
+def custom_kernel():
+    torch.manual_seed(0)
+    return {"model": OpaqueHead(), "batches": [(torch.randn(4, 12), torch.randint(0, 5, (4,))) for _ in range(8)]}
+
+
 class Pixels(nn.Module):
     def __init__(self):
         super().__init__()

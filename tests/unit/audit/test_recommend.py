@@ -16,12 +16,17 @@ def test_try_measures_rungs_with_parity_and_restores_the_weights():
     init = {k: v.clone() for k, v in t.model.state_dict().items()}
     opt = torch.optim.AdamW(t.model.parameters())
     rows = recommend.ranked([recommend.Applicable("adamw", "for-loop AdamW"),
-                             recommend.Applicable("batch", "launch overhead")], {"optimizer": 0.01, "launch": 0.002})
-    assert [r["rung"] for r in rows] == ["adamw", "batch"]  # the larger part first
+                             recommend.Applicable("batch", "launch overhead")],
+                            {"optimizer": 0.01, "launch_overhead": 0.002})
+    assert [r.rung for r in rows] == ["adamw", "batch"]  # the larger part first
+    assert [r.can_save_s for r in rows] == [0.01, 0.002]
     recommend.try_rungs(rows, t, init, opt, default_loss, t.batches[:3], torch.device("cpu"))
     adamw, batch = rows
-    assert adamw["parity_ok"] is True and adamw["measured_speedup"] > 0 and "tried" in adamw["why"]
-    assert batch["measured_speedup"] is None and "not measured" in batch["why"]
+    assert adamw.parity_ok is True and adamw.measured_speedup > 0 and "tried" in adamw.why
+    assert adamw.verdict in ("keep it", "not kept", "inconclusive") and adamw.quietness is not None
+    assert set(adamw.to_json()) == {"rung", "why", "measured_speedup", "parity_ok", "quietness", "verdict"}
+    assert batch.measured_speedup is None and "not measured" in batch.why
+    assert set(batch.to_json()) == {"rung", "why", "measured_speedup", "parity_ok"}  # never tried: no verdict
     assert all(torch.equal(v, init[k]) for k, v in t.model.state_dict().items())
 
 
@@ -36,20 +41,20 @@ def test_a_rung_tried_while_the_machine_was_busy_is_neither_kept_nor_dropped():
     with injected(MadeUpLoad(0.6, tick_s=1e-4)):
         recommend.try_rungs(rows, t, init, opt, default_loss, t.batches[:3], torch.device("cpu"))
     (adamw,) = rows
-    assert adamw["verdict"] == "inconclusive" and adamw["quietness"]["verdict"] == "disturbed"
-    assert "inconclusive: the machine was busy (other programs used 60 % of" in adamw["why"]
-    assert "keep it" not in adamw["why"] and "not kept" not in adamw["why"]
+    assert adamw.verdict == "inconclusive" and adamw.to_json()["quietness"]["verdict"] == "disturbed"
+    assert "inconclusive: the machine was busy (other programs used 60 % of" in adamw.why
+    assert "keep it" not in adamw.why and "not kept" not in adamw.why
     rows = recommend.ranked([recommend.Applicable("adamw", "for-loop AdamW")], {"optimizer": 0.01})
     with injected(MadeUpLoad(0.0, tick_s=1e-4)):
         recommend.try_rungs(rows, t, init, opt, default_loss, t.batches[:3], torch.device("cpu"))
-    assert rows[0]["verdict"] in ("keep it", "not kept") and rows[0]["quietness"]["verdict"] == "quiet"
+    assert rows[0].verdict in ("keep it", "not kept") and rows[0].quietness and rows[0].quietness.verdict == "quiet"
 
 
 def test_hfu_counts_the_recompute_of_checkpointing():
-    j = run_audit(target_from(F.checkpointed(), "checkpointed"), device="cpu", steps=2, explain_breaks=False).json
+    rep = run_audit(target_from(F.checkpointed(), "checkpointed"), device="cpu", steps=2, explain_breaks=False)
     # the first product (16→64) runs again in the backward: 2·8·16·64 hardware FLOPs more than model FLOPs
-    assert sum(j["flops_by_dtype"].values()) - j["flops_per_step"] == 2 * 8 * 16 * 64
-    assert j["hfu"] > j["mfu"]
+    assert sum(rep.work.flops_by_dtype.values()) - rep.work.flops_per_step == 2 * 8 * 16 * 64
+    assert rep.utilization.hfu > rep.utilization.mfu
 
 
 def test_no_energy_counter_is_said_in_one_line():
@@ -76,3 +81,26 @@ def test_sdpa_is_recommended_only_to_a_model_that_supports_it():
         rungs[kind] = [a.rung for a in recommend.applicable(t, opt, torch.device("cpu"), dtypes=["fp32"],
                                                              breakdown={"compute": 1.0}, step_s=1.0)]
     assert "sdpa" not in rungs["gemma2"] and "sdpa" in rungs["llama"]
+
+
+def test_a_rung_acts_on_the_waterfall_categories_and_says_them_by_their_labels():
+    """compile acts on launch overhead and compute (perflab.tune.levers), read as lesson 11's categories:
+    its rank is their seconds, and its why names them as the waterfall labels them."""
+    assert recommend.acts_on("compile") == ("launch_overhead", "compute")
+    assert recommend.acts_on("loader") == ("data_wait",) and recommend.acts_on("not-a-rung") == ("compute",)
+    bd = {"compute": 0.003, "data_wait": 0.004, "host_sync": 0.0, "launch_overhead": 0.002, "optimizer": 0.0}
+    rows = recommend.ranked([recommend.Applicable("loader", "reads in the loop"),
+                             recommend.Applicable("compile", "eager")], bd)
+    assert [(r.rung, r.can_save_s) for r in rows] == [("compile", pytest.approx(0.005)), ("loader", 0.004)]
+    assert "acts on launch overhead + compute, 5 ms of the step" in rows[0].why
+
+
+def test_batch_is_recommended_when_launch_overhead_is_a_large_share():
+    t = target_from(F.item_in_forward(), "syncing")
+    opt = torch.optim.AdamW(t.model.parameters(), foreach=True)
+    names = [a.rung for a in recommend.applicable(t, opt, torch.device("cpu"), dtypes=["fp32"], step_s=1.0,
+                                                  breakdown={"compute": 0.8, "launch_overhead": 0.2})]
+    assert "batch" in names
+    names = [a.rung for a in recommend.applicable(t, opt, torch.device("cpu"), dtypes=["fp32"], step_s=1.0,
+                                                  breakdown={"compute": 0.95, "launch_overhead": 0.05})]
+    assert "batch" not in names

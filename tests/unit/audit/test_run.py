@@ -1,5 +1,7 @@
 """`perflab.audit.run_audit` on outside models and planted faults: FLOPs against independent counts,
-the MFU basis, the breakdown and the graph breaks."""
+the MFU basis, the breakdown and the graph breaks, read from the typed report (`perflab.audit.report`)."""
+
+import json
 
 import pytest
 import torch
@@ -34,11 +36,16 @@ def mixtral():
 
 
 def test_json_has_exactly_the_stable_fields(gpt2):
-    assert tuple(gpt2.json) == JSON_FIELDS
-    assert set(gpt2.json["breakdown_s"]) == {"data_wait", "host_sync", "launch", "optimizer", "compute"}
-    assert set(gpt2.json["memory_bytes"]) == {"weights", "grads", "optimizer", "activations", "peak", "estimate"}
-    for op in gpt2.json["top_ops"]:
+    from perflab.tune.waterfall import CATEGORIES
+
+    j = gpt2.to_json()
+    assert tuple(j) == JSON_FIELDS
+    assert set(j["breakdown_s"]) == set(CATEGORIES)  # lesson 11's names: launch_overhead, not launch
+    assert sum(j["breakdown_s"].values()) == pytest.approx(j["step_s"])
+    assert set(j["memory_bytes"]) == {"weights", "grads", "optimizer", "activations", "peak", "estimate"}
+    for op in j["top_ops"]:
         assert {"name", "count", "self_s", "flops", "bytes", "flops_per_s", "bytes_per_s", "bound"} <= set(op)
+    assert json.loads(json.dumps(j)) == j  # JSON-ready as it is
 
 
 def test_gpt2_flops_equal_an_independent_count(gpt2):
@@ -47,8 +54,8 @@ def test_gpt2_flops_equal_an_independent_count(gpt2):
     c, b, s = F.GPT2, F.BATCH, F.SEQ
     d, L, V, T = c["n_embd"], c["n_layer"], c["vocab_size"], b * s
     fwd = L * (24 * T * d * d + 4 * b * s * s * d) + 2 * T * d * V
-    assert gpt2.json["flops_per_step"] == pytest.approx(3 * fwd, rel=0.01)
-    assert gpt2.json["flops_6n_per_step"] == 6 * gpt2.json["params_total"] * T
+    assert gpt2.work.flops_per_step == pytest.approx(3 * fwd, rel=0.01)
+    assert gpt2.work.six_n == 6 * gpt2.work.params_total * T
 
 
 def test_llama_gqa_flops_equal_an_independent_count(llama):
@@ -57,7 +64,7 @@ def test_llama_gqa_flops_equal_an_independent_count(llama):
     hq, kv = c["num_attention_heads"], c["num_key_value_heads"]
     dh, T = d // hq, b * s
     fwd = L * (2 * 2 * T * d * d + 2 * 2 * T * d * kv * dh + 3 * 2 * T * d * ffn + 4 * b * hq * s * s * dh) + 2 * T * d * V
-    assert llama.json["flops_per_step"] == pytest.approx(3 * fwd, rel=0.01)
+    assert llama.work.flops_per_step == pytest.approx(3 * fwd, rel=0.01)
 
 
 def test_moe_counts_active_parameters_and_the_flops_of_top_k_routing(mixtral):
@@ -66,67 +73,66 @@ def test_moe_counts_active_parameters_and_the_flops_of_top_k_routing(mixtral):
     hq, kv, E, k = c["num_attention_heads"], c["num_key_value_heads"], c["num_local_experts"], c["num_experts_per_tok"]
     dh, T = d // hq, b * s
     expert = 3 * d * ffn  # gate, up and down matrices of one expert
-    j = mixtral.json
-    assert j["params_total"] - j["params_active"] == L * (E - k) * expert
+    w = mixtral.work
+    assert w.params_total - w.params_active == L * (E - k) * expert
     # each token visits k experts: 2·T·k·3·d·ffn per layer, not E
     fwd = L * (2 * 2 * T * d * d + 2 * 2 * T * d * kv * dh + 2 * T * d * E + 2 * T * k * expert
                + 4 * b * hq * s * s * dh) + 2 * T * d * V
-    assert j["flops_per_step"] == pytest.approx(3 * fwd, rel=0.01)
-    assert j["flops_6n_per_step"] == 6 * j["params_active"] * T
+    assert w.flops_per_step == pytest.approx(3 * fwd, rel=0.01)
+    assert w.six_n == 6 * w.params_active * T
 
 
 def test_an_unknown_device_gets_no_borrowed_peak(gpt2):
-    j = gpt2.json
-    assert j["peak_tflops"] is None
-    assert "peak unknown" in j["mfu_basis"] and "measured" in j["mfu_basis"]
-    assert 0 < j["mfu"] <= j["hfu"] < 1
-    assert set(j["flops_by_dtype"]) == {"fp32"}
+    u = gpt2.utilization
+    assert gpt2.peak_tflops is None
+    assert "peak unknown" in u.basis_label() and "measured" in u.basis_label()
+    assert 0 < u.mfu <= u.hfu < 1
+    assert set(gpt2.work.flops_by_dtype) == {"fp32"}
 
 
 def test_memory_parts_and_lesson_03_estimate(gpt2):
-    m = gpt2.json["memory_bytes"]
-    params = gpt2.json["params_total"]
-    assert m["weights"] >= 4 * params and m["grads"] == 4 * params and m["optimizer"] >= 8 * params
-    assert m["peak"] >= m["weights"] + m["optimizer"] and m["estimate"] and m["activations"] > 0
+    m = gpt2.memory
+    params = gpt2.work.params_total
+    assert m.weights >= 4 * params and m.grads == 4 * params and m.optimizer >= 8 * params
+    assert m.peak >= m.weights + m.optimizer and m.estimate and m.activations > 0
 
 
 def test_gpt2_recommendations_are_rungs_ordered_by_what_they_can_save(gpt2):
     from perflab.tune.ladder import RUNG_NAMES
 
-    recs = gpt2.json["recommendations"]
-    assert recs and all(r["rung"] in RUNG_NAMES for r in recs)
-    assert "vocab64" in [r["rung"] for r in recs]  # vocabulary 100
-    assert all(r["measured_speedup"] is None and r["parity_ok"] is None for r in recs)
-    assert "summary" and "MFU" in gpt2.summary()
+    recs = gpt2.recommendations
+    assert recs and all(r.rung in RUNG_NAMES for r in recs)
+    assert "vocab64" in [r.rung for r in recs]  # vocabulary 100
+    assert [r.can_save_s for r in recs] == sorted((r.can_save_s for r in recs), reverse=True)
+    assert all(r.measured_speedup is None and r.parity_ok is None for r in recs)
+    assert "MFU" in gpt2.summary()
 
 
 def test_a_conv_net_has_no_tokens_and_its_convolutions_counted():
     from perflab.flops.counting import conv2d_flops, linear_flops
 
     rep = audit(target_from(F.convnet(), "convnet"))
-    j = rep.json
-    assert j["tokens_per_s"] is None and j["flops_6n_per_step"] is None
+    assert rep.time.tokens_per_s is None and rep.work.six_n is None
     fwd = conv2d_flops(4, 3, 8, 16, 16, 3, padding=1) + conv2d_flops(4, 8, 8, 16, 16, 3, padding=1) + linear_flops(4, 8, 10)
     # the first convolution's input (the data) needs no gradient: its backward is the weight gradient only
     first = conv2d_flops(4, 3, 8, 16, 16, 3, padding=1)
-    assert j["flops_per_step"] == pytest.approx(3 * fwd - first, rel=0.01)
-    assert rep.samples_per_s and rep.samples_per_s > 0
+    assert rep.work.flops_per_step == pytest.approx(3 * fwd - first, rel=0.01)
+    assert rep.time.samples_per_s and rep.time.samples_per_s > 0
 
 
 def test_a_slow_dataloader_shows_as_data_wait():
-    j = audit(target_from(F.slow_loader(), "slow_loader")).json
-    bd = j["breakdown_s"]
-    assert max(bd, key=bd.get) == "data_wait"
-    assert "loader" in [r["rung"] for r in j["recommendations"]]
+    rep = audit(target_from(F.slow_loader(), "slow_loader"))
+    assert rep.waterfall.largest() == "data_wait"
+    assert "loader" in [r.rung for r in rep.recommendations]
+    assert "largest share: data wait" in rep.summary()
 
 
 def test_item_in_forward_is_a_host_sync_and_a_graph_break():
     rep = audit(target_from(F.item_in_forward(), "item_in_forward"), explain_breaks=True)
-    j = rep.json
-    assert j["breakdown_s"]["host_sync"] > 0
-    assert j["graph_breaks"], "dynamo breaks the graph at .item()"
-    b = j["graph_breaks"][0]
-    assert b["file"].endswith("factories.py") and isinstance(b["line"], int) and b["reason"]
+    assert rep.waterfall.seconds["host_sync"] > 0
+    assert rep.breaks.read and rep.breaks.sites, "dynamo breaks the graph at .item()"
+    b = rep.breaks.sites[0]
+    assert b.file.endswith("factories.py") and isinstance(b.line, int) and b.reason
 
 
 def test_dtype_of_autocast_products_is_counted_per_dtype():
@@ -147,68 +153,43 @@ def test_dtype_of_autocast_products_is_counted_per_dtype():
 
 # ---------------------------------------------------------------- outside architectures
 
-def _hf(kind, overrides):
-    import transformers
-
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(transformers.CONFIG_MAPPING[kind](**overrides))
-
-
-@pytest.mark.parametrize("kind, overrides, shared_name", [("deepseek_v3", F.DEEPSEEK_V3, "shared_experts"),
-                                                         ("qwen2_moe", F.QWEN2_MOE, "shared_expert")])
-def test_shared_experts_are_active_for_every_token(kind, overrides, shared_name):
-    """Active = routed experts × k/E + everything else, shared experts included whole."""
-    from perflab.audit.run import count_params
-
-    model = _hf(kind, overrides)
-    e = overrides.get("n_routed_experts") or overrides["num_experts"]
-    k = overrides["num_experts_per_tok"]
-    mods = dict(model.named_modules())
-    routed = sum(sum(p.numel() for p in m.parameters()) for n, m in mods.items() if n.endswith("mlp.experts"))
-    shared = sum(sum(p.numel() for p in m.parameters()) for n, m in mods.items() if n.endswith(f"mlp.{shared_name}"))
-    assert routed > 0 and shared > 0
-    total, active, how = count_params(model, model.config)
-    assert total == sum(p.numel() for p in model.parameters())
-    assert active == total - routed * (e - k) // e
-    assert f"top-{k} of {e}" in how
-
-
 def test_a_depthwise_convolution_is_counted_once_per_group():
     from perflab.flops.counting import conv2d_flops, linear_flops
 
-    j = audit(target_from(F.depthwise(), "depthwise")).json
+    w = audit(target_from(F.depthwise(), "depthwise")).work
     n, hw = 4, 16
     first = conv2d_flops(n, 3, 16, hw, hw, 3, padding=1)
     dw = conv2d_flops(n, 16, 16, hw, hw, 3, padding=1, groups=16)
     pw = conv2d_flops(n, 16, 32, hw, hw, 1)
     fwd = first + dw + pw + linear_flops(n, 32, 10)
     # backward: input and weight gradients, twice the forward, except the first layer (data needs no gradient)
-    assert j["flops_per_step"] == 3 * fwd - first
-    assert j["flops_uncounted"] == []
+    assert w.flops_per_step == 3 * fwd - first
+    assert w.uncounted == []
 
 
-def test_an_lstm_is_counted_and_an_op_without_a_formula_is_named_with_its_time(monkeypatch):
+def test_an_lstm_is_counted():
     t, b, i, h = 10, 4, 12, 24
     rep = audit(target_from(F.lstm(), "lstm"))
     lstm_fwd = 2 * t * b * 4 * h * (i + h) + 2 * t * b * 4 * h * (h + h)
     head_fwd = 2 * t * b * h * 5
-    assert rep.json["flops_per_step"] == 3 * (lstm_fwd + head_fwd)
-    # without its formula the recurrent layer is named, with its calls and time, not filed under "the rest"
-    from perflab.flops import counter
+    assert rep.work.flops_per_step == 3 * (lstm_fwd + head_fwd)
+    assert rep.work.uncounted == []
 
-    monkeypatch.setattr(counter, "_RNN_FWD", [])
-    monkeypatch.setattr(counter, "_RNN_BWD", [])
-    rep = audit(target_from(F.lstm(), "lstm"))
-    names = {u["name"]: u for u in rep.json["flops_uncounted"]}
-    assert set(names) == {"aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"}
-    assert names["aten::mkldnn_rnn_layer"]["calls"] == 2 and names["aten::mkldnn_rnn_layer"]["time_s"] > 0
-    assert "not counted: aten::mkldnn_rnn_layer, 2 call(s)" in rep.summary()
+
+def test_an_op_without_a_formula_is_named_with_its_calls_and_time():
+    """A library's own kernel (a custom op): its products are missing from the count, so it is named,
+    with its calls (forward, and the two products of its backward) and time, never filed under 'the rest'."""
+    rep = audit(target_from(F.custom_kernel(), "custom_kernel"))
+    (u,) = rep.work.uncounted
+    assert u.name == "perflab_audit_test::opaque_mm" and u.calls == 3 and u.time_s and u.time_s > 0
+    assert rep.to_json()["flops_uncounted"] == [{"name": u.name, "calls": 3, "time_s": u.time_s}]
+    assert "not counted: perflab_audit_test::opaque_mm, 3 call(s)" in rep.summary()
 
 
 def test_uint8_images_are_samples_not_tokens():
     rep = audit(target_from(F.uint8_images(), "uint8_images"))
-    assert rep.json["tokens_per_s"] is None and rep.json["flops_6n_per_step"] is None
-    assert rep.samples_per_s and "tokens/s n/a" in rep.summary()
+    assert rep.time.tokens_per_s is None and rep.work.six_n is None
+    assert rep.time.samples_per_s and "tokens/s n/a" in rep.summary()
 
 
 def test_token_ids_are_index_tensors_of_batch_by_sequence():
@@ -226,33 +207,32 @@ def test_an_encoder_decoder_counts_both_streams():
     built = F.bart()
     model = built["model"]
     rep = audit(target_from(built, "bart"))
-    j = rep.json
     names = dict(model.named_parameters())  # each tied tensor once, under its first name (model.shared)
     n_enc = sum(p.numel() for n, p in names.items() if n.startswith("model.encoder."))
     n_dec = sum(p.numel() for p in names.values()) - n_enc
     t_enc, t_dec = F.BATCH * F.ENC_SEQ, F.BATCH * F.DEC_SEQ
-    assert j["flops_6n_per_step"] == 6 * (n_enc * t_enc + n_dec * t_dec)
-    assert j["tokens_per_s"] == pytest.approx((t_enc + t_dec) / j["step_s"])
-    rest = rep.flops_gap[-1]
-    assert rest[0].startswith("the rest") and "cross-attention" in rest[0]
+    assert rep.work.six_n == 6 * (n_enc * t_enc + n_dec * t_dec)
+    assert rep.time.tokens_per_s == pytest.approx((t_enc + t_dec) / rep.time.step_s)
+    rest = rep.work.gap[-1]
+    assert rest.what.startswith("the rest") and "cross-attention" in rest.what
     # what is left is biases, norms and the cross-attention's keys and values: a few percent, not the
     # decoder's whole stream (which was 72 % of the count when only the encoder's tokens were counted)
-    assert abs(rest[1]) < 0.05 * j["flops_per_step"]
+    assert abs(rest.flops) < 0.05 * rep.work.flops_per_step
     assert "T_dec = 16 decoder tokens" in rep.summary()
 
 
 def test_a_float64_model_is_named_as_a_cause_with_its_cost():
     rep = audit(target_from(F.float64(), "float64"))
-    assert list(rep.json["flops_by_dtype"]) == ["fp64"]
+    assert list(rep.work.flops_by_dtype) == ["fp64"]
     assert len(rep.causes) == 1 and rep.causes[0].startswith("float64: 100% of the step's matmul-class FLOPs")
     assert "fp32's" in rep.causes[0] and "cause    float64" in rep.summary()
 
 
 def test_causal_attention_is_printed_in_both_conventions(gpt2):
-    j = gpt2.json
+    w = gpt2.work
     # HF GPT-2 runs SDPA with is_causal=True: the halved convention leaves out half of its score products
     c, b, s = F.GPT2, F.BATCH, F.SEQ
     attn = 3 * c["n_layer"] * 4 * b * s * s * c["n_embd"]  # forward + backward, dense
-    assert j["flops_per_step"] - j["flops_per_step_causal_halved"] == attn // 2
+    assert w.flops_per_step - w.flops_causal_halved == attn // 2
     text = gpt2.summary()
     assert "FlashAttention's benchmark" in text and "MFU included, uses the dense count" in text
