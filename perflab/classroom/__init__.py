@@ -3,7 +3,13 @@ and the learners' copy of the course. It uses every lesson package's lab checks 
 `perflab.course`'s notebook cleaning; nothing but the command line imports it.
 
 - `gradebook`: `perflab grade`, a class's lab notebooks run in fresh kernels, one gradebook
+- `submissions`: the course's labs and the class's submissions, read before any learner's code runs
+- `runner`: one submission run in a fresh, confined kernel, then the judge's verdict
+- `evidence`: what the grader reads back from a learner's run (it can only lower a grade)
 - `judge`: the grade of one submission, from its answers run apart from the learner's kernel
+- `answer_source`: what a submitted notebook's source defines, read without running it
+- `answers`: the learner's answers as a lab's judge sees them (proxies into the worker)
+- `worker`: the judge's side of the confined answer worker
 - `answer_worker`: the confined process in which the judge runs a learner's answer functions
 - `sandbox`: each learner's processes confined by the operating system (bubblewrap)
 - `release`: `perflab release`, the course for learners: no solutions, no outputs
@@ -11,5 +17,6 @@ and the learners' copy of the course. It uses every lesson package's lab checks 
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("gradebook", "judge", "answer_worker", "sandbox", "release")
+MODULES = ("gradebook", "submissions", "runner", "evidence", "judge", "answer_source", "answers", "worker",
+           "answer_worker", "sandbox", "release")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -1,10 +1,11 @@
 """The confined process in which `perflab grade` runs a learner's answer functions (see judge.py).
 
-`judge.py` runs this file as a script with `python -I -S` (isolated: no PYTHONPATH, no script folder
-on the path, no site-packages' `.pth` files), inside the sandbox where one is (sandbox.py), so the
-process starts with no perflab module loaded and no folder of the course on its path. It talks to
-the judge over its stdin (requests, pickled by the judge) and a private copy of its stdout
-(answers, as JSON: never pickled, so nothing the learner returns can run code in the judge).
+The judge runs this file as a script (worker.py, `WORKER_SOURCE`) with `python -I -S` (isolated: no
+PYTHONPATH, no script folder on the path, no site-packages' `.pth` files), inside the sandbox where
+one is (sandbox.py), so the process starts with no perflab module loaded and no folder of the
+course on its path. It talks to the judge over its stdin (requests, pickled by the judge) and a
+private copy of its stdout (answers, as JSON: never pickled, so nothing the learner returns can run
+code in the judge).
 
 Its life has two phases:
 1. trusted: import what the submission imports, then replace the code of every perflab function

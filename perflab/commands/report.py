@@ -29,6 +29,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from perflab.core.errors import InputError
+    from perflab.core.jsonable import to_json
     from perflab.course import report as R
 
     if args.compare:
@@ -36,9 +37,9 @@ def run(args) -> int:
             raise InputError("--compare reads two reports and measures nothing: leave out --quick/--only/--skip/--fresh")
         a, b = (R.load_report(x) for x in args.compare)
         rows = R.compare(a, b)
-        out = {"a": {"file": args.compare[0], "device": a.get("device"), "host": a.get("host"), "quick": a.get("quick")},
-               "b": {"file": args.compare[1], "device": b.get("device"), "host": b.get("host"), "quick": b.get("quick")},
-               "rows": rows}
+        out = {"a": {"file": args.compare[0], "device": a.device, "host": a.host, "quick": a.quick},
+               "b": {"file": args.compare[1], "device": b.device, "host": b.host, "quick": b.quick},
+               "rows": to_json(rows)}
         emit(R.clean(out), args.json, R.compare_text(a, b, rows))
         return 0
     import matplotlib
@@ -48,11 +49,10 @@ def run(args) -> int:
     doc = R.build_report(quick=args.quick, only=args.only, skip=args.skip, device=args.device, fresh=args.fresh,
                          progress=True)
     jp, hp = R.write_report(doc, args.out)
-    doc["files"] = {"json": str(jp), "html": str(hp)}
-    lines = [f"{p['title']}: " + (p.get("summary", "") if p["status"] == "ok" else f"FAILED ({p.get('reason')})")
-             for p in doc["parts"].values()]
+    doc.files = {"json": str(jp), "html": str(hp)}
+    lines = [f"{p.title}: " + ((p.summary or "") if p.ok else f"FAILED ({p.reason})") for p in doc.parts.values()]
     lines += [f"wrote {jp} and {hp}"]
-    emit(R.clean(doc), args.json, "\n".join(lines))
-    if doc.get("interrupted"):
+    emit(R.clean(doc.to_json()), args.json, "\n".join(lines))
+    if doc.interrupted:
         return 130
-    return 1 if doc["failed"] else 0
+    return 1 if doc.failed else 0

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 
 REQUIRED = ("id", "what", "title", "authors", "url", "section", "hardware", "date", "unit", "values")
 
@@ -68,7 +69,7 @@ class Figure:
 
 
 @lru_cache(maxsize=1)
-def _raw() -> dict[str, Any]:
+def _raw() -> JSON:  # the data file, as read
     return json.loads(resources.files("perflab.course").joinpath("data/published_gpu.json").read_text())
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.core.results import jsonable
 
 KINDS = ("waves", "heads", "swiglu", "mamf")
@@ -42,8 +43,9 @@ def data_root() -> Path | None:
     return checkout / "data" if checkout else None
 
 
-def provenance(device=None) -> dict[str, Any]:
-    """What a measurement was taken on: device, driver, CUDA, torch, date (and the CPU for a CPU)."""
+def provenance(device=None) -> JSON:
+    """What a measurement was taken on: device, driver, CUDA, torch, date (and the CPU for a CPU), as
+    a reference file's `provenance` block."""
     import torch
 
     from perflab import __version__
@@ -155,7 +157,7 @@ def missing_note(kind: str, instead: str = "the model's prediction") -> str:
 
 
 @lru_cache(maxsize=1)
-def _published() -> dict[str, Any]:
+def _published() -> JSON:
     return json.loads(resources.files("perflab.gemm").joinpath("data/published_shapes.json").read_text())
 
 

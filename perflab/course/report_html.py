@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.core.readout import nbytes, num, percent
+
+if TYPE_CHECKING:
+    from perflab.course.report_types import PartEntry, Report
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:60rem;color:#222;padding:0 1rem}
@@ -192,45 +195,43 @@ def _extra(name: str, d: dict[str, Any]) -> str:
     return ""
 
 
-def _section(name: str, part: dict[str, Any]) -> str:
-    ok = part.get("status") == "ok"
+def _section(name: str, part: PartEntry) -> str:
+    ok = part.ok
     badge = "<span class='badge ok'>measured</span>" if ok else "<span class='badge bad'>failed</span>"
-    if part.get("resumed"):
-        badge += f"<span class='badge resumed'>from an earlier run ({_e(part.get('measured'))})</span>"
-    out = [f"<section id='{_e(name)}' class='{'part' if ok else 'failed-part'}'><h2>{_e(part.get('title', name))}{badge}</h2>"]
+    if part.resumed:
+        badge += f"<span class='badge resumed'>from an earlier run ({_e(part.measured)})</span>"
+    out = [f"<section id='{_e(name)}' class='{'part' if ok else 'failed-part'}'><h2>{_e(part.title)}{badge}</h2>"]
     if not ok:
-        out.append(f"<p>This part failed and the others went on: <code>{_e(part.get('reason'))}</code></p></section>")
+        out.append(f"<p>This part failed and the others went on: <code>{_e(part.reason)}</code></p></section>")
         return "".join(out)
-    out.append(f"<p class='summary'>{_e(part.get('summary', ''))}</p>")
-    figs = [f for f in part.get("figures") or []]
-    if figs:
-        out.append(_table(["figure", "value", "unit"], [[f["label"], num(f["value"]), f["unit"]] for f in figs]))
-    data = part.get("data") or {}
+    out.append(f"<p class='summary'>{_e(part.summary or '')}</p>")
+    if part.figures:
+        out.append(_table(["figure", "value", "unit"], [[f.label, num(f.value), f.unit] for f in part.figures]))
+    data = part.data or {}
     try:
         out.append(_extra(name, data))
     except Exception as e:  # a table that cannot be drawn never hides the rest
         out.append(f"<p class='note'>table not drawn: {_e(e)}</p>")
     if name in FIGURES:
         try:
-            out.append(f"<img alt='{_e(part.get('title', name))}' src='{_png(FIGURES[name](data))}'>")
+            out.append(f"<img alt='{_e(part.title)}' src='{_png(FIGURES[name](data))}'>")
         except Exception as e:
             out.append(f"<p class='note'>figure not drawn: {_e(type(e).__name__)}: {_e(e)}</p>")
-    for n in part.get("notes") or []:
+    for n in part.notes or []:
         out.append(f"<p class='note'>{_e(n)}</p>")
-    out.append(f"<p class='note'>measured in {num(part.get('wall_s'))} s, {_e(part.get('measured'))}</p></section>")
+    out.append(f"<p class='note'>measured in {num(part.wall_s)} s, {_e(part.measured)}</p></section>")
     return "".join(out)
 
 
-def render(doc: dict[str, Any]) -> str:
+def render(doc: Report) -> str:
     """The whole page for one report."""
-    dev = doc.get("device", {})
-    parts = doc.get("parts", {})
-    failed = [n for n, p in parts.items() if p.get("status") != "ok"]
-    title = f"perflab report: {dev.get('name', '?')} on {doc.get('host', '?')}"
-    head = (f"<p class='meta'>{_e(doc.get('created'))} · perflab {_e(doc.get('perflab_version'))} · "
-            f"{'quick mode (small sizes)' if doc.get('quick') else 'full sizes'} · {len(parts) - len(failed)} of "
+    parts = doc.parts
+    failed = [n for n, p in parts.items() if not p.ok]
+    title = f"perflab report: {doc.device_name} on {doc.host if doc.host is not None else '?'}"
+    head = (f"<p class='meta'>{_e(doc.created)} · perflab {_e(doc.perflab_version)} · "
+            f"{'quick mode (small sizes)' if doc.quick else 'full sizes'} · {len(parts) - len(failed)} of "
             f"{len(parts)} parts measured" + (f" · failed: {_e(', '.join(failed))}" if failed else "")
-            + (" · interrupted: run again to resume" if doc.get("interrupted") else "") + "</p>")
+            + (" · interrupted: run again to resume" if doc.interrupted else "") + "</p>")
     nav = "<nav>" + "".join(f"<a href='#{_e(n)}'>{_e(n)}</a>" for n in parts) + "</nav>"
     body = "".join(_section(n, p) for n, p in parts.items())
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from perflab.core.errors import PerflabError, one_line
+from perflab.core.jsonable import JSON
 
 
 def _ipywidgets():
@@ -141,11 +142,11 @@ def _describe(values: dict[str, Any]) -> str:
     return ", ".join(f"{k} = {v}" for k, v in values.items())
 
 
-def _stream(text: str) -> dict[str, Any]:
+def _stream(text: str) -> JSON:  # a Jupyter output record (nbformat's JSON)
     return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
 
 
-def _outputs(result: Any) -> list[dict[str, Any]]:
+def _outputs(result: Any) -> list[JSON]:
     """The result (or each item of a tuple) as Jupyter output records: figures and tables through
     IPython's display formatter (PNG, HTML), anything else as text."""
     from IPython.core.interactiveshell import InteractiveShell

@@ -12,7 +12,8 @@ import pytest
 from clirun import perflab
 
 from perflab.classroom import gradebook as gb
-from perflab.classroom import judge, sandbox
+from perflab.classroom import sandbox
+from perflab.classroom.answer_source import lab_module_name
 
 pytest.importorskip("papermill")
 
@@ -75,7 +76,7 @@ def test_every_lab_imports_its_checks_as_lab_and_only_so():
         code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
         assert len(IMPORT.findall(code)) == 1, path
         assert not re.search(r"\blab\d+\w*\.check_", code), f"{path}: calls its checks by the module's own name"
-        assert judge.lab_module_name(nb) is not None, path
+        assert lab_module_name(nb) is not None, path
 
 
 def test_a_lab_with_a_letter_in_its_number_is_matched_to_itself(tmp_path):

@@ -55,14 +55,15 @@ def grade(lab: str, nb: dict, learner: str = "mallory") -> tuple[str, str]:
 def grade_apart(lab: str, nb: dict, tmp_path: Path, learner: str = "mallory") -> tuple[str, str]:
     """As `perflab grade` does: the judge in a process of its own, one thread each for it and its worker
     (what a timed lab needs: a judge with more threads than its worker would time a different step)."""
-    from perflab.classroom import gradebook as gb
+    from perflab.classroom.runner import Limits, run_judge
+    from perflab.classroom.submissions import Submission, course_labs
 
     path = tmp_path / learner / f"{lab}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(nb))
-    course = gb.course_labs(LABS)[lab.split("_")[0]]
-    return gb.run_judge(gb.Submission(learner, course, path), secret="corpus", timeout=300,
-                        limits=gb.Limits(memory_bytes=4 * 2**30, cpu_s=300), threads=1)
+    course = course_labs(LABS)[lab.split("_")[0]]
+    return run_judge(Submission(learner, course, path), secret="corpus", timeout=300,
+                     limits=Limits(memory_bytes=4 * 2**30, cpu_s=300), threads=1)
 
 
 RIGHT_LCG = '''
@@ -199,6 +200,7 @@ def test_the_grading_inputs_differ_per_learner_and_per_secret():
 
 
 FAST_SOLUTIONS = ["04_cliffs", "04b_tile_config", "05_swiglu_width", "07_shuffle", "08_numa", "12_sharding", "15_at_scale"]
+FAST_SOLUTIONS.append("16_fp8_rowwise")  # lesson 16's lab: graded done as solved, not done as shipped
 SLOW_SOLUTIONS = ["01_flops", "02_mfu", "03_memory", "06_ring_allreduce", "09_diagnose", "10_graph_breaks",
                   "11_capstone"]
 
@@ -211,28 +213,6 @@ def test_every_solution_is_done_and_every_stub_is_not(lab, tmp_path):
     assert outcome == "done" or busy, (lab, outcome, message)  # a busy machine gives no verdict either way
     if lab in FAST_SOLUTIONS:
         assert grade(lab, shipped(lab))[0] == "not done"
-
-
-def test_answers_are_taken_by_name_with_what_they_need_and_nothing_else():
-    nb = forged("07_shuffle", "import math\nK = 3\nexpensive = run_the_measurement()\n\n"
-                              "def helper(x):\n    return x * K\n\n"
-                              "def lcg_index(i, n, a, c, x0):\n    return helper(i) % n + math.floor(0.5)",
-                "print('after')")
-    code, _preload, where = judge.extract(nb, ["lcg_index"])
-    assert "def helper" in code and "K = 3" in code and "import math" in code
-    assert "run_the_measurement" not in code and "print" not in code
-    assert where["lcg_index"] == len(nb["cells"]) - 2
-
-
-def test_every_lab_module_says_how_it_is_graded():
-    for path in sorted(LABS.glob("*.ipynb")):
-        name = judge.lab_module_name(json.loads(path.read_text()))
-        assert name is not None, path.name
-        import importlib
-
-        mod = importlib.import_module(name)
-        assert getattr(mod, "LEARNER_ANSWERS", ()) and callable(getattr(mod, "judge", None)), name
-        assert isinstance(getattr(mod, "REFERENCES", None), dict), name
 
 
 def test_the_references_are_the_labs_answers():

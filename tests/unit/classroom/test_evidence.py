@@ -1,0 +1,86 @@
+"""Tests of `perflab.classroom.evidence`: what the grader reads back from a learner's run."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from perflab.classroom import evidence as E
+from perflab.classroom.submissions import Lab, course_labs
+from tests.unit.course.helpers import _nb, _notebook
+
+pytest.importorskip("papermill")
+
+
+def _course(tmp_path):
+    labs = tmp_path / "labs"
+    _nb(labs / "01_flops.ipynb", outputs=False)
+    return course_labs(labs)
+
+
+def test_a_notebook_that_reads_but_does_not_validate_is_malformed_in_one_line(tmp_path):
+    doc = json.loads(_notebook(tmp_path / "a.ipynb").read_text())
+    doc["cells"][0]["execution_count"] = "one"
+    (tmp_path / "a.ipynb").write_text(json.dumps(doc))
+    assert E.load_notebook(tmp_path / "a.ipynb") == (None, "malformed notebook ('one' is not of type 'integer', 'null')")
+
+
+def test_predictions_file_lines_that_are_not_json_objects_are_skipped(tmp_path):
+    (tmp_path / "predictions.jsonl").write_text('{"lesson": "01", "key": "k", "predicted": 2.0, "extra": 1}\n'
+                                                "not json\n[1, 2]\n")
+    (row,) = E.read_predictions(tmp_path)
+    assert row["lesson"] == "01" and row["predicted"] == 2.0 and "extra" not in row
+    assert list(row) == list(E.PREDICTION_FIELDS)
+
+
+def test_a_timeout_without_a_running_cell_names_none():
+    assert E.running_cell(None) == ""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nb.cells[0].metadata["papermill"] = {"status": "completed"}
+    assert E.running_cell(nb) == ""
+    nb.cells[0].metadata["papermill"] = {"status": "running"}
+    assert E.running_cell(nb) == " (cell 0: x = 1)"
+
+
+def test_malformed_notebooks_and_runner_logs_are_one_line(tmp_path):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(json.dumps({"cells": "oops", "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    nb, why = E.load_notebook(bad)
+    assert nb is None and why.startswith("malformed notebook (")
+    md = nbformat.v4.new_notebook()
+    md.cells = [nbformat.v4.new_markdown_cell("only text")]
+    (tmp_path / "md.ipynb").write_text(json.dumps(md))
+    assert E.load_notebook(tmp_path / "md.ipynb") == (None, "malformed notebook (no code cells)")
+    log = tmp_path / "runner.log"
+    assert E.last_line(log) == "no output"
+    log.write_text("starting\nTraceback (most recent call last):\nRuntimeError: the kernel died\nbye\n")
+    assert E.last_line(log) == "RuntimeError: the kernel died"
+
+
+def test_classify_a_notebook_that_stopped_before_its_end(tmp_path):
+    labs = _course(tmp_path)
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("lab.check_x(1)")
+    cell.outputs = [nbformat.v4.new_output("stream", text=E.MARK + "{not json\n")]
+    nb.cells = [cell]
+    outcome, message = E.classify(nb, labs["01"])
+    assert outcome == "error" and message.startswith("the notebook stopped before its end")
+
+
+def test_a_removed_check_cell_is_not_done(tmp_path):
+    """Deleting a check's cell does not make a lab pass: the shipped lab's check calls must be there.
+    Nothing the kernel printed counts for more than 'it ran to its end'."""
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def double(x):\n    return 2 * x")])
+    nb.cells.append(nbformat.v4.new_code_cell(E.GRADE_CELL, outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text=E.MARK + "end\n")]))
+    lab = Lab("99", "99_double", tmp_path, ("check_double",))
+    assert E.classify(nb, lab) == ("not done", "check cell removed: check_double")
+    nb.cells[0].source += "\nlab.check_double(double)"
+    assert E.classify(nb, lab) == ("ran", "")
+    nb.cells[1].outputs[0].text = E.MARK + '{"double": "passed"}\n'  # the old states line: not even "it ran"
+    assert E.classify(nb, lab)[0] == "error"
+    nb.cells[1].outputs = []
+    assert E.classify(nb, lab)[0] == "error"
