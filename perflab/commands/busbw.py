@@ -23,17 +23,15 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from perflab.core.errors import InputError
+    from perflab.core.jsonable import to_json
     from perflab.distributed import busbw as B
 
     convert = [args.bytes, args.seconds, args.ranks]
     if any(v is not None for v in convert):
         if any(v is None for v in convert):
             raise InputError("to convert, give all three of --bytes, --seconds and --ranks")
-        d = B.convert(args.op, args.bytes, args.seconds, args.ranks)
-        text = (f"{d['op']} of S = {d['bytes']} B in {d['seconds']:g} s on {d['ranks']} ranks: "
-                f"algbw = S/t = {d['algbw_gbps']:.4g} GB/s; busbw = algbw × {d['factor_formula']} "
-                f"({d['factor']:.4g}) = {d['busbw_gbps']:.4g} GB/s")
-        emit(d, args.json, text)
+        c = B.convert(args.op, args.bytes, args.seconds, args.ranks)
+        emit(to_json(c), args.json, c.text())
         return 0
     res = B.measure(args.op, args.nproc, args.sizes, backend=args.backend, timeout=args.timeout, budget_s=args.budget_s)
     d = res.as_dict()

@@ -50,7 +50,7 @@ def run(args) -> int:
             run_.pop("events", None)
     emit(d, args.json, rep.text())
     if not rep.ok:
-        failed = next((c for c in rep.checks if not c["ok"]), None)
-        sys.stderr.write(f"perflab shard: {failed['name'] if failed else 'a check'} did not hold"
-                         f"{': ' + failed['note'].splitlines()[0] if failed and failed.get('note') else ''}\n")
+        failed = next((c for c in rep.checks if not c.ok), None)
+        sys.stderr.write(f"perflab shard: {failed.name if failed else 'a check'} did not hold"
+                         f"{': ' + failed.note.splitlines()[0] if failed and failed.note else ''}\n")
     return 0 if rep.ok else 1

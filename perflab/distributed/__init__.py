@@ -1,8 +1,13 @@
 """Lesson 06 (collectives with torchrun): launching ranks, every collective, bandwidth, overlap.
 
 - `torchrun`: run a worker under torchrun (loopback, timeout, every rank's story back)
+- `outcome`: what a job did: each rank's outcome, the one-line message, the report
+- `ranklogs`: what the ranks left in the run folder, read back as outcomes
+- `processes`: every process a job started, tracked, asked for its stack, stopped
 - `agent`: torchrun's agent with forked ranks, itself forked from a warm server (torch imported once)
-- `collectives`: what each primitive must give, and a ring all-reduce
+- `primitives`: what each primitive must give, run and checked inside a rank
+- `ring`: the ring all-reduce: its schedule, its traffic, a simulation and the real thing
+- `collectives`: every primitive verified on N ranks, the lesson's tables and figures
 - `busbw`: algbw/busbw as nccl-tests reports them
 - `overlap`: can communication hide behind computation (`data/interconnects.json`: link figures)
 - `ddp`: DDP in practice, measured inside the ranks
@@ -12,5 +17,6 @@
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("torchrun", "agent", "collectives", "busbw", "overlap", "ddp", "workers", "lab06")
+MODULES = ("torchrun", "outcome", "ranklogs", "processes", "agent", "primitives", "ring", "collectives", "busbw",
+           "overlap", "ddp", "workers", "lab06")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -1,7 +1,8 @@
 """Bandwidth of a collective, the way nccl-tests reports it: algbw and busbw.
 
-    >>> convert("all_reduce", nbytes=2**30, seconds=0.01, ranks=8)
-    {'algbw_gbps': 107.37..., 'busbw_gbps': 187.9..., 'factor': 1.75, ...}
+    >>> c = convert("all_reduce", nbytes=2**30, seconds=0.01, ranks=8)
+    >>> c.algbw_gbps, c.busbw_gbps, c.factor
+    (107.37..., 187.9..., 1.75)
 
 * **algbw** = S / t: the size of the operation divided by its time (GB/s, 1 GB = 1e9 bytes).
 * **busbw** = algbw × factor(op, n): what each rank's link must have carried per second. It does
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.core.readout import binary_bytes
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter",
@@ -110,14 +112,35 @@ def busbw_gbps(op: str, nbytes: float, seconds: float, n: int) -> float:
     return algbw_gbps(nbytes, seconds) * bus_factor(op, n)
 
 
-def convert(op: str, nbytes: float, seconds: float, ranks: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Conversion:
+    """One measurement of a collective in nccl-tests' terms: S = `bytes` (what `size_means` says) in
+    `seconds` on `ranks` ranks; algbw = S/t and busbw = algbw × factor, in GB/s (1 GB = 1e9 B)."""
+
+    op: str
+    bytes: float
+    seconds: float
+    ranks: int
+    factor: float
+    factor_formula: str  # the factor as a formula of n: '2(n−1)/n'
+    algbw_gbps: float
+    busbw_gbps: float
+    size_means: str
+
+    def text(self) -> str:
+        """One line for a person (what `perflab busbw --bytes --seconds --ranks` prints)."""
+        return (f"{self.op} of S = {self.bytes} B in {self.seconds:g} s on {self.ranks} ranks: "
+                f"algbw = S/t = {self.algbw_gbps:.4g} GB/s; busbw = algbw × {self.factor_formula} "
+                f"({self.factor:.4g}) = {self.busbw_gbps:.4g} GB/s")
+
+
+def convert(op: str, nbytes: float, seconds: float, ranks: int) -> Conversion:
     """algbw and busbw of one measurement (what `perflab busbw --bytes --seconds --ranks` prints)."""
     op = normalize_op(op)
     n = _ranks(ranks)
     alg = algbw_gbps(nbytes, seconds)
     f = bus_factor(op, n)
-    return {"op": op, "bytes": nbytes, "seconds": seconds, "ranks": n, "factor": f, "factor_formula": FACTOR_TEXT[op],
-            "algbw_gbps": alg, "busbw_gbps": alg * f, "size_means": SIZE_MEANING[op]}
+    return Conversion(op, nbytes, seconds, n, f, FACTOR_TEXT[op], alg, alg * f, SIZE_MEANING[op])
 
 
 def factor_table(ns=(2, 4, 8, 16, 64)):
@@ -366,7 +389,8 @@ class BusbwRun:
             text += ("\n" if text else "") + self.launch.report()
         return text or "every size measured"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
+        """What `perflab busbw --json` prints for a measured sweep."""
         return {"op": self.op, "nproc": self.nproc, "backend": self.backend, "factor": bus_factor(self.op, self.nproc),
                 "factor_formula": FACTOR_TEXT[self.op], "size_means": SIZE_MEANING[self.op],
                 "ok": self.ok,

@@ -11,6 +11,10 @@
 Bytes are counted by wrapping `torch.distributed.all_reduce`, which the Python hooks call; the
 baseline registers torch's own `allreduce_hook` (what DDP does by default, in Python) so that its
 all-reduces are counted the same way.
+
+The experiments run inside the ranks and return what the rank writes to its result file (JSON,
+under the experiment's name: perflab/distributed/workers/ddp.py); the tables at the bottom read
+those files back, launcher side (`LaunchResult.results`).
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from perflab.core.jsonable import JSON
 
 HOOKS = ("allreduce", "fp16", "bf16", "powersgd")
 
@@ -94,7 +100,7 @@ def _ddp(model, ctx, bucket_cap_mb: float):
 
 
 def grad_accumulation(ctx, *, gas: int = 4, steps: int = 3, width: int = 512, depth: int = 4, mbs: int = 8,
-                      bucket_cap_mb: float = 1.0, local_sgd_every: int = 4) -> dict[str, Any]:
+                      bucket_cap_mb: float = 1.0, local_sgd_every: int = 4) -> JSON:
     """Accumulate `gas` micro-batches per optimizer step, three ways; count the all-reduces.
 
     * sync every micro-batch: DDP all-reduces after each backward (gas × buckets per step);
@@ -110,7 +116,7 @@ def grad_accumulation(ctx, *, gas: int = 4, steps: int = 3, width: int = 512, de
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    out: dict[str, Any] = {"gas": gas, "steps": steps}
+    out: JSON = {"gas": gas, "steps": steps}
     finals = {}
     for variant in ("sync every micro-batch", "no_sync"):
         model = _ddp(toy_model(width, depth), ctx, bucket_cap_mb)
@@ -167,7 +173,9 @@ def grad_accumulation(ctx, *, gas: int = 4, steps: int = 3, width: int = 512, de
     return out
 
 
-def _hook(name: str, state_holder: dict):
+def hook_for(name: str, state_holder: dict):
+    """(state, hook) that `register_comm_hook` takes for the hook called `name` (HOOKS); PowerSGD's
+    state also goes to `state_holder["state"]`."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
@@ -212,24 +220,26 @@ def bf16_compress_equivalent(process_group, bucket):
 
 
 def comm_hooks(ctx, *, hooks: tuple[str, ...] = HOOKS, steps: int = 6, width: int = 512, depth: int = 4,
-               mbs: int = 16, bucket_cap_mb: float = 25.0, probe_step: int = 3) -> dict[str, Any]:
+               mbs: int = 16, bucket_cap_mb: float = 25.0, probe_step: int = 3,
+               choose_hook: Callable[[str, dict], tuple[Any, Any]] = hook_for) -> JSON:
     """Train the same model with each hook; bytes per step, step time, gradient error, final loss.
 
     At `probe_step` the exact average gradient is computed first (local backward under no_sync,
     then a plain all-reduce of the gradients) and compared with what the hook delivered.
     PowerSGD runs plain all-reduce for its first 2 steps (start_powerSGD_iter=2), then rank-1
-    compression with error feedback; its bytes are read after that warm-up.
+    compression with error feedback; its bytes are read after that warm-up. `choose_hook`: (state,
+    hook) for a name (`hook_for`; a test passes one DDP refuses).
     """
     import gc
 
     import torch
     import torch.distributed as dist
 
-    out: dict[str, Any] = {}
+    out: JSON = {}
     for name in hooks:
         holder: dict[str, Any] = {}
         model = _ddp(toy_model(width, depth), ctx, bucket_cap_mb)
-        state, hook = _hook(name, holder)
+        state, hook = choose_hook(name, holder)
         note = None
         try:
             model.register_comm_hook(state, hook)
@@ -283,7 +293,7 @@ def _rss() -> int | None:
         return None
 
 
-def init_memory(ctx) -> dict[str, Any]:
+def init_memory(ctx) -> JSON:
     """Memory before and after joining the process group. Call before `init_group(ctx)`; it joins.
 
     On a GPU (NCCL): device memory in use (total − free, from cudaMemGetInfo), which the handbook
@@ -326,7 +336,7 @@ def init_memory(ctx) -> dict[str, Any]:
             "this rank's host memory (RSS) is measured instead"}
 
 
-def roles(ctx) -> dict[str, Any]:
+def roles(ctx) -> JSON:
     """Main vs local-main: who prepares node-local data, who writes the checkpoint."""
     import socket
 

@@ -78,7 +78,7 @@ def check_ring_bytes(student: Callable[..., Any]) -> Verdict:
 
     The cases include N = 1 (nothing moves), N that does not divide K (1000 elements on 3 ranks) and
     a 2-byte dtype, so the named mistakes in RING_MISTAKES each give a different wrong number."""
-    from perflab.distributed.collectives import naive_root_bytes, ring_bytes_formula
+    from perflab.distributed.ring import naive_root_bytes, ring_bytes_formula
 
     cases = [({"numel": k, "world_size": n, "itemsize": s}, ring_bytes_formula(k, n, s))
              for k, n, s in ((1024, 4, 4), (4096, 2, 2), (8000, 8, 4), (10**6, 16, 2), (12, 1, 4), (1000, 3, 4),
@@ -124,7 +124,7 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
     import torch
 
     from perflab.core.validate import positive_int
-    from perflab.distributed.collectives import ring_bytes_sent
+    from perflab.distributed.ring import ring_bytes_sent
     from perflab.distributed.torchrun import launch
 
     nproc = positive_int("nproc", nproc, maximum=64)
@@ -177,7 +177,7 @@ def check_ring_all_reduce(student: Callable[..., Any], *, nproc: int = 4, numels
 
 # --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 def reference_ring_bytes(numel: int, world_size: int, itemsize: int) -> float:
-    from perflab.distributed.collectives import ring_bytes_formula
+    from perflab.distributed.ring import ring_bytes_formula
 
     return ring_bytes_formula(numel, world_size, itemsize)
 
@@ -193,11 +193,11 @@ REFERENCES = {"ring_bytes_per_rank": reference_ring_bytes, "busbw_gbps": referen
 
 
 def _forbidden() -> tuple:
-    from perflab.distributed import busbw, collectives
+    from perflab.distributed import busbw, ring
     from perflab.distributed.workers import lab06_ring
 
-    ring = tuple(getattr(collectives, n) for n in lab06_ring.RING_ANSWERS)  # perflab's own ring and its traffic
-    return (collectives.ring_bytes_formula, collectives.naive_root_bytes, collectives.ring_bytes_sent, *ring,
+    answers = tuple(getattr(ring, n) for n in lab06_ring.RING_ANSWERS)  # perflab's own ring and its traffic
+    return (ring.ring_bytes_formula, ring.naive_root_bytes, ring.ring_bytes_sent, *answers,
             busbw.busbw_gbps, busbw.bus_factor, busbw.convert, busbw.algbw_gbps)
 
 

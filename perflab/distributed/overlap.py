@@ -22,12 +22,12 @@ figure nccl-tests' busbw is compared with); peak FLOP/s is the dense figure from
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 from perflab.core.validate import positive_int
 
 STRATEGIES = ("DP", "ZeRO-3", "TP", "PP")
@@ -84,21 +84,22 @@ class Hardware:
 
 def hardware(accelerator: str | None = "h100-sxm", link_id: str | None = "nvlink4-h100", *, dtype: str = "bf16",
              peak_tflops: float | None = None, link_gbps: float | None = None) -> Hardware:
-    """Peak from the accelerator table (or `peak_tflops`), bandwidth from the link table (or `link_gbps`)."""
-    from perflab.core.hardware import by_id
+    """Peak from the accelerator table (`perflab.core.hardware.spec_peak`, or `peak_tflops`), bandwidth
+    from the link table (or `link_gbps`)."""
+    from perflab.core.hardware import spec_peak
 
     label = []
     if peak_tflops is None:
         if not accelerator:
             raise InputError("give an accelerator id (e.g. h100-sxm) or peak_tflops")
-        try:
-            spec = by_id(accelerator)
-        except Exception:
-            raise InputError(f"unknown accelerator {accelerator!r}: see perflab.core.hardware.accelerators()") from None
-        peak_tflops = spec.peak(dtype)
+        peak = spec_peak(accelerator, dtype)
+        if peak.spec is None:
+            raise InputError(f"unknown accelerator {accelerator!r}: see perflab.core.hardware.accelerators()")
+        peak_tflops = peak.tflops
         if not peak_tflops:
-            raise InputError(f"{spec.name} has no dense {dtype} peak in the table: choose another dtype or give peak_tflops")
-        label.append(f"{spec.name} {dtype} {peak_tflops:g} TFLOP/s")
+            raise InputError(f"{peak.spec.name} has no dense {dtype} peak in the table: choose another dtype or give "
+                             "peak_tflops")
+        label.append(f"{peak.spec.name} {dtype} {peak_tflops:g} TFLOP/s")
     else:
         label.append(f"{peak_tflops:g} TFLOP/s")
     if link_gbps is None:
@@ -130,6 +131,8 @@ class Overlap:
     closed_form: str
     ratio_closed_form: float  # the closed form evaluated: equals ratio (a test checks)
 
+    JSON_EXTRA = ("ratio", "hidden")
+
     @property
     def ratio(self) -> float:
         return self.t_comm_s / self.t_compute_s if self.t_compute_s else float("inf")
@@ -139,10 +142,9 @@ class Overlap:
         """Can the communication be fully overlapped with the computation (ratio ≤ 1)?"""
         return self.ratio <= 1.0
 
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(ratio=self.ratio, hidden=self.hidden)
-        return d
+    def as_dict(self) -> JSON:
+        """This strategy's entry in `perflab overlap --json`: its fields, then `ratio` and `hidden`."""
+        return to_json(self)
 
 
 def _bpe(bytes_per_element) -> int:

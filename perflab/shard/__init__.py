@@ -9,6 +9,7 @@ torch.distributed and held against their predictions.
   report through its worker runtime)
 - `run`: `shard(strategy, nproc)` / `shard_many`: launch, then one row per rank with the prediction
   beside each measurement, and the checks with their tolerances
+- `report`: what a run found, typed: the rows, the checks, each strategy's details, the tables
 - `netns`: two nodes on one machine, each its own network namespace, joined by
   `torchrun --nnodes 2 --rdzv-backend c10d`
 - `costmodel`: what the collectives cost in time (bytes ÷ lesson 06's busbw), ZeRO-3's 3Ψ against
@@ -20,5 +21,5 @@ torch.distributed and held against their predictions.
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("formulas", "costmodel", "worker", "run", "netns", "published", "plots", "lab12")
+MODULES = ("formulas", "costmodel", "worker", "run", "report", "netns", "published", "plots", "lab12")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

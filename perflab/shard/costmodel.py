@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from perflab.core.errors import InputError
 from perflab.distributed.busbw import bus_factor
@@ -45,32 +45,76 @@ def collective_seconds(op: str, nbytes: float, n: int, *, busbw_gbps: float) -> 
     return nbytes * bus_factor(op, n) / (_positive("busbw_gbps", busbw_gbps) * 1e9)
 
 
-def step_traffic(n_params: float, n: int, *, itemsize: int = 2, busbw_gbps: float | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Traffic:
+    """What one rank sends per training step under one strategy: bytes, the same in units of Ψ·itemsize,
+    the collectives (one entry per call), and their seconds at the given busbw (None: no busbw given)."""
+
+    bytes: float
+    psi: float
+    ops: list[str]
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class StepTraffic:
+    """DDP's and ZeRO-3's traffic per rank and step for Ψ parameters (`psi_bytes` = Ψ·itemsize), and
+    their ratio (1.5); `source`: where the 2Ψ and 3Ψ come from."""
+
+    psi_bytes: float
+    source: str
+    ddp: Traffic
+    zero3: Traffic
+
+    @property
+    def ratio(self) -> float:
+        return self.zero3.bytes / self.ddp.bytes
+
+
+def step_traffic(n_params: float, n: int, *, itemsize: int = 2, busbw_gbps: float | None = None) -> StepTraffic:
     """Bytes each rank sends per training step under DDP and ZeRO-3 (FSDP), and in units of Ψ·itemsize;
     with `busbw_gbps`, the seconds of communication too (none of it overlapped)."""
     psi = _positive("parameters", n_params) * _positive("itemsize", itemsize)
-    out: dict[str, Any] = {"psi_bytes": psi, "source": SOURCE}
+    out: dict[str, Traffic] = {}
     for strategy, ops in TRAFFIC.items():
         sent = sum(k * bus_factor(op, n) * psi for op, k in ops)
-        row = {"bytes": sent, "psi": sent / psi, "ops": [op for op, k in ops for _ in range(k)]}
+        seconds = None
         if busbw_gbps is not None:
-            row["seconds"] = sum(k * collective_seconds(op, psi, n, busbw_gbps=busbw_gbps) for op, k in ops)
-        out[strategy] = row
-    out["ratio"] = out["zero3"]["bytes"] / out["ddp"]["bytes"]
-    return out
+            seconds = sum(k * collective_seconds(op, psi, n, busbw_gbps=busbw_gbps) for op, k in ops)
+        out[strategy] = Traffic(sent, sent / psi, [op for op, k in ops for _ in range(k)], seconds)
+    return StepTraffic(psi, SOURCE, out["ddp"], out["zero3"])
 
 
-def prefetch(*, unit_bytes: float, n: int, busbw_gbps: float, unit_forward_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PhaseOverlap:
+    """A unit's all-gather against the compute of one phase: the compute's seconds, the gather's
+    exposed seconds (0 when hidden) and whether it is hidden."""
+
+    compute_s: float
+    exposed_s: float
+    hidden: bool
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """One FSDP unit's all-gather (seconds) against the forward and the backward it overlaps with;
+    `break_even_forward_s`: the forward time from which it hides."""
+
+    gather_s: float
+    forward: PhaseOverlap
+    backward: PhaseOverlap
+    break_even_forward_s: float
+
+
+def prefetch(*, unit_bytes: float, n: int, busbw_gbps: float, unit_forward_s: float) -> Prefetch:
     """One FSDP unit's all-gather (`unit_bytes` unsharded) against the compute it overlaps with.
 
     In the forward the next unit's gather overlaps this unit's forward (`unit_forward_s`); in the
-    backward it overlaps this unit's backward, about twice the forward. Returns the gather's
-    seconds, the compute it can hide behind, the exposed seconds (0 when hidden) and the
-    break-even compute time."""
+    backward it overlaps this unit's backward, about twice the forward."""
     gather = collective_seconds("all_gather", unit_bytes, n, busbw_gbps=busbw_gbps)
     fwd = _positive("unit_forward_s", unit_forward_s)
-    out: dict[str, Any] = {"gather_s": gather}
-    for phase, compute in (("forward", fwd), ("backward", 2 * fwd)):
-        out[phase] = {"compute_s": compute, "exposed_s": max(0.0, gather - compute), "hidden": gather <= compute}
-    out["break_even_forward_s"] = gather
-    return out
+
+    def phase(compute: float) -> PhaseOverlap:
+        return PhaseOverlap(compute, max(0.0, gather - compute), gather <= compute)
+
+    return Prefetch(gather, phase(fwd), phase(2 * fwd), gather)

@@ -42,7 +42,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from perflab.core.errors import InputError
 from perflab.core.validate import positive_int
@@ -166,30 +165,62 @@ def fsdp_param_shard_bytes(cfg, n: int, rank: int, itemsize: int = FP32) -> int:
     return sum(shard_rows(s[0], n, rank) * math.prod(s[1:]) * itemsize for u in fsdp_units(cfg) for s in u.shapes)
 
 
-def fsdp_memory(cfg, n: int, rank: int = 0) -> dict[str, Any]:
-    """Lesson 03's ZeRO-3 prediction for one rank (fp32 weights, fp32 gradients, AdamW), and the exact
-    bytes FSDP2 holds once the named differences are added.
+@dataclass(frozen=True)
+class StateBytes:
+    """Model-state bytes on one rank: parameters, gradients, optimizer states."""
 
-    Returns {"estimate": {param, grad, optim}, "named": {...}, "exact": {param, grad, optim}}.
-    """
+    param: float
+    grad: float
+    optim: float
+
+    @property
+    def total(self) -> float:
+        return self.param + self.grad + self.optim
+
+
+@dataclass(frozen=True)
+class FsdpMemory:
+    """One rank's model states under FSDP2: lesson 03's ZeRO-3 estimate, each named difference from it
+    (bytes, + when FSDP holds more), and the exact bytes, estimate plus differences."""
+
+    params: int  # N, the model's parameters
+    tensors: int  # parameter tensors (one AdamW step counter each)
+    estimate: StateBytes
+    named: dict[str, float]
+    exact: StateBytes
+
+
+def fsdp_memory(cfg, n: int, rank: int = 0) -> FsdpMemory:
+    """Lesson 03's ZeRO-3 prediction for one rank (fp32 weights, fp32 gradients, AdamW), and the exact
+    bytes FSDP2 holds once the named differences are added."""
     from perflab.memory.estimate import model_state_bytes
     from perflab.workload.models import param_count
 
     n = positive_int("nproc", n)
     N = param_count(cfg)
     est = model_state_bytes(N, precision="fp32", optimizer="adamw", zero=3, dp=n)
-    estimate = {"param": est["weights"], "grad": est["gradients"], "optim": est["optimizer_states"]}
+    estimate = StateBytes(est["weights"], est["gradients"], est["optimizer_states"])
     shard = fsdp_param_shard_bytes(cfg, n, rank)
     tensors = sum(len(u.shapes) for u in fsdp_units(cfg))
     uneven = shard - est["weights"]
     named = {"uneven dim-0 shards (params)": uneven, "uneven dim-0 shards (grads)": uneven,
              "uneven dim-0 shards (2 AdamW moments)": 2 * uneven,
              "AdamW step counters (one fp32 per tensor)": tensors * FP32}
-    exact = {"param": shard, "grad": shard, "optim": 2 * shard + tensors * FP32}
-    return {"params": N, "tensors": tensors, "estimate": estimate, "named": named, "exact": exact}
+    return FsdpMemory(N, tensors, estimate, named, StateBytes(shard, shard, 2 * shard + tensors * FP32))
 
 
-def fsdp_peak_unsharded(cfg, n: int, itemsize: int = FP32) -> dict[str, Any]:
+@dataclass(frozen=True)
+class FsdpPeak:
+    """What FSDP2 adds at its peak beyond the shards, per rank, in bytes (`fsdp_peak_unsharded`)."""
+
+    params: int  # two units of unsharded parameters
+    grads: int  # one unit of unsharded gradients
+    total: int
+    units: list[str]  # the two units: the root and the largest block
+    unit_bytes: dict[str, int]  # every unit's padded, unsharded bytes
+
+
+def fsdp_peak_unsharded(cfg, n: int, itemsize: int = FP32) -> FsdpPeak:
     """What FSDP2 adds at its peak beyond the shards, per rank: about two units of unsharded
     parameters and, in the backward, one unit of unsharded gradients.
 
@@ -201,26 +232,53 @@ def fsdp_peak_unsharded(cfg, n: int, itemsize: int = FP32) -> dict[str, Any]:
     padded buffer the reduce-scatter reduces) until the reduce-scatter has run. Bytes are of the
     padded all-gather buffers (`Unit.padded_numel`). An upper estimate of FSDP's own share: where a
     step's peak falls (a large logits gradient, say) decides how much of it is live then; the run
-    measures it per rank (`perflab.shard.run`, details "peak_holds")."""
+    measures it per rank (`perflab.shard.run`, `FsdpRankDetail.peak_holds`)."""
     n = positive_int("nproc", n)
     units = fsdp_units(cfg)
     root = next(u for u in units if u.root)
     block = max((u for u in units if not u.root), key=lambda u: u.padded_numel(n))
     params = (root.padded_numel(n) + block.padded_numel(n)) * itemsize
     grads = block.padded_numel(n) * itemsize
-    return {"params": params, "grads": grads, "total": params + grads, "units": [root.name, block.name],
-            "unit_bytes": {u.name: u.padded_numel(n) * itemsize for u in units}}
+    return FsdpPeak(params, grads, params + grads, [root.name, block.name],
+                    {u.name: u.padded_numel(n) * itemsize for u in units})
 
 
-def fsdp_comm(cfg, n: int, itemsize: int = FP32) -> dict[str, dict[str, int]]:
+@dataclass(frozen=True)
+class CommCount:
+    """Calls of one collective per training step, and the bytes of the buffers they assemble or reduce."""
+
+    calls: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class FsdpComm:
+    """FSDP's collectives per training step (see the module's docstring)."""
+
+    all_gather: CommCount
+    reduce_scatter: CommCount
+
+    @property
+    def calls(self) -> int:
+        return self.all_gather.calls + self.reduce_scatter.calls
+
+    @property
+    def bytes(self) -> int:
+        return self.all_gather.bytes + self.reduce_scatter.bytes
+
+    def of(self, op: str) -> CommCount:
+        """The count of "all_gather" or "reduce_scatter"."""
+        return self.all_gather if op == "all_gather" else self.reduce_scatter
+
+
+def fsdp_comm(cfg, n: int, itemsize: int = FP32) -> FsdpComm:
     """All-gather and reduce-scatter calls and bytes per training step (see the module's docstring)."""
     n = positive_int("nproc", n)
     units = fsdp_units(cfg)
     ag_calls = sum(1 if u.root else 2 for u in units)
     ag_bytes = sum((1 if u.root else 2) * u.padded_numel(n) * itemsize for u in units)
     rs_bytes = sum(u.padded_numel(n) * itemsize for u in units)
-    return {"all_gather": {"calls": ag_calls, "bytes": ag_bytes},
-            "reduce_scatter": {"calls": len(units), "bytes": rs_bytes}}
+    return FsdpComm(CommCount(ag_calls, ag_bytes), CommCount(len(units), rs_bytes))
 
 
 # ---------------------------------------------------------------- tensor parallelism
@@ -236,7 +294,38 @@ def check_tp(cfg, t: int) -> None:
                              f"{', '.join(map(str, ok))}")
 
 
-def tp_comm(cfg, t: int, batch: int, seq: int, itemsize: int = FP32) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TpCalls:
+    """Calls of one kind of collective in one training step, per block, and their bytes."""
+
+    calls: int
+    calls_per_block: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class SequenceParallel:
+    """What replaces each all-reduce under sequence parallelism: a reduce-scatter and an all-gather."""
+
+    reduce_scatter: TpCalls
+    all_gather: TpCalls
+
+
+@dataclass(frozen=True)
+class TpComm:
+    """Tensor parallelism's all-reduces in one training step (`tp_comm`), and sequence parallelism's
+    collectives in their place."""
+
+    calls: int
+    calls_per_block: int
+    bytes: int
+    bytes_per_call: int  # the block's b·s·h activations
+    forward: TpCalls
+    backward: TpCalls
+    sequence_parallel: SequenceParallel
+
+
+def tp_comm(cfg, t: int, batch: int, seq: int, itemsize: int = FP32) -> TpComm:
     """Collectives of the transformer's blocks in one training step under tensor parallelism on t
     ranks (see the module's docstring): 2 forward all-reduces per block (after each row-parallel
     layer) and 2 backward ones (the input gradients of the column-parallel layers), each of the
@@ -249,13 +338,9 @@ def tp_comm(cfg, t: int, batch: int, seq: int, itemsize: int = FP32) -> dict[str
     bwd = 2 * cfg.layers if t > 1 else 0
     calls = fwd + bwd
     per_block = calls // cfg.layers
-    return {"calls": calls, "calls_per_block": per_block, "bytes": calls * per, "bytes_per_call": per,
-            "forward": {"calls": fwd, "calls_per_block": fwd // cfg.layers, "bytes": fwd * per},
-            "backward": {"calls": bwd, "calls_per_block": bwd // cfg.layers, "bytes": bwd * per},
-            "sequence_parallel": {"reduce_scatter": {"calls": calls, "calls_per_block": per_block,
-                                                     "bytes": calls * per},
-                                  "all_gather": {"calls": calls, "calls_per_block": per_block,
-                                                 "bytes": calls * per}}}
+    swapped = TpCalls(calls, per_block, calls * per)
+    return TpComm(calls, per_block, calls * per, per, TpCalls(fwd, fwd // cfg.layers, fwd * per),
+                  TpCalls(bwd, bwd // cfg.layers, bwd * per), SequenceParallel(swapped, swapped))
 
 
 def tp_param_bytes(cfg, t: int, itemsize: int = FP32) -> int:
@@ -274,7 +359,17 @@ def tp_param_bytes(cfg, t: int, itemsize: int = FP32) -> int:
 # ---------------------------------------------------------------- pipeline timelines
 
 
-def replay(timelines: list[list[tuple[str, float]]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Replay:
+    """A pipeline's timeline replayed with instant hand-offs: the wall time, and each stage's busy
+    seconds and bubble (idle fraction of the wall time)."""
+
+    wall_s: float
+    busy_s: list[float]
+    bubble: list[float]
+
+
+def replay(timelines: list[list[tuple[str, float]]]) -> Replay:
     """Replay a pipeline's measured timeline with instant hand-offs.
 
     `timelines[s]` is stage s's operations in the order it ran them, each ("F" or "B", seconds);
@@ -318,4 +413,4 @@ def replay(timelines: list[list[tuple[str, float]]]) -> dict[str, Any]:
             raise InputError("the timelines deadlock: every stage waits for an operation that never runs")
     wall = max(free)
     busy = [sum(d for _, d in t) for t in timelines]
-    return {"wall_s": wall, "busy_s": busy, "bubble": [1 - b / wall if wall else 0.0 for b in busy]}
+    return Replay(wall, busy, [1 - b / wall if wall else 0.0 for b in busy])

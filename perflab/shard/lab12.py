@@ -12,7 +12,7 @@ states, not dividing by the ranks, ...); any other wrong answer gets the general
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from perflab.grading.checks import NOT_DONE, LabCheckError, attempt, record
@@ -110,7 +110,14 @@ def _grade(name: str, student, cases, mistakes, *, rtol: float, atol: float, gen
     return True
 
 
-def check_bubble(student: Callable[[int, int], float], runs: list[dict[str, Any]] | None = None,
+def _live_run(r: Any) -> tuple[dict[str, Any], float]:
+    """({p, m}, the replayed bubble) of a live run: a `perflab.shard.report.PipelineRun`, or its JSON."""
+    if isinstance(r, Mapping):
+        return {"p": r["p"], "m": r["m"]}, r["replayed_bubble"]
+    return {"p": r.p, "m": r.m}, r.replayed_bubble
+
+
+def check_bubble(student: Callable[[int, int], float], runs: Sequence[Any] | None = None,
                  denominator: str = "step") -> bool:
     """bubble(p, m): closed-form cases, then each live run (p, m, measured bubble) within its tolerance.
 
@@ -132,7 +139,7 @@ def check_bubble(student: Callable[[int, int], float], runs: list[dict[str, Any]
     if not runs:
         return True
     if d == "step":
-        live = [({"p": r["p"], "m": r["m"]}, r["replayed_bubble"]) for r in runs]
+        live = [_live_run(r) for r in runs]
         _grade("pipeline bubble vs the live runs", student, live, mistakes, rtol=0.0, atol=TOL_BUBBLE,
                general=f"your formula must land within ±{TOL_BUBBLE} of each measured bubble")
         return True
@@ -140,7 +147,7 @@ def check_bubble(student: Callable[[int, int], float], runs: list[dict[str, Any]
     def as_step(p, m):  # the learner's ratio, carried to the step convention the runs measure
         return F.step_fraction_from_ratio(float(student(p, m)))
 
-    live = [({"p": r["p"], "m": r["m"]}, r["replayed_bubble"]) for r in runs]
+    live = [_live_run(r) for r in runs]
     for inputs, want in live:
         got = attempt("pipeline bubble vs the live runs", student, what=str(inputs), **inputs)
         if got is NOT_DONE:

@@ -1,8 +1,8 @@
 """Two nodes on one machine: each its own Linux network namespace, joined by a veth pair.
 
     >>> res = two_node_launch(nproc_per_node=2)        # root only (ip netns)
-    >>> res["ranks"]                                   # one dict per rank: RANK, LOCAL_RANK, GROUP_RANK, ...
-    >>> res["all_reduce"]                              # each rank's sum of every rank's number
+    >>> res.ranks                                      # what each rank reported: RANK, LOCAL_RANK, GROUP_RANK, ...
+    >>> [r["all_reduce"] for r in res.ranks]           # each rank's sum of every rank's number
 
 The namespaces `perflab-<pid>-0` and `-1` each get one end of a veth pair, addressed 10.201.0.1/24
 and 10.201.0.2/24, and nothing else: a namespace starts with no routes, so the ranks can reach
@@ -24,10 +24,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import PerflabError
+from perflab.core.jsonable import JSON
 
 ADDRESSES = ("10.201.0.1", "10.201.0.2")
 PORT = 29500  # a fresh namespace has no other listener: any port is free there
@@ -97,7 +99,24 @@ def node_command(ns: str, node: int, nproc_per_node: int, rdzv_id: str, agent: s
             "-m", "perflab.shard.netns"]
 
 
-def two_node_launch(nproc_per_node: int = 2, timeout: float = 50.0) -> dict[str, Any]:
+@dataclass
+class TwoNodeRun:
+    """What `two_node_launch` did: whether every rank reported in time, each node's exit code, the
+    seconds it took, what each rank reported (`body`'s record, plus `namespace_node`: the namespace
+    whose log it was read from; sorted by RANK), each node's output, and the commands it ran."""
+
+    ok: bool
+    timed_out: bool
+    returncodes: list[int | None]
+    seconds: float
+    ranks: list[dict[str, Any]]
+    outputs: list[str]
+    namespaces: list[str]
+    addresses: list[str]
+    commands: list[str]
+
+
+def two_node_launch(nproc_per_node: int = 2, timeout: float = 50.0) -> TwoNodeRun:
     """Run `perflab.shard.netns` (an all-reduce that reports the rank layout) on 2 namespaced nodes."""
     why = unavailable()
     if why:
@@ -166,10 +185,10 @@ def two_node_launch(nproc_per_node: int = 2, timeout: float = 50.0) -> dict[str,
                 ranks.append(rec)
             k = text.find(RESULT_PREFIX, k + len(RESULT_PREFIX))
     ranks.sort(key=lambda r: r["RANK"])
-    return {"ok": not timed_out and all(p.returncode == 0 for p in procs) and len(ranks) == 2 * nproc_per_node,
-            "timed_out": timed_out, "returncodes": [p.returncode for p in procs], "seconds": time.monotonic() - t0,
-            "ranks": ranks, "outputs": outputs, "namespaces": ns, "addresses": list(ADDRESSES),
-            "commands": [" ".join(node_command(n, i, nproc_per_node, f"perflab-{tag}")) for i, n in enumerate(ns)]}
+    return TwoNodeRun(not timed_out and all(p.returncode == 0 for p in procs) and len(ranks) == 2 * nproc_per_node,
+                      timed_out, [p.returncode for p in procs], time.monotonic() - t0, ranks, outputs, ns,
+                      list(ADDRESSES),
+                      [" ".join(node_command(n, i, nproc_per_node, f"perflab-{tag}")) for i, n in enumerate(ns)])
 
 
 def namespaces_left(tag: str | None = None) -> list[str]:
@@ -180,7 +199,9 @@ def namespaces_left(tag: str | None = None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- inside each rank
-def body(ctx) -> dict[str, Any]:
+def body(ctx) -> JSON:
+    """This rank's record (printed as its `PERFLAB_RESULT` line): torchrun's rank layout, the all-reduce
+    of every rank's number, MASTER_ADDR, its host and pid."""
     import socket
 
     import torch

@@ -5,24 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from perflab.shard import formulas as F
+from perflab.shard.report import PipelineRun
 
 MB = 1e6
 
 
-def bubble_figure(p: int, ms: list[int], measured: dict[int, list[dict[str, Any]]] | None = None,
+def bubble_figure(p: int, ms: list[int], measured: dict[int, list[PipelineRun]] | None = None,
                   title: str | None = None):
-    """(p−1)/(m+p−1) against m for `p` stages; measured runs (`ShardReport.details["runs"]` by p) on top."""
+    """(p−1)/(m+p−1) against m for `p` stages; measured runs (`ShardReport.details.runs` by p) on top."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    top = max(ms + [m for runs in (measured or {}).values() for m in (r["m"] for r in runs)])
+    top = max(ms + [r.m for runs in (measured or {}).values() for r in runs])
     grid = list(range(1, max(top, 2) + 1))
     stages = sorted({p, *(measured or {}).keys()})
     for q in stages:
         line, = ax.plot(grid, [F.bubble_fraction(q, m) for m in grid], label=f"(p−1)/(m+p−1), p = {q}")
         for r in (measured or {}).get(q, []):
-            ax.plot(r["m"], r["replayed_bubble"], "o", color=line.get_color())
-            ax.plot(r["m"], r["wall_bubble"], "x", color=line.get_color())
+            ax.plot(r.m, r.replayed_bubble, "o", color=line.get_color())
+            ax.plot(r.m, r.wall_bubble, "x", color=line.get_color())
     if measured:
         ax.plot([], [], "ko", label="measured, hand-offs replayed as instant")
         ax.plot([], [], "kx", label="measured, wall clock")
@@ -44,7 +45,7 @@ def fsdp_memory_figure(cfg, ns: list[int], measured: dict[int, list[dict[str, An
     xs = list(range(len(ns)))
     bottoms = [0.0] * len(ns)
     for part, label in (("param", "parameters"), ("grad", "gradients"), ("optim", "AdamW states")):
-        vals = [F.fsdp_memory(cfg, n)["estimate"][part] / MB for n in ns]
+        vals = [getattr(F.fsdp_memory(cfg, n).estimate, part) / MB for n in ns]
         ax.bar(xs, vals, bottom=bottoms, label=f"predicted {label}")
         bottoms = [b + v for b, v in zip(bottoms, vals, strict=True)]
     for i, n in enumerate(ns):
@@ -60,11 +61,11 @@ def fsdp_memory_figure(cfg, ns: list[int], measured: dict[int, list[dict[str, An
     return fig
 
 
-def timeline_figure(run: dict[str, Any], title: str = ""):
+def timeline_figure(run: PipelineRun, title: str = ""):
     """Each stage's forwards (light) and backwards (dark) on a shared time axis (one measured step)."""
     import matplotlib.pyplot as plt
 
-    events = run["events"]
+    events = run.events
     fig, ax = plt.subplots(figsize=(7.2, 0.5 + 0.5 * len(events)))
     for s, evs in enumerate(events):
         for k, a, b in evs:
@@ -73,12 +74,12 @@ def timeline_figure(run: dict[str, Any], title: str = ""):
     ax.set_yticks(range(len(events)), [f"stage {s}" for s in range(len(events))])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the step began")
-    ax.set_title(title or f"m = {run['m']}: forward (blue), backward (orange), idle (white)")
+    ax.set_title(title or f"m = {run.m}: forward (blue), backward (orange), idle (white)")
     fig.tight_layout()
     return fig
 
 
-def explore(ranks: int, microbatches: int, measured_pp: dict[int, list[dict[str, Any]]] | None = None,
+def explore(ranks: int, microbatches: int, measured_pp: dict[int, list[PipelineRun]] | None = None,
             measured_fsdp: dict[int, list[dict[str, Any]]] | None = None, cfg=None):
     """The slider's view: the bubble of `ranks` stages at `microbatches`, and FSDP's per-rank states."""
     from perflab.core.readout import nbytes, percent
@@ -88,7 +89,7 @@ def explore(ranks: int, microbatches: int, measured_pp: dict[int, list[dict[str,
     figs = [bubble_figure(ranks, [1, 2, 4, 8, 16, 32, microbatches], measured_pp)]
     if cfg is not None:
         mem = F.fsdp_memory(cfg, ranks)
-        total = sum(mem["estimate"].values())
+        total = mem.estimate.total
         lines.append(f"FSDP on {ranks} ranks: {nbytes(total)} of model states per rank ({cfg.name}, fp32 + AdamW)")
         figs.append(fsdp_memory_figure(cfg, sorted({1, 2, 4, ranks}), measured_fsdp))
     return ("\n".join(lines), *figs)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ DATA = Path(__file__).with_name("data") / "torchtitan_benchmarks.json"
 
 @lru_cache(maxsize=1)
 def load() -> dict[str, Any]:
+    """The data file as it is: its source, hardware and tables (lesson 15's `perflab.plan.published`
+    reads it too). `table` gives one table, typed as a DataFrame."""
     return json.loads(DATA.read_text())
 
 
@@ -38,15 +41,25 @@ def table(table_id: str):
     raise InputError(f"unknown table {table_id!r}: use one of {', '.join(table_ids())}")
 
 
-def interleaved_1f1b_gain() -> dict[str, Any]:
+@dataclass(frozen=True)
+class InterleavedGain:
+    """Interleaved 1F1B against 1F1B in one published table: tokens/s per GPU and memory (GiB) of each
+    schedule, the throughput gain and the memory change (fractions: 0.28 = +28 %), and the source."""
+
+    tokens_per_s_per_gpu: dict[str, float]
+    memory_gib: dict[str, float]
+    throughput_gain: float
+    memory_change: float
+    source: str
+
+
+def interleaved_1f1b_gain() -> InterleavedGain:
     """Interleaved 1F1B against 1F1B in torchtitan's table 5 (Llama 3.1 405B, 512 H100s, PP 8):
     tokens/s per GPU and memory of each, and the ratios, computed from the table; `source` says where.
     The table does not give the number of chunks per device (v)."""
     t = table("pp_405b").set_index("schedule")
     base, inter = t.loc["1F1B"], t.loc["Interleaved 1F1B"]
-    return {"tokens_per_s_per_gpu": {"1F1B": float(base.tokens_per_s_per_gpu),
-                                     "Interleaved 1F1B": float(inter.tokens_per_s_per_gpu)},
-            "memory_gib": {"1F1B": float(base.memory_gib), "Interleaved 1F1B": float(inter.memory_gib)},
-            "throughput_gain": float(inter.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1),
-            "memory_change": float(inter.memory_gib / base.memory_gib - 1),
-            "source": t.attrs["source"]}
+    return InterleavedGain({"1F1B": float(base.tokens_per_s_per_gpu), "Interleaved 1F1B": float(inter.tokens_per_s_per_gpu)},
+                           {"1F1B": float(base.memory_gib), "Interleaved 1F1B": float(inter.memory_gib)},
+                           float(inter.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1),
+                           float(inter.memory_gib / base.memory_gib - 1), t.attrs["source"])

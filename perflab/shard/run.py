@@ -2,7 +2,8 @@
 
     >>> rep = shard("fsdp", 2)           # FSDP2 over 2 gloo ranks (NCCL when every rank has a GPU)
     >>> rep.rows                         # one dict per rank: measured and predicted_* side by side
-    >>> rep.checks                       # each claim, its tolerance, ok or not
+    >>> rep.checks                       # each claim (a Check), its tolerance, ok or not
+    >>> rep.details                      # FsdpDetails, TpDetails or PpDetails (perflab.shard.report)
     >>> print(rep.text())
 
 Tolerances (stated once, used by the CLI, the lesson and the tests):
@@ -10,7 +11,7 @@ Tolerances (stated once, used by the CLI, the lesson and the tests):
   named differences (uneven dim-0 shards, AdamW's step counters) are added;
 * FSDP collectives: calls and bytes exactly as `formulas.fsdp_comm`;
 * FSDP's own share of the peak: unsharded parameters and gradients (gathered, in all-gather and
-  reduce-scatter buffers) are reported per rank (`details["ranks"][r]["peak_holds"]`) beside `formulas.fsdp_peak_unsharded`'s two units of
+  reduce-scatter buffers) are reported per rank (`details.ranks[r].peak_holds`) beside `formulas.fsdp_peak_unsharded`'s two units of
   parameters and one of gradients, not checked: which moment is the peak varies from run to run and
   rank to rank (one rank of tiny-gpt held 2.00 units of parameters, the other 3.15, in one run);
 * loss: every step's loss, averaged over ranks, within 1e-4 (relative) of the 1-rank run;
@@ -25,110 +26,36 @@ Tolerances (stated once, used by the CLI, the lesson and the tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.readout import nbytes, num
+from perflab.core.jsonable import to_json
 from perflab.core.validate import positive_int
 from perflab.shard import formulas as F
+from perflab.shard.report import (
+    ROW_KEYS,
+    ROW_LABELS,
+    Check,
+    FsdpDetails,
+    FsdpRankDetail,
+    PeakHolds,
+    PipelineRun,
+    PpDetails,
+    ShardReport,
+    TpDetails,
+    fmt_cell,
+)
+
+__all__ = ["STRATEGIES", "TOL_STATES_REL", "TOL_LOSS_REL", "TOL_TP_REL", "TOL_BUBBLE", "ROW_KEYS", "ROW_LABELS", "Check",
+           "ShardReport", "fmt_cell", "validate", "shard", "shard_many", "measure", "fsdp_rows", "peak_remainder",
+           "peak_holds", "tp_rows", "pp_rows"]
 
 STRATEGIES = ("fsdp", "tp", "pp")
 TOL_STATES_REL = 0.01
 TOL_LOSS_REL = 1e-4
 TOL_TP_REL = 1e-4
 TOL_BUBBLE = 0.05
-ROW_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_bytes", "comm_calls", "comm_bytes", "idle_s")
-ROW_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_bytes": "optimizer states",
-              "peak_bytes": "peak memory", "comm_calls": "collective calls", "comm_bytes": "collective traffic",
-              "idle_s": "idle time"}
-
-
-@dataclass
-class ShardReport:
-    strategy: str
-    nproc: int
-    options: dict[str, Any]
-    rows: list[dict[str, Any]]
-    checks: list[dict[str, Any]]
-    details: dict[str, Any] = field(default_factory=dict)
-    launch: Any = None
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.launch is None or self.launch.ok) and all(c["ok"] for c in self.checks)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "nproc": self.nproc, "options": self.options, "ok": self.ok,
-                "backend": self.launch.backend.name if self.launch else None,
-                "seconds": round(self.launch.seconds, 2) if self.launch else None,
-                "rows": self.rows, "checks": self.checks, "details": self.details}
-
-    def table(self):
-        """The rows for a person: one row per quantity with its unit, one column per rank (and
-        micro-batch count, for a pipeline), and the prediction beside them; a quantity nobody
-        predicted says so, and a quantity this strategy does not measure is left out."""
-        import pandas as pd
-
-        cols = [k for k in ROW_KEYS if k != "rank"]
-        keyed = [(f"rank {r['rank']}" + (f", m = {r['m']}" if "m" in r else ""), r) for r in self.rows]
-        out = []
-        for c in cols:
-            if all(r.get(c) is None for _, r in keyed):
-                continue
-            rec: dict[str, Any] = {"quantity": ROW_LABELS.get(c, c)}
-            for name, r in keyed:
-                rec[name] = _fmt(c, r.get(c)) if r.get(c) is not None else "not measured"
-            preds = [r.get("predicted_" + c) for _, r in keyed]
-            shown = list(dict.fromkeys(_fmt(c, v) for v in preds if v is not None))
-            rec["predicted"] = " / ".join(shown) if shown else "not predicted"
-            out.append(rec)
-        return pd.DataFrame(out).set_index("quantity") if out else pd.DataFrame()
-
-    def peak_table(self, rank: int = 0):
-        """FSDP's peak on one rank, explained: lesson 03's prediction, each named difference between
-        it and the measurement (with its sign: + the measurement holds more), and the measured peak."""
-        import pandas as pd
-
-        d = self.details["ranks"][rank]
-        pred = sum(self.details["estimate_components"].values())
-        rows = [{"part": "lesson 03's prediction (states + activations)", "bytes": nbytes(pred)}]
-        for k, v in d["peak_remainder"].items():
-            rows.append({"part": f"difference: {k}", "bytes": ("+" if v >= 0 else "−") + nbytes(abs(v))})
-        rows.append({"part": "= measured peak (FSDPMemTracker)", "bytes": nbytes(d["tracker_peak_bytes"])})
-        return pd.DataFrame(rows).set_index("part")
-
-    def text(self) -> str:
-        head = f"{self.strategy} on {self.nproc} ranks"
-        if self.launch is not None:
-            head += f" ({self.launch.backend.name}, {self.launch.seconds:.1f} s)"
-        cols = [k for k in ROW_KEYS if k != "rank"]
-        extra = ["m"] if self.strategy == "pp" else []
-        lines = [head, "  ".join(["rank"] + extra + [f"{c} (pred)" for c in cols])]
-        for r in self.rows:
-            cells = [str(r["rank"])] + [str(r[e]) for e in extra]
-            for c in cols:
-                cells.append(f"{_fmt(c, r.get(c))} ({_fmt(c, r.get('predicted_' + c))})")
-            lines.append("  ".join(cells))
-        for c in self.checks:
-            lines.append(f"{'✓' if c['ok'] else '✗'} {c['name']}: measured {c['measured']}, predicted "
-                         f"{c['predicted']} (tolerance {c['tolerance']})" + (f"; {c['note']}" if c.get("note") else ""))
-        return "\n".join(lines)
-
-
-def _fmt(col: str, v: Any) -> str:
-    if v is None:
-        return "—"
-    if col.endswith("_bytes"):
-        return nbytes(v)
-    if col == "idle_s":
-        return f"{v:.3f} s"
-    return num(v) if isinstance(v, float) else str(v)
-
-
-def _check(name: str, measured: Any, predicted: Any, tolerance: str, ok: bool, note: str = "") -> dict[str, Any]:
-    return {"name": name, "measured": measured, "predicted": predicted, "tolerance": tolerance, "ok": bool(ok),
-            "note": note}
 
 
 def validate(strategy: str, nproc: int, microbatches: list[int], schedule: str, preset: str) -> tuple[str, Any]:
@@ -184,8 +111,8 @@ def shard_many(strategies: list[str], nproc: int = 2, *, preset: str = "tiny-gpt
     for strategy in names:
         opts = dict(options)
         if not res.ok:
-            out[strategy] = ShardReport(strategy, nproc, opts, [], [_check("every rank finished", res.message, "yes",
-                                                                           "—", False, res.report())], launch=res)
+            out[strategy] = ShardReport(strategy, nproc, opts, [], [Check("every rank finished", res.message, "yes",
+                                                                          "—", False, res.report())], launch=res)
             continue
         results = [r[strategy] if len(names) > 1 else r for r in res.results]
         if strategy == "fsdp":
@@ -214,16 +141,20 @@ def measure(strategies: list[str], nproc: int = 2, **kwargs) -> dict[str, ShardR
     return reps
 
 
-def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
+def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int,
+              seq: int) -> tuple[list[dict[str, Any]], list[Check], FsdpDetails]:
+    """FSDP's rows, checks and details from the ranks' reports (`perflab.shard.worker.fsdp`)."""
     from perflab.memory.estimate import estimate
 
     comm = F.fsdp_comm(cfg, n)
     act = estimate(cfg=cfg, precision="fp32", zero=3, dp=n, batch=batch, seq=seq, activation_model="perflab")
-    rows, checks, named = [], [], {}
+    rows: list[dict[str, Any]] = []
+    checks: list[Check] = []
+    named: dict[int, FsdpRankDetail] = {}
     peak_model = F.fsdp_peak_unsharded(cfg, n)
     for r in results:
         mem = F.fsdp_memory(cfg, n, r["rank"])
-        est, exact = mem["estimate"], mem["exact"]
+        est, exact = to_json(mem.estimate), to_json(mem.exact)
         c = r["comm"]
         rows.append({"rank": r["rank"], "param_bytes": r["param_bytes"], "grad_bytes": r["grad_bytes"],
                      "optim_bytes": r["optim_bytes"],
@@ -233,37 +164,36 @@ def fsdp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
                      "comm_bytes": c["all_gather"]["bytes"] + c["reduce_scatter"]["bytes"], "idle_s": None,
                      "predicted_param_bytes": int(est["param"]), "predicted_grad_bytes": int(est["grad"]),
                      "predicted_optim_bytes": int(est["optim"]), "predicted_peak_bytes": int(act.total_bytes),
-                     "predicted_comm_calls": comm["all_gather"]["calls"] + comm["reduce_scatter"]["calls"],
-                     "predicted_comm_bytes": comm["all_gather"]["bytes"] + comm["reduce_scatter"]["bytes"],
+                     "predicted_comm_calls": comm.calls, "predicted_comm_bytes": comm.bytes,
                      "predicted_idle_s": None})
         measured = {"param": r["param_bytes"], "grad": r["grad_bytes"], "optim": r["optim_bytes"]}
         worst = max(abs(measured[k] / est[k] - 1) for k in est)
-        checks.append(_check(f"rank {r['rank']} model states vs lesson 03's ZeRO-3 estimate", measured,
-                             {k: int(v) for k, v in est.items()}, f"{TOL_STATES_REL:.0%} each",
-                             worst <= TOL_STATES_REL, f"largest difference {worst:.3%}"))
-        checks.append(_check(f"rank {r['rank']} model states = estimate + named differences", measured, exact,
-                             "exact", measured == exact, "; ".join(f"{k}: {v:+,.1f} B" for k, v in mem["named"].items())))
-        named[r["rank"]] = {"named": mem["named"], "peak_parts": r["peak_parts"], "tracker_peak_bytes": r["peak_bytes"],
-                            "peak_source": "torch.cuda.max_memory_allocated" if "cuda_max_allocated" in r
-                            else "FSDPMemTracker (live tensors by kind)",
-                            "peak_remainder": peak_remainder(r, act), "peak_holds": peak_holds(r, peak_model)}
+        checks.append(Check(f"rank {r['rank']} model states vs lesson 03's ZeRO-3 estimate", measured,
+                            {k: int(v) for k, v in est.items()}, f"{TOL_STATES_REL:.0%} each",
+                            worst <= TOL_STATES_REL, f"largest difference {worst:.3%}"))
+        checks.append(Check(f"rank {r['rank']} model states = estimate + named differences", measured, exact,
+                            "exact", measured == exact, "; ".join(f"{k}: {v:+,.1f} B" for k, v in mem.named.items())))
+        named[r["rank"]] = FsdpRankDetail(mem.named, r["peak_parts"], r["peak_bytes"],
+                                          "torch.cuda.max_memory_allocated" if "cuda_max_allocated" in r
+                                          else "FSDPMemTracker (live tensors by kind)",
+                                          peak_remainder(r, act), peak_holds(r, peak_model))
     c0 = results[0]["comm"]
     for op in ("all_gather", "reduce_scatter"):
-        checks.append(_check(f"{op.replace('_', '-')} calls and bytes per step", c0[op], comm[op], "exact",
-                             all(r["comm"][op] == comm[op] for r in results)))
+        want = to_json(comm.of(op))
+        checks.append(Check(f"{op.replace('_', '-')} calls and bytes per step", c0[op], want, "exact",
+                            all(r["comm"][op] == want for r in results)))
     ref = results[0].get("reference_losses") or []
     losses = results[0]["losses"]
     worst = max((abs(a / b - 1) for a, b in zip(losses, ref, strict=False)), default=float("inf"))
-    checks.append(_check("loss vs the 1-rank run, every step", [round(x, 6) for x in losses],
-                         [round(x, 6) for x in ref], f"{TOL_LOSS_REL:g} relative",
-                         len(ref) == len(losses) and worst <= TOL_LOSS_REL, f"largest difference {worst:.1e}"))
-    details = {"ranks": named, "comm_formula": comm, "units": [u.name for u in F.fsdp_units(cfg)],
-               "estimate_components": {k: int(v) for k, v in act.components.items()},
-               "losses": losses, "reference_losses": ref}
+    checks.append(Check("loss vs the 1-rank run, every step", [round(x, 6) for x in losses],
+                        [round(x, 6) for x in ref], f"{TOL_LOSS_REL:g} relative",
+                        len(ref) == len(losses) and worst <= TOL_LOSS_REL, f"largest difference {worst:.1e}"))
+    details = FsdpDetails(named, comm, [u.name for u in F.fsdp_units(cfg)],
+                          {k: int(v) for k, v in act.components.items()}, losses, ref)
     return rows, checks, details
 
 
-def peak_remainder(result: dict[str, Any], act) -> dict[str, int]:
+def peak_remainder(result: Mapping[str, Any], act) -> dict[str, int]:
     """The measured peak minus lesson 03's prediction (states + activations), by kind of tensor."""
     p = result["peak_parts"]
     comps = act.components
@@ -282,12 +212,9 @@ def peak_remainder(result: dict[str, Any], act) -> dict[str, int]:
     return out
 
 
-def peak_holds(result: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """What one rank's measured peak holds of FSDP's own, by part: unsharded parameters (gathered
-    and kept, and all-gather buffers in flight: the prefetched unit) and unsharded gradients (and
-    reduce-scatter buffers), in bytes; `param_units` counts the parameters in units of the average
-    of the two units `formulas.fsdp_peak_unsharded` predicts (2.0: both), `grad_units` the gradients
-    in units of the largest block (1.0: one)."""
+def peak_holds(result: Mapping[str, Any], model: F.FsdpPeak) -> PeakHolds:
+    """What one rank's measured peak (`result`: its report) holds of FSDP's own, by part, against the
+    two units of parameters and one of gradients `formulas.fsdp_peak_unsharded` predicts (`model`)."""
     p = result["peak_parts"]
     parts = {"unsharded parameters (gathered, kept)": p.get("unsharded_param", 0),
              "all-gather buffers (a unit being gathered)": p.get("all_gather", 0),
@@ -295,44 +222,47 @@ def peak_holds(result: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
              "reduce-scatter buffers (a unit's gradients)": p.get("reduce_scatter", 0)}
     params = p.get("unsharded_param", 0) + p.get("all_gather", 0)
     grads = p.get("unsharded_grad", 0) + p.get("reduce_scatter", 0)
-    return {"parts": parts, "unsharded_params_bytes": params, "unsharded_grads_bytes": grads,
-            "param_units": params / (model["params"] / 2), "grad_units": grads / model["grads"],
-            "predicted_params_bytes": model["params"], "predicted_grads_bytes": model["grads"]}
+    return PeakHolds(parts, params, grads, params / (model.params / 2), grads / model.grads, model.params, model.grads)
 
 
-def tp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int, seq: int):
+def tp_rows(cfg, n: int, results: list[dict[str, Any]], batch: int,
+            seq: int) -> tuple[list[dict[str, Any]], list[Check], TpDetails]:
+    """Tensor parallelism's rows, checks and details from the ranks' reports (`perflab.shard.worker.tp`)."""
     comm = F.tp_comm(cfg, n, batch, seq)
     pb = F.tp_param_bytes(cfg, n)
-    rows, checks = [], []
+    rows: list[dict[str, Any]] = []
+    checks: list[Check] = []
     for r in results:
         rows.append({"rank": r["rank"], "param_bytes": r["param_bytes"], "grad_bytes": None, "optim_bytes": None,
                      "peak_bytes": r.get("peak_bytes"), "comm_calls": r["comm_calls"], "comm_bytes": r["comm_bytes"], "idle_s": None,
                      "predicted_param_bytes": pb, "predicted_grad_bytes": None, "predicted_optim_bytes": None,
-                     "predicted_peak_bytes": None, "predicted_comm_calls": comm["calls"],
-                     "predicted_comm_bytes": comm["bytes"], "predicted_idle_s": None})
-    fwd, bwd = comm["forward"], comm["backward"]
-    for when, key, want in (("forward", "per_block", fwd), ("backward", "per_block_backward", bwd)):
+                     "predicted_peak_bytes": None, "predicted_comm_calls": comm.calls,
+                     "predicted_comm_bytes": comm.bytes, "predicted_idle_s": None})
+    for when, key, want in (("forward", "per_block", comm.forward), ("backward", "per_block_backward", comm.backward)):
         per_block = [sum(c["calls"] for op, c in b.items() if op == "all_reduce") for b in results[0][key]]
         others = sorted({op for b in results[0][key] for op in b if op != "all_reduce"})
-        checks.append(_check(f"all-reduces per block ({when})", per_block, [want["calls_per_block"]] * cfg.layers,
-                             "exact", all(x == want["calls_per_block"] for x in per_block) and not others,
-                             f"other collectives: {', '.join(others)}" if others else ""))
-        checks.append(_check(f"all-reduce bytes per step ({when})", results[0][f"{when}_bytes"], want["bytes"], "exact",
-                             all(r[f"{when}_bytes"] == want["bytes"] for r in results)))
-    checks.append(_check("blocks' parameter bytes per rank", results[0]["param_bytes"], pb, "exact",
-                         all(r["param_bytes"] == pb for r in results)))
+        checks.append(Check(f"all-reduces per block ({when})", per_block, [want.calls_per_block] * cfg.layers,
+                            "exact", all(x == want.calls_per_block for x in per_block) and not others,
+                            f"other collectives: {', '.join(others)}" if others else ""))
+        checks.append(Check(f"all-reduce bytes per step ({when})", results[0][f"{when}_bytes"], want.bytes, "exact",
+                            all(r[f"{when}_bytes"] == want.bytes for r in results)))
+    checks.append(Check("blocks' parameter bytes per rank", results[0]["param_bytes"], pb, "exact",
+                        all(r["param_bytes"] == pb for r in results)))
     rel = max(r["max_abs_diff"] / r["ref_max_abs"] for r in results)
-    checks.append(_check("outputs vs the unsharded blocks", f"{rel:.1e}", 0, f"{TOL_TP_REL:g} relative",
-                         rel <= TOL_TP_REL))
+    checks.append(Check("outputs vs the unsharded blocks", f"{rel:.1e}", 0, f"{TOL_TP_REL:g} relative",
+                        rel <= TOL_TP_REL))
     grel = max(r["grad_max_abs_diff"] / r["ref_grad_max_abs"] for r in results)
-    checks.append(_check("input gradients vs the unsharded blocks", f"{grel:.1e}", 0, f"{TOL_TP_REL:g} relative",
-                         grel <= TOL_TP_REL))
-    return rows, checks, {"comm_formula": comm, "per_block": results[0]["per_block"],
-                          "per_block_backward": results[0]["per_block_backward"]}
+    checks.append(Check("input gradients vs the unsharded blocks", f"{grel:.1e}", 0, f"{TOL_TP_REL:g} relative",
+                        grel <= TOL_TP_REL))
+    return rows, checks, TpDetails(comm, results[0]["per_block"], results[0]["per_block_backward"])
 
 
-def pp_rows(p: int, results: list[dict[str, Any]], schedule: str):
-    rows, checks, runs = [], [], []
+def pp_rows(p: int, results: list[dict[str, Any]], schedule: str) -> tuple[list[dict[str, Any]], list[Check], PpDetails]:
+    """The pipeline's rows (one per stage and micro-batch count), checks and details from the ranks'
+    reports (`perflab.shard.worker.pp`)."""
+    rows: list[dict[str, Any]] = []
+    checks: list[Check] = []
+    runs: list[PipelineRun] = []
     by_rank = sorted(results, key=lambda r: r["rank"])
     for j, first in enumerate(by_rank[0]["runs"]):
         m = first["m"]
@@ -345,22 +275,21 @@ def pp_rows(p: int, results: list[dict[str, Any]], schedule: str):
             rows.append({"rank": s, "m": m, "param_bytes": None, "grad_bytes": None, "optim_bytes": None,
                          "peak_bytes": sr["activation_bytes_held"], "comm_calls": None, "comm_bytes": None,
                          "idle_s": round(sr["idle_s"], 4), "bubble": round(sr["bubble"], 4),
-                         "replayed_bubble": round(rep["bubble"][s], 4), "stalls_s": round(sr["wall_s"] - rep["wall_s"], 4),
+                         "replayed_bubble": round(rep.bubble[s], 4), "stalls_s": round(sr["wall_s"] - rep.wall_s, 4),
                          "predicted_param_bytes": None, "predicted_grad_bytes": None, "predicted_optim_bytes": None,
                          "predicted_peak_bytes": held_pred, "predicted_comm_calls": None, "predicted_comm_bytes": None,
                          "predicted_idle_s": round(sr["busy_s"] * (p - 1) / m, 4), "predicted_bubble": round(formula, 4),
                          "max_in_flight": sr["max_in_flight"]})
-        mean = sum(rep["bubble"]) / p
+        mean = sum(rep.bubble) / p
         wall = max(sr["wall_s"] for sr in stage_runs)
-        checks.append(_check(f"bubble, m={m}", round(mean, 3), round(formula, 3),
-                             f"±{TOL_BUBBLE:g}, averaged over stages", abs(mean - formula) <= TOL_BUBBLE,
-                             f"wall-clock bubble {', '.join(format(sr['bubble'], '.3f') for sr in stage_runs)}; "
-                             f"hand-off stalls {wall - rep['wall_s']:.3f} s of {wall:.3f} s"))
+        checks.append(Check(f"bubble, m={m}", round(mean, 3), round(formula, 3),
+                            f"±{TOL_BUBBLE:g}, averaged over stages", abs(mean - formula) <= TOL_BUBBLE,
+                            f"wall-clock bubble {', '.join(format(sr['bubble'], '.3f') for sr in stage_runs)}; "
+                            f"hand-off stalls {wall - rep.wall_s:.3f} s of {wall:.3f} s"))
         held = [sr["max_in_flight"] for sr in stage_runs]
         want = [F.in_flight_microbatches(schedule, p, m, s) for s in range(p)]
-        checks.append(_check(f"micro-batches held per stage, m={m}", held, want, "exact", held == want))
-        runs.append({"p": p, "m": m, "formula": formula, "replayed": rep, "replayed_bubble": mean, "wall_s": wall,
-                     "wall_bubble": sum(sr["bubble"] for sr in stage_runs) / p,
-                     "measured_bubble": [sr["bubble"] for sr in stage_runs],
-                     "events": [sr["events"] for sr in stage_runs]})
-    return rows, checks, {"runs": runs, "schedule": schedule}
+        checks.append(Check(f"micro-batches held per stage, m={m}", held, want, "exact", held == want))
+        runs.append(PipelineRun(p, m, formula, rep, mean, wall, sum(sr["bubble"] for sr in stage_runs) / p,
+                                [sr["bubble"] for sr in stage_runs],
+                                [[(k, a, b) for k, a, b in sr["events"]] for sr in stage_runs]))
+    return rows, checks, PpDetails(runs, schedule)

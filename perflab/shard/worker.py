@@ -2,8 +2,9 @@
 
     torchrun --nproc-per-node 2 -m perflab.shard.worker --strategy fsdp [--preset tiny-gpt]
 
-Launched by `perflab.shard.run.shard` through `perflab.distributed.torchrun.launch`; each rank reports a
-dict (see the `fsdp`, `tp` and `pp` functions) that the launcher turns into one row per rank.
+Launched by `perflab.shard.run.shard` through `perflab.distributed.torchrun.launch`; each rank writes
+its report (see the `fsdp`, `tp` and `pp` functions) to its result file, JSON, which the launcher
+turns into one row per rank.
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from perflab.core.jsonable import JSON
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
 
 # ----------------------------------------------------------------------------- counting collectives
 # FSDP2 calls the single-tensor collectives by these names through `torch.distributed`: torch 2.13
@@ -91,7 +97,7 @@ def _local_bytes(t) -> int:
 
 
 # ----------------------------------------------------------------------------- FSDP
-def fsdp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32, steps: int = 2, lr: float = 1e-3) -> dict[str, Any]:
+def fsdp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32, steps: int = 2, lr: float = 1e-3) -> JSON:
     """fully_shard every block, then the root; train `steps` AdamW steps on this rank's batch.
 
     Reports the bytes of this rank's parameter, gradient and optimizer-state shards, the peak of the
@@ -152,9 +158,9 @@ def fsdp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32, steps: in
     peak = parts.pop("total", 0)
     param_bytes = sum(_local_bytes(p) for p in model.parameters())
     optim_bytes = sum(_local_bytes(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
-    out: dict[str, Any] = {"rank": ctx.rank, "param_bytes": param_bytes, "grad_bytes": grad_bytes,
-                           "optim_bytes": optim_bytes, "peak_bytes": peak, "peak_parts": parts,
-                           "comm": counts, "losses": losses, "step_s": step_s, "device": str(ctx.device)}
+    out: JSON = {"rank": ctx.rank, "param_bytes": param_bytes, "grad_bytes": grad_bytes,
+                 "optim_bytes": optim_bytes, "peak_bytes": peak, "peak_parts": parts,
+                 "comm": counts, "losses": losses, "step_s": step_s, "device": str(ctx.device)}
     if ctx.device.type == "cuda":
         out["cuda_max_allocated"] = int(torch.cuda.max_memory_allocated(ctx.device))
     del tracker, opt, model
@@ -184,7 +190,7 @@ def reference_losses(cfg, batches, steps: int, lr: float, device) -> list[float]
 
 
 # ----------------------------------------------------------------------------- tensor parallelism
-def tp_plan(cfg) -> dict[str, Any]:
+def tp_plan(cfg) -> dict[str, ParallelStyle]:
     """Megatron's pairs in one block: q, k, v (and the MLP's up/gate) column-parallel, the attention
     output and the MLP's down projection row-parallel.
 
@@ -200,7 +206,7 @@ def tp_plan(cfg) -> dict[str, Any]:
         RowwiseParallel,
     )
 
-    plan: dict[str, Any] = {
+    plan: dict[str, ParallelStyle] = {
         "attn": PrepareModuleInput(input_layouts=(Replicate(), None), desired_input_layouts=(Replicate(), None)),
         "mlp": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),)),
         "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
@@ -210,7 +216,7 @@ def tp_plan(cfg) -> dict[str, Any]:
     return plan
 
 
-def tp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32) -> dict[str, Any]:
+def tp(ctx, preset: str = "tiny-gpt", batch: int = 2, seq: int = 32) -> JSON:
     """Run the model's blocks unsharded and tensor-parallel on the same input, forward and backward
     (the loss is the sum of the last block's output); count the collectives of each block's forward
     and of each block's backward, and compare the outputs and the input gradients."""
@@ -378,7 +384,7 @@ def pp_stage_module(width: int, hold: dict[str, float], seed: int):
 
 
 def pp(ctx, microbatches: list[int], schedule: str = "gpipe", width: int = 64, rows: int = 4,
-       forward_ms: float = 100.0, backward_ms: float = 200.0) -> dict[str, Any]:
+       forward_ms: float = 100.0, backward_ms: float = 200.0) -> JSON:
     """Run one pipeline training step per micro-batch count (after one warm-up step each) and
     report this stage's busy and idle time, and the micro-batches whose activations it held at once."""
     import torch
@@ -426,7 +432,7 @@ def pp(ctx, microbatches: list[int], schedule: str = "gpipe", width: int = 64, r
 
 
 # ----------------------------------------------------------------------------- entry
-def body(ctx, a) -> dict[str, Any]:
+def body(ctx, a) -> JSON:
     if "," in a.strategy:  # several strategies, one after the other, in the same ranks (one launch)
         out = {}
         for strategy in a.strategy.split(","):

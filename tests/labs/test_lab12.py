@@ -11,6 +11,8 @@ from perflab.grading import checks as grading
 from perflab.grading.checks import LabCheckError
 from perflab.shard import formulas as F
 from perflab.shard import lab12
+from perflab.shard.formulas import Replay
+from perflab.shard.report import PipelineRun
 
 
 def right_bubble(p, m):
@@ -98,6 +100,9 @@ def test_right_answers_pass_and_live_runs_are_graded():
     # a measurement far from the formula is reported, not hidden
     with pytest.raises(LabCheckError, match="within ±0.05"):
         lab12.check_bubble(right_bubble, [{"p": 2, "m": 4, "replayed_bubble": 0.4}])
+    # the lab passes the live runs as ShardReport.details.runs: typed, graded the same
+    typed = [PipelineRun(2, r["m"], 0.0, Replay(1.0, [], []), r["replayed_bubble"], 1.0, 0.0, [], []) for r in runs]
+    assert lab12.check_bubble(right_bubble, typed)
 
 
 def test_a_stub_is_not_done_yet():

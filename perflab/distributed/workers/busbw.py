@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 
+from perflab.core.jsonable import JSON
 
-def body(ctx, a):
+
+def body(ctx, a) -> JSON:
+    """Rank 0's rows, one per size, as its result file holds them (each also appended to --out)."""
     import torch
 
     from perflab.distributed import busbw as B

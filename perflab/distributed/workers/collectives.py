@@ -9,25 +9,30 @@ barrier with slow ranks and the ring all-reduce (point-to-point sends) against `
 
 from __future__ import annotations
 
+from perflab.core.jsonable import JSON, to_json
 
-def body(ctx, a):
-    from perflab.distributed import collectives as C
 
-    out = {"rank": ctx.rank, "world_size": ctx.world_size, "local_rank": ctx.local_rank, "node": ctx.node,
-           "backend": ctx.backend, "device": str(ctx.device)}
+def body(ctx, a) -> JSON:
+    """This rank's report, as its result file holds it (read back by `collectives.RankReport.from_json`)."""
+    from perflab.distributed import primitives as C
+    from perflab.distributed.ring import check_ring
+
+    out: JSON = {"rank": ctx.rank, "world_size": ctx.world_size, "local_rank": ctx.local_rank, "node": ctx.node,
+                 "backend": ctx.backend, "device": str(ctx.device)}
     prims = tuple(p for p in C.PRIMITIVES if p in a.only.split(",")) if a.only else C.PRIMITIVES
-    results = {}
+    results: JSON = {}
     for p in prims:
         ctx.step(p)
-        results.update(C.check_all(ctx.rank, ctx.world_size, device=ctx.device, demo_k=a.demo_k,
-                                   check_k=a.check_k, root=a.root, primitives=(p,)))
+        checked = C.check_all(ctx.rank, ctx.world_size, device=ctx.device, demo_k=a.demo_k, check_k=a.check_k,
+                              root=a.root, primitives=(p,))
+        results.update(to_json(checked))
     out["primitives"] = results
     if a.slow_s > 0:
         ctx.step("barrier with slow ranks")
-        out["barrier_timing"] = C.barrier_with_slow_ranks(ctx.rank, ctx.world_size, a.slow_s)
+        out["barrier_timing"] = to_json(C.barrier_with_slow_ranks(ctx.rank, ctx.world_size, a.slow_s))
     if a.ring_numel > 0:
         ctx.step("ring all-reduce")
-        out["ring"] = C.check_ring(ctx.rank, ctx.world_size, a.ring_numel, device=ctx.device)
+        out["ring"] = to_json(check_ring(ctx.rank, ctx.world_size, a.ring_numel, device=ctx.device))
     out["listening"] = listening_addresses()
     return out
 

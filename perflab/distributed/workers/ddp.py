@@ -12,8 +12,11 @@ from __future__ import annotations
 # (perflab.distributed.agent imports the worker before it forks) pays for it once per node, not per rank.
 import torch._dynamo  # noqa: F401
 
+from perflab.core.jsonable import JSON
 
-def body(ctx, a):
+
+def body(ctx, a) -> JSON:
+    """This rank's report, as its result file holds it: each experiment under its name (perflab.distributed.ddp)."""
     import time
 
     from perflab.distributed import ddp

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 
+from perflab.core.jsonable import JSON
+
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single",
                "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
                "gather", "scatter")
@@ -61,13 +63,13 @@ def watch_communication():
 def disarm_answers() -> None:
     """perflab's own ring (and the helpers that compute its schedule and traffic) stop the rank when
     the learner's code calls them: a ring taken from perflab is not the learner's."""
-    from perflab.distributed import collectives
+    from perflab.distributed import ring
 
     def refused(*args, **kwargs):
         raise SystemExit("perflab's ring was called: write the ring yourself")
 
     for name in RING_ANSWERS:
-        fn = getattr(collectives, name, None)
+        fn = getattr(ring, name, None)
         if fn is not None and not fn.__code__.co_freevars:
             fn.__code__ = refused.__code__.replace(co_name=fn.__code__.co_name)
 
@@ -76,16 +78,18 @@ RING_ANSWERS = ("ring_all_reduce", "simulate_ring", "ring_schedule", "chunk_size
 
 
 def load(path: str, name: str):
-    disarm_answers()
+    """The learner's function `name` from the file `path`, perflab's own ring disarmed before it runs."""
     spec = importlib.util.spec_from_file_location("lab06_student", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path} as a Python module")
+    disarm_answers()
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return getattr(mod, name)
 
 
-def body(ctx, a):
+def body(ctx, a) -> JSON:
+    """This rank's rows, one per size, as its result file holds them (read by `perflab.distributed.lab06`)."""
     import torch
     import torch.distributed as dist
 

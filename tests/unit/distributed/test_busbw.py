@@ -66,19 +66,21 @@ def test_published_nccl_tests_rows_reproduced():
     # NVIDIA/nccl-tests issue #232: all_reduce_perf, 2 ranks (one H100 per node, -np 2 -g 1):
     #   33554432 B, 812.3 us -> algbw 41.31, busbw 41.31 GB/s (factor 2(n-1)/n = 1 for n = 2)
     d = B.convert("all_reduce", 33554432, 812.3e-6, 2)
-    assert round(d["algbw_gbps"], 2) == 41.31 and round(d["busbw_gbps"], 2) == 41.31
+    assert round(d.algbw_gbps, 2) == 41.31 and round(d.busbw_gbps, 2) == 41.31
     # kvcache-ai/Mooncake PR #3484 (an 8-GPU all_reduce_perf run): 33554432 B, 195.40 us ->
     #   algbw 171.72, busbw 300.51 GB/s; 300.51 / 171.72 = 1.75 = 2·7/8, the factor for 8 ranks
     d = B.convert("all_reduce", 33554432, 195.40e-6, 8)
-    assert round(d["algbw_gbps"], 2) == 171.72 and round(d["busbw_gbps"], 2) == 300.51
+    assert round(d.algbw_gbps, 2) == 171.72 and round(d.busbw_gbps, 2) == 300.51
 
 
 def test_convert_units_and_fields():
     d = B.convert("AllGather", 2**30, 0.5, 4)
-    assert d["op"] == "all_gather" and d["factor"] == 0.75
-    assert d["algbw_gbps"] == pytest.approx(2**30 / 0.5 / 1e9)
-    assert d["busbw_gbps"] == pytest.approx(d["algbw_gbps"] * 0.75)
-    assert "gathered output" in d["size_means"]
+    assert d.op == "all_gather" and d.factor == 0.75
+    assert d.algbw_gbps == pytest.approx(2**30 / 0.5 / 1e9)
+    assert d.busbw_gbps == pytest.approx(d.algbw_gbps * 0.75)
+    assert "gathered output" in d.size_means
+    assert d.text() == ("all_gather of S = 1073741824 B in 0.5 s on 4 ranks: algbw = S/t = 2.147 GB/s; "
+                        "busbw = algbw × (n−1)/n (0.75) = 1.611 GB/s")
 
 
 @pytest.mark.parametrize("name,want", [("allreduce", "all_reduce"), ("All-Reduce", "all_reduce"),
@@ -122,6 +124,8 @@ def test_cli_convert_json():
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["algbw_gbps"] == pytest.approx(1.048576) and d["busbw_gbps"] == pytest.approx(1.048576 * 0.75)
+    assert list(d) == ["op", "bytes", "seconds", "ranks", "factor", "factor_formula", "algbw_gbps", "busbw_gbps",
+                       "size_means"]
 
 
 @pytest.mark.parametrize("args,needle", [

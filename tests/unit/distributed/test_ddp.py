@@ -14,12 +14,10 @@ from .helpers import assert_all_gone
 matplotlib.use("Agg")
 
 
-def test_comm_hooks_lets_a_refused_hook_through_unless_it_is_bf16(one_rank, monkeypatch):
-    from perflab.distributed import ddp
-
-    monkeypatch.setattr(ddp, "_hook", lambda name, holder: (None, "not a function"))
+def test_comm_hooks_lets_a_refused_hook_through_unless_it_is_bf16(one_rank):
     with pytest.raises(TypeError, match="must be callable"):
-        ddp.comm_hooks(one_rank, hooks=("fp16",), steps=1, width=8, depth=1, mbs=2)
+        D.comm_hooks(one_rank, hooks=("fp16",), steps=1, width=8, depth=1, mbs=2,
+                     choose_hook=lambda name, holder: (None, "not a function"))
 
 
 # ----------------------------------------------------------------------------- ddp
@@ -48,7 +46,7 @@ def test_ddp_helpers_refuse_what_cannot_work():
     with pytest.raises(RuntimeError, match="unused parameter"):
         D._grad(p)
     with pytest.raises(KeyError):
-        D._hook("int4", {})
+        D.hook_for("int4", {})
     with pytest.raises(RuntimeError, match="no process group is initialised"):
         D.bf16_compress_equivalent(None, None)
 

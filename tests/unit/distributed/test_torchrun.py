@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -13,15 +11,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import matplotlib
-import psutil
 import pytest
 import torch
 
 from perflab.core.errors import InputError
-from perflab.distributed import collectives as C  # noqa: E402
 from perflab.distributed import torchrun as T
 from perflab.distributed import torchrun as dist
-from perflab.distributed.torchrun import BackendChoice, DistRunError, LaunchResult, RankOutcome
+from perflab.distributed.torchrun import DistRunError, LaunchResult, RankOutcome
 from perflab.profiling import faults, trace
 
 from .helpers import GLOO, assert_all_gone
@@ -95,45 +91,6 @@ def test_slurm_script_names_the_partition():
     assert "#SBATCH --partition=gpu\n" in text and "--nproc-per-node=8" in text
 
 
-# ----------------------------------------------------------------------------- what a job's result says
-def test_timeout_message_when_a_rank_never_started_and_others_finished():
-    res = _result([RankOutcome(0, "ok"), RankOutcome(1, "timeout", started=False)], timed_out=True)
-    assert res.message == ("rank 1 (it had not started yet: torchrun and `import torch` were still loading) did not "
-                           "finish within 30 s; rank 0 had finished; every process was stopped")
-
-
-def test_messages_when_no_rank_raised():
-    assert _result([RankOutcome(0, "ok")], nproc=2).message == "only 1 of 2 ranks started (torchrun exit codes [0])"
-    assert _result([RankOutcome(0, "ok"), RankOutcome(1, "unknown")]).message == "rank 1 did not finish (unknown)"
-    assert (_result([RankOutcome(0, "ok")], returncodes=[1]).message
-            == "torchrun exited with [1] although every rank finished")
-
-
-def test_report_lists_failed_ranks_first_and_skips_the_ok_ones():
-    ranks = [RankOutcome(0, "ok", stdout="fine"), RankOutcome(1, "stopped", stdout="stopped here"),
-             RankOutcome(2, "raised", error="ValueError: boom", stderr="Traceback\nValueError: boom", error_time=1.0)]
-    res = _result(ranks, returncodes=[1])
-    lines = res.report().splitlines()
-    assert lines[0] == "rank 2 raised ValueError: boom; rank 1 was stopped"
-    assert lines[1] == "--- rank 2: raised (ValueError: boom) ---"
-    assert "--- rank 1: stopped ---" in lines and "fine" not in lines
-    d = res.as_dict()
-    assert d["ok"] is False and d["world_size"] == 3 and d["ranks"][2]["error"] == "ValueError: boom"
-    assert d["ranks"][1] == {"rank": 1, "status": "stopped", "exit_code": None, "error": None, "step": None,
-                             "where": None, "pid": None, "local_rank": None, "node": None, "output_tail": "stopped here"}
-
-
-def test_report_shows_torchrun_when_no_rank_started():
-    res = _result([], returncodes=[1], nproc=2,
-                  agent_output="torchrun: error: unrecognized arguments: --bogus\n")
-    assert res.report().splitlines()[1:] == ["--- torchrun ---", "torchrun: error: unrecognized arguments: --bogus"]
-
-
-def test_raise_for_status_returns_a_good_result():
-    res = _result([RankOutcome(0, "ok"), RankOutcome(1, "ok")])
-    assert res.raise_for_status() is res
-
-
 def test_run_worker_raises_with_the_report(monkeypatch):
     bad = _result([RankOutcome(0, "raised", error="ValueError: boom")], returncodes=[1])
     good = _result([RankOutcome(0, "ok")])
@@ -143,113 +100,6 @@ def test_run_worker_raises_with_the_report(monkeypatch):
     assert e.value.result is bad
     monkeypatch.setattr(T, "launch", lambda *a, **kw: good)
     assert T.run_worker("perflab.distributed.workers.faulty", 1) is good
-
-
-# ----------------------------------------------------------------------------- reading the run folder
-def test_outcomes_from_torchrun_exit_codes_alone(tmp_path):
-    summary = ("  rank      : 0 (local_rank: 0)\n  exitcode  : 0 (pid: 11)\n"
-               "  rank      : 1 (local_rank: 1)\n  exitcode  : -15 (pid: 12)\n")
-    res = _result([], returncodes=[1], agent_output=summary, nproc=3)
-    got = T._outcomes(tmp_path, 3, 1, res)
-    assert [(o.status, o.exit_code) for o in got] == [("ok", 0), ("stopped", -15), ("stopped", None)]
-    plain = _result([], returncodes=[0], nproc=1)
-    assert [(o.status, o.exit_code) for o in T._outcomes(tmp_path, 1, 1, plain)] == [("ok", 0)]
-
-
-def test_rank_logs_ignore_what_is_not_a_rank_folder(tmp_path):
-    base = tmp_path / "logs" / "node0" / "abc" / "attempt_0"
-    (base / "1").mkdir(parents=True)
-    (base / "error.json").write_text("{}")
-    assert T._rank_logs(tmp_path, 2, 1, {}) == {1: base / "1"}
-    assert T._read(tmp_path / "missing.log") == ""
-
-
-def test_stack_dump_edge_cases():
-    dump = ('Current thread 0x01 (most recent call first):\n\n  File "/w/faulty.py", line 31 in body\n'
-            "\nThread 0x02:\n")
-    assert T.parse_stack_dump(dump) == (None, None)  # the last thread's block has no frames
-    one = 'Current thread 0x01:\n  (garbage)\n  File "/w/faulty.py", line 31 in body\nExtension modules: x\n'
-    assert T.parse_stack_dump(one) == ("faulty.py:31 in body", None)
-
-
-def test_track_and_dump_stacks_skip_unreadable_or_vanished_ranks(tmp_path, monkeypatch):
-    (tmp_path / "rank0.where.json").write_text("{not json")
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    (tmp_path / "rank1.where.json").write_text(json.dumps({"pid": gone.pid}))
-    (tmp_path / "rank2.where.json").write_text(json.dumps({"pid": os.getpid()}))
-    tracked: dict = {}
-    T._track([], tmp_path, tracked)
-    assert os.getpid() in tracked and (gone.pid not in tracked or psutil.pid_exists(gone.pid))
-
-    class Vanished:
-        def is_running(self):
-            raise psutil.NoSuchProcess(os.getpid())
-
-    sent = []
-    monkeypatch.setattr(T, "time", SimpleNamespace(sleep=sent.append))  # this module's clock only
-    T._dump_stacks(tmp_path, {os.getpid(): Vanished()})  # rank 1 is not tracked, rank 2 is gone: no signal
-    assert sent == [0.3]
-
-
-def test_stop_kills_an_agent_that_ignores_sigterm():
-    agent_proc = subprocess.Popen(["sh", "-c", "trap '' TERM; echo ready; sleep 30 & wait"], start_new_session=True,
-                                  stdout=subprocess.PIPE, text=True)
-    try:
-        assert agent_proc.stdout is not None and agent_proc.stdout.readline().strip() == "ready"
-        T._stop([agent_proc], {})  # SIGTERM to its group, a second's grace, then SIGKILL
-        assert agent_proc.poll() == -signal.SIGKILL
-    finally:
-        if agent_proc.poll() is None:
-            agent_proc.kill()
-        agent_proc.wait()
-        if agent_proc.stdout is not None:
-            agent_proc.stdout.close()
-
-
-def test_stop_kills_a_rank_that_ignores_sigterm():
-    rank = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                             "print('ready', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
-    short = subprocess.Popen(["sleep", "30"])
-    try:
-        assert rank.stdout is not None and rank.stdout.readline().strip() == "ready"
-
-        class Vanishing(psutil.Process):  # exits between the launcher's look and its kill
-            def status(self):
-                raise psutil.NoSuchProcess(self.pid)
-
-            def kill(self):
-                raise psutil.NoSuchProcess(self.pid)
-
-        tracked = {short.pid: Vanishing(short.pid), rank.pid: psutil.Process(rank.pid)}
-        T._stop([], tracked)
-        assert not tracked[rank.pid].is_running()  # killed, and reaped by _stop
-    finally:
-        for p in (rank, short):
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        if rank.stdout is not None:
-            rank.stdout.close()
-
-
-def test_signal_group_of_a_finished_job_is_no_error():
-    done = subprocess.Popen(["true"], start_new_session=True)
-    done.wait()
-    T._signal_group(done.pid, 0)  # its group is gone (signal 0 only asks whether it exists)
-
-
-def test_barrier_and_ring_verdicts_without_rows():
-    assert C.barrier_ok([], 0.2) is False
-    launch = LaunchResult("perflab.distributed.workers.collectives", 2, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0,
-                          60.0, False, [1], ranks=[RankOutcome(0, "raised", error="ValueError: boom"),
-                                                   RankOutcome(1, "stopped")])
-    run = C.CollectivesRun(launch, 0.2)
-    assert run.ring_ok is None  # no rank reported its ring check
-    assert len(run.summary) == 0
-    d = run.as_dict()
-    assert d["ok"] is False and d["primitives"] == []
-    assert [r["status"] for r in d["ranks"]] == ["raised", "stopped"]
 
 
 def test_command_uses_a_file_rendezvous_and_no_port():
@@ -295,18 +145,6 @@ def test_choose_backend_on_this_machine():
     elif torch.cuda.device_count() < 64:
         c = dist.choose_backend(64)
         assert c.name == "gloo" and "NCCL needs one GPU per rank" in c.reason
-
-
-def test_parse_helpers():
-    err = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nZeroDivisionError: division by zero\n"
-    assert dist.parse_exception(err) == "ZeroDivisionError: division by zero"
-    dump = ("Current thread 0x01 (most recent call first):\n"
-            '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
-            '  File "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper\n'
-            '  File "/w/faulty.py", line 34 in body\n')
-    where, waiting = dist.parse_stack_dump(dump)
-    assert where == "faulty.py:34 in body, inside all_reduce()" and waiting == "all_reduce"
-    assert dist.parse_stack_dump('Current thread 0x01:\n  File "/w/faulty.py", line 31 in body\n') == ("faulty.py:31 in body", None)
 
 
 @pytest.mark.slow

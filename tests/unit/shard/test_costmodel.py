@@ -16,23 +16,25 @@ def test_collective_time_inverts_nccl_tests_busbw():
 
 def test_zero3_sends_one_and_a_half_times_ddp():
     tr = costmodel.step_traffic(1e9, 8, itemsize=2, busbw_gbps=100)
-    assert tr["ddp"]["psi"] == pytest.approx(2 * 7 / 8)
-    assert tr["zero3"]["psi"] == pytest.approx(3 * 7 / 8)
-    assert tr["ratio"] == pytest.approx(1.5)
-    assert tr["zero3"]["seconds"] == pytest.approx(1.5 * tr["ddp"]["seconds"])
-    assert tr["ddp"]["seconds"] == pytest.approx(2 * 7 / 8 * 2e9 / 100e9)
-    assert "arxiv.org/abs/1910.02054" in tr["source"]
+    assert tr.ddp.psi == pytest.approx(2 * 7 / 8)
+    assert tr.zero3.psi == pytest.approx(3 * 7 / 8)
+    assert tr.ratio == pytest.approx(1.5)
+    assert tr.zero3.seconds == pytest.approx(1.5 * tr.ddp.seconds)
+    assert tr.ddp.seconds == pytest.approx(2 * 7 / 8 * 2e9 / 100e9)
+    assert tr.ddp.ops == ["reduce_scatter", "all_gather"] and tr.zero3.ops == ["all_gather", "all_gather", "reduce_scatter"]
+    assert "arxiv.org/abs/1910.02054" in tr.source
+    assert costmodel.step_traffic(1e9, 8).ddp.seconds is None  # no busbw, no time
 
 
 def test_prefetch_hides_a_gather_shorter_than_the_compute():
     unit = 50e6
     g = costmodel.collective_seconds("all_gather", unit, 4, busbw_gbps=50)
     hidden = costmodel.prefetch(unit_bytes=unit, n=4, busbw_gbps=50, unit_forward_s=2 * g)
-    assert hidden["forward"]["hidden"] and hidden["forward"]["exposed_s"] == 0
+    assert hidden.forward.hidden and hidden.forward.exposed_s == 0
     short = costmodel.prefetch(unit_bytes=unit, n=4, busbw_gbps=50, unit_forward_s=0.75 * g)
-    assert not short["forward"]["hidden"] and short["forward"]["exposed_s"] == pytest.approx(0.25 * g)
-    assert short["backward"]["hidden"]  # the backward is twice the forward
-    assert short["break_even_forward_s"] == pytest.approx(g)
+    assert not short.forward.hidden and short.forward.exposed_s == pytest.approx(0.25 * g)
+    assert short.backward.hidden  # the backward is twice the forward
+    assert short.break_even_forward_s == pytest.approx(g) and short.gather_s == pytest.approx(g)
 
 
 def test_bad_input_is_one_line():

@@ -8,6 +8,7 @@ import pytest
 from clirun import perflab
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import to_json
 from perflab.shard import formulas as F
 from perflab.shard import published
 from perflab.workload.models import preset
@@ -25,10 +26,10 @@ def test_bubble_formula_and_held_microbatches():
 def test_replay_gives_the_formula_for_equal_stages_and_shows_an_unequal_one():
     for p, m in ((2, 1), (2, 8), (4, 4), (3, 5)):
         gpipe = [[("F", 1.0)] * m + [("B", 2.0)] * m for _ in range(p)]
-        assert F.replay(gpipe)["bubble"] == pytest.approx([F.bubble_fraction(p, m)] * p)
+        assert F.replay(gpipe).bubble == pytest.approx([F.bubble_fraction(p, m)] * p)
     slow = [[("F", 1.0)] * 4 + [("B", 2.0)] * 4, [("F", 2.0)] * 4 + [("B", 2.0)] * 4]
     r = F.replay(slow)
-    assert r["wall_s"] == pytest.approx(1 + 4 * 2 + 4 * 2 + 2)  # the slow stage sets the pace
+    assert r.wall_s == pytest.approx(1 + 4 * 2 + 4 * 2 + 2)  # the slow stage sets the pace
     with pytest.raises(InputError, match="deadlock"):
         F.replay([[("B", 1.0), ("F", 1.0)], [("F", 1.0), ("B", 1.0)]])
 
@@ -37,12 +38,12 @@ def test_fsdp_memory_names_uneven_shards_and_step_counters():
     cfg = preset("tiny-gpt")
     m = F.fsdp_memory(cfg, 3, rank=2)  # 1024-row embedding over 3 ranks: 342, 342, 340 rows
     assert F.shard_rows(1024, 3, 2) == 340 and F.shard_rows(5, 4, 3) == 0
-    assert m["exact"]["param"] == F.fsdp_param_shard_bytes(cfg, 3, 2)
-    assert m["exact"]["param"] - m["estimate"]["param"] == pytest.approx(m["named"]["uneven dim-0 shards (params)"])
-    assert m["named"]["AdamW step counters (one fp32 per tensor)"] == 4 * len(list(__import__(
+    assert m.exact.param == F.fsdp_param_shard_bytes(cfg, 3, 2)
+    assert m.exact.param - m.estimate.param == pytest.approx(m.named["uneven dim-0 shards (params)"])
+    assert m.named["AdamW step counters (one fp32 per tensor)"] == 4 * len(list(__import__(
         "perflab.workload.models", fromlist=["x"]).build_model(cfg).parameters()))
     for n in (2, 4):  # lesson 12: tiny-gpt's dimensions divide by 2 and by 4
-        assert all(F.fsdp_memory(cfg, n, r)["named"]["uneven dim-0 shards (params)"] == 0 for r in range(n))
+        assert all(F.fsdp_memory(cfg, n, r).named["uneven dim-0 shards (params)"] == 0 for r in range(n))
     ranks = [F.fsdp_param_shard_bytes(cfg, 3, r) for r in range(3)]
     assert sum(ranks) == 4 * F.fsdp_units(cfg)[0].numel + 4 * sum(u.numel for u in F.fsdp_units(cfg)[1:])
 
@@ -51,12 +52,14 @@ def test_fsdp_and_tp_collective_formulas():
     cfg = preset("tiny-gpt")
     c = F.fsdp_comm(cfg, 2)
     root, block = 4 * (1024 * 128 + 128 * 128 + 256), 4 * (4 * (128 * 128 + 128) + 2 * 128 * 512 + 512 + 128 + 4 * 128)
-    assert c["all_gather"] == {"calls": 1 + 2 * 2, "bytes": root + 2 * 2 * block}
-    assert c["reduce_scatter"] == {"calls": 3, "bytes": root + 2 * block}
+    assert c.all_gather == F.CommCount(1 + 2 * 2, root + 2 * 2 * block)
+    assert c.reduce_scatter == F.CommCount(3, root + 2 * block)
+    assert (c.calls, c.bytes) == (5 + 3, 2 * root + 6 * block) and c.of("reduce_scatter") is c.reduce_scatter
     t = F.tp_comm(cfg, 2, batch=2, seq=32)
     per = 2 * 32 * 128 * 4
-    assert (t["calls"], t["calls_per_block"], t["bytes"], t["bytes_per_call"]) == (8, 4, 8 * per, per)
-    assert t["forward"] == t["backward"] == {"calls": 4, "calls_per_block": 2, "bytes": 4 * per}
+    assert (t.calls, t.calls_per_block, t.bytes, t.bytes_per_call) == (8, 4, 8 * per, per)
+    assert t.forward == t.backward == F.TpCalls(4, 2, 4 * per)
+    assert to_json(t.forward) == {"calls": 4, "calls_per_block": 2, "bytes": 4 * per}
     with pytest.raises(InputError, match="--nproc among"):
         F.check_tp(cfg, 3)
 
@@ -107,25 +110,25 @@ def test_tensor_parallel_step_has_four_all_reduces_per_block_and_sequence_parall
     cfg = preset("tiny-gpt")
     t = F.tp_comm(cfg, 2, batch=2, seq=32)
     per = 2 * 32 * cfg.hidden * 4
-    assert t["calls_per_block"] == 4 and t["calls"] == 4 * cfg.layers and t["bytes"] == t["calls"] * per
-    assert t["forward"]["calls_per_block"] == t["backward"]["calls_per_block"] == 2
-    sp = t["sequence_parallel"]
-    assert sp["reduce_scatter"]["calls"] == sp["all_gather"]["calls"] == t["calls"]
-    assert F.tp_comm(cfg, 1, batch=2, seq=32)["calls"] == 0
+    assert t.calls_per_block == 4 and t.calls == 4 * cfg.layers and t.bytes == t.calls * per
+    assert t.forward.calls_per_block == t.backward.calls_per_block == 2
+    sp = t.sequence_parallel
+    assert sp.reduce_scatter.calls == sp.all_gather.calls == t.calls
+    assert F.tp_comm(cfg, 1, batch=2, seq=32).calls == 0
 
 
 def test_torchtitans_interleaved_gain_is_computed_from_its_table():
 
     g = published.interleaved_1f1b_gain()
-    assert g["tokens_per_s_per_gpu"] == {"1F1B": 100.0, "Interleaved 1F1B": 128.0}
-    assert g["throughput_gain"] == pytest.approx(0.28) and g["memory_change"] < 0
-    assert "Table 5" in g["source"] and "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a" in g["source"]
+    assert g.tokens_per_s_per_gpu == {"1F1B": 100.0, "Interleaved 1F1B": 128.0}
+    assert g.throughput_gain == pytest.approx(0.28) and g.memory_change < 0
+    assert "Table 5" in g.source and "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a" in g.source
 
 
 def test_fsdp_peak_holds_two_units_of_parameters_and_one_of_gradients():
     cfg = preset("tiny-gpt")
     m = F.fsdp_peak_unsharded(cfg, 2)
     units = {u.name: u.padded_numel(2) * 4 for u in F.fsdp_units(cfg)}
-    assert m["units"] == ["root", "blocks.0"] and m["unit_bytes"] == units
-    assert m["params"] == units["root"] + units["blocks.0"] and m["grads"] == units["blocks.0"]
-    assert m["total"] == m["params"] + m["grads"]
+    assert m.units == ["root", "blocks.0"] and m.unit_bytes == units
+    assert m.params == units["root"] + units["blocks.0"] and m.grads == units["blocks.0"]
+    assert m.total == m.params + m.grads

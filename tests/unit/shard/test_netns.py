@@ -55,19 +55,19 @@ def test_a_result_record_cut_by_another_ranks_output_is_not_counted(monkeypatch)
     node1 = f"{_record(2)}\n{_record(3)} and more output\nPERFLAB_RESULT {{\"rank\": 3}}\n"
     netns, deleted = _fake_nodes(monkeypatch, [["printf", "%s", node0], ["printf", "%s", node1]])
     res = netns.two_node_launch(nproc_per_node=2, timeout=30)
-    assert [r["RANK"] for r in res["ranks"]] == [1, 2, 3]
-    assert [r["namespace_node"] for r in res["ranks"]] == [0, 1, 1]
-    assert res["returncodes"] == [0, 0] and not res["timed_out"]
-    assert res["ok"] is False  # 3 whole records of the 4 ranks
-    assert res["outputs"] == [node0, node1] and len(deleted) == 1 and len(deleted[0]) == 2
+    assert [r["RANK"] for r in res.ranks] == [1, 2, 3]
+    assert [r["namespace_node"] for r in res.ranks] == [0, 1, 1]
+    assert res.returncodes == [0, 0] and not res.timed_out
+    assert res.ok is False  # 3 whole records of the 4 ranks
+    assert res.outputs == [node0, node1] and len(deleted) == 1 and len(deleted[0]) == 2
 
 
 def test_nodes_past_the_timeout_are_stopped_and_one_that_ignores_sigterm_is_killed(monkeypatch):
     netns, deleted = _fake_nodes(monkeypatch, [["sleep", "30"], ["sh", "-c", "sleep 30"]])
     monkeypatch.setattr(subprocess, "Popen", _ShortGrace)
     res = netns.two_node_launch(nproc_per_node=2, timeout=0.05)
-    assert res["timed_out"] and not res["ok"] and res["ranks"] == []
-    assert res["returncodes"] == [-signal.SIGTERM, -signal.SIGKILL]
+    assert res.timed_out and not res.ok and res.ranks == []
+    assert res.returncodes == [-signal.SIGTERM, -signal.SIGKILL]
     assert len(deleted) == 1
 
 
@@ -85,7 +85,7 @@ def test_a_node_whose_process_group_is_gone_when_signalled_does_not_stop_the_lau
     monkeypatch.setattr(os, "killpg", killpg)
     res = netns.two_node_launch(nproc_per_node=2, timeout=0.05)
     assert sent == [signal.SIGTERM, signal.SIGTERM, signal.SIGKILL]
-    assert res["timed_out"] and res["returncodes"] == [-signal.SIGTERM, -signal.SIGKILL] and len(deleted) == 1
+    assert res.timed_out and res.returncodes == [-signal.SIGTERM, -signal.SIGKILL] and len(deleted) == 1
 
 
 def test_tensor_parallel_llama_matches_the_unsharded_blocks():
@@ -125,8 +125,8 @@ def test_a_failing_ip_command_is_one_line():
 def test_two_namespaced_nodes_rendezvous_and_all_reduce():
     before = set(netns.namespaces_left())
     res = netns.two_node_launch(nproc_per_node=2)
-    assert res["ok"], "\n".join(o[-2000:] for o in res["outputs"])
-    ranks = res["ranks"]
+    assert res.ok, "\n".join(o[-2000:] for o in res.outputs)
+    ranks = res.ranks
     assert [r["RANK"] for r in ranks] == [0, 1, 2, 3]
     assert all(r["WORLD_SIZE"] == 4 and r["LOCAL_WORLD_SIZE"] == 2 and r["all_reduce"] == 6.0 for r in ranks)
     assert all(r["RANK"] == r["GROUP_RANK"] * 2 + r["LOCAL_RANK"] for r in ranks)

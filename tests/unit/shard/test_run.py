@@ -12,7 +12,8 @@ from perflab.core.errors import InputError
 from perflab.course.widgets import Panel, int_slider, log2_slider
 from perflab.shard import formulas as F
 from perflab.shard import plots
-from perflab.shard.run import TOL_BUBBLE, ShardReport, _fmt, shard_many, validate
+from perflab.shard.report import FsdpDetails, PpDetails, TpDetails
+from perflab.shard.run import TOL_BUBBLE, shard_many, validate
 from perflab.workload.models import preset
 
 
@@ -37,7 +38,6 @@ def test_run_refuses_unknown_strategies_and_models_too_large():
         validate("fsdp", 2, [1], "gpipe", "gpt3-175b")  # 96 layers
     with pytest.raises(InputError, match="no stages to replay"):
         F.replay([])
-    assert _fmt("idle_s", 0.01234) == "0.012 s" and _fmt("comm_calls", 4) == "4" and _fmt("x", 0.123456) == "0.123"
 
 
 @pytest.mark.slow
@@ -58,6 +58,10 @@ def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss(live):
         assert r["predicted_peak_bytes"] + sum(rem.values()) == sum(parts.values()) == r["peak_bytes"]
     names = [c["name"] for c in d["checks"]]
     assert "loss vs the 1-rank run, every step" in names and all(c["ok"] for c in d["checks"])
+    assert list(d["details"]) == ["ranks", "comm_formula", "units", "estimate_components", "losses", "reference_losses"]
+    assert d["details"]["comm_formula"]["all_gather"] == {"calls": 5, "bytes": r["comm_bytes"] - d["details"][
+        "comm_formula"]["reduce_scatter"]["bytes"]}
+    assert isinstance(rep.details, FsdpDetails) and rep.details.ranks[0].peak_holds is not None
     # FSDP's own share of the peak, per rank, reported by part
     held = [d["details"]["ranks"][k]["peak_holds"] for k in ("0", "1")]
     # which moment is each rank's peak varies from run to run (2.00, 3.15 and 0.85 units of parameters seen),
@@ -73,21 +77,23 @@ def test_fsdp_on_two_ranks_matches_lesson_03_and_the_one_rank_loss(live):
 def test_tensor_parallel_blocks_match_and_all_reduce_twice_per_block_each_way(live):
     rep = live["tp"]
     assert rep.ok, rep.text()
-    assert [c["name"] for c in rep.checks if c["ok"]] == [c["name"] for c in rep.checks] and len(rep.checks) == 7
+    assert [c.name for c in rep.checks if c.ok] == [c.name for c in rep.checks] and len(rep.checks) == 7
     assert all(r["comm_calls"] == r["predicted_comm_calls"] == 8 for r in rep.rows)
     # counted live, block by block: 2 all-reduces in each block's forward and 2 in its backward
-    for key in ("per_block", "per_block_backward"):
-        assert [b["all_reduce"]["calls"] for b in rep.details[key]] == [2, 2]
+    assert isinstance(rep.details, TpDetails)
+    for blocks in (rep.details.per_block, rep.details.per_block_backward):
+        assert [b["all_reduce"]["calls"] for b in blocks] == [2, 2]
 
 
 @pytest.mark.slow
 def test_pipeline_bubble_follows_the_formula_for_m_1_2_4_8(live):
     rep = live["pp"]
-    runs = rep.details["runs"]
-    assert [r["m"] for r in runs] == [1, 2, 4, 8]
+    assert isinstance(rep.details, PpDetails)
+    runs = rep.details.runs
+    assert [r.m for r in runs] == [1, 2, 4, 8] and rep.details.run(4) is runs[2]
     for r in runs:
-        assert abs(r["replayed_bubble"] - r["formula"]) <= TOL_BUBBLE, rep.text()
-        assert r["wall_bubble"] >= r["replayed_bubble"] - 0.02  # hand-offs only add idle time
+        assert abs(r.replayed_bubble - r.formula) <= TOL_BUBBLE, rep.text()
+        assert r.wall_bubble >= r.replayed_bubble - 0.02  # hand-offs only add idle time
     held = [row["peak_bytes"] for row in rep.rows if row["rank"] == 0]
     assert held == [row["predicted_peak_bytes"] for row in rep.rows if row["rank"] == 0]
     assert held[-1] == 8 * held[0]  # GPipe keeps every micro-batch's activations until its backward
@@ -100,31 +106,3 @@ def test_the_panel_answers_four_stages_and_eight_microbatches():
                   ranks=int_slider("ranks p", 2, 1, 16), microbatches=log2_slider("micro-batches m", 4, 1, 64))
     panel.set(ranks=4, microbatches=8)
     assert panel.last_error is None and "27.3 %" in panel.last[0]
-
-
-def _fsdp():
-    rows = [{"rank": r, "param_bytes": 1_000_000, "grad_bytes": 1_000_000, "optim_bytes": 2_000_016,
-             "peak_bytes": 5_500_000, "comm_calls": 9, "comm_bytes": 4_000_000, "idle_s": 0.0123,
-             "predicted_param_bytes": 1_000_000, "predicted_grad_bytes": 1_000_000, "predicted_optim_bytes": 2_000_000,
-             "predicted_peak_bytes": 5_000_000, "predicted_comm_calls": 9, "predicted_comm_bytes": 4_000_000,
-             "predicted_idle_s": None} for r in (0, 1)]
-    details = {"estimate_components": {"states": 4_000_000, "activations": 1_000_000},
-               "ranks": [{"peak_remainder": {"all-gathered block": 600_000, "freed early": -100_000},
-                          "tracker_peak_bytes": 5_500_000}]}
-    return ShardReport("fsdp", 2, {}, rows, [], details)
-
-
-def test_the_fsdp_table_names_its_quantities_with_units_and_never_shows_none():
-    df = _fsdp().table()
-    assert list(df.columns) == ["rank 0", "rank 1", "predicted"]
-    assert df.loc["parameters", "rank 0"] == "1.00 MB" and df.loc["idle time", "predicted"] == "not predicted"
-    assert df.loc["idle time", "rank 1"] == "0.012 s"
-    cells = df.to_numpy().ravel().tolist()
-    assert not any(c is None or c == "None" for c in cells) and len(df.columns) <= 5
-
-
-def test_the_peak_table_calls_its_middle_rows_differences_and_signs_them():
-    df = _fsdp().peak_table()
-    assert df.loc["difference: freed early", "bytes"] == "−100 kB"
-    assert df.loc["difference: all-gathered block", "bytes"] == "+600 kB"
-    assert df.iloc[0]["bytes"] == "5.00 MB" and df.iloc[-1]["bytes"] == "5.50 MB"
