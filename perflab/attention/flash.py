@@ -1,10 +1,11 @@
-"""Lesson 13's FlashAttention forward in Triton: run, checked, its bytes counted, compiled, timed.
+"""Lesson 13's FlashAttention forward in Triton: run, checked, its bytes counted, timed.
 
     >>> from perflab.attention import flash
     >>> o = flash.attention(q, k, v, causal=True)            # [b, a, s, d] fp16/bf16/fp32 tensors
-    >>> flash.check(1, 2, 77, 64, "fp16", causal=True)       # against torch's SDPA, in the interpreter here
-    >>> flash.count_bytes(1, 2, 200, 64, block_m=64, block_n=32)   # every tl.load/tl.store, masks respected
-    >>> flash.compile_attention(64, 64, 64, "fp16", "sm_90")       # registers, spills, shared memory
+    >>> flash.check(1, 2, 77, 64, "fp16", causal=True)       # FlashCheck against torch's SDPA, in the interpreter here
+    >>> flash.count_bytes(1, 2, 200, 64, block_m=64, block_n=32)   # ByteCount: every tl.load/tl.store, masks respected
+
+What the compiler makes of it (registers, spills, shared memory, occupancy) is `perflab.attention.compiled`.
 
 The kernel is `perflab.gemm.triton_kernels.flash_attention_fwd_kernel` (its docstring explains the
 online softmax). On a CPU it runs in Triton's interpreter (`triton_matmul.jitted`), on a CUDA GPU
@@ -38,10 +39,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.attention import formulas as io
 from perflab.core.errors import InputError, UnsupportedError
+from perflab.core.jsonable import JSON
 from perflab.core.validate import positive_int
 from perflab.gemm import triton_matmul as tm
 
@@ -142,8 +145,28 @@ def _inputs(b: int, a: int, s: int, d: int, dtype: str, seed: int, device: str):
     return tuple(torch.randn(b, a, s, d, generator=g).to(dt).to(device) for _ in range(3))
 
 
+@dataclass
+class FlashCheck:
+    """The kernel's O (and log-sum-exp) against torch's SDPA on N(0, 1) inputs of one shape."""
+
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    dtype: str
+    causal: bool
+    block_m: int
+    block_n: int
+    device: str
+    interpreter: bool  # run by Triton's interpreter (a CPU), not compiled
+    max_abs_err: float  # max |O − O_sdpa|
+    lse_max_abs_err: float  # against a float64 log-sum-exp
+    tolerance: float  # of O (`tolerance`); the log-sum-exp's is 1e-3
+    passed: bool
+
+
 def check(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: bool = False, block_m: int = 64,
-          block_n: int = 64, seed: int = 0, device: str | None = None) -> dict[str, Any]:
+          block_n: int = 64, seed: int = 0, device: str | None = None) -> FlashCheck:
     """Run the kernel on N(0, 1) inputs and compare O with torch's scaled_dot_product_attention:
     max_abs_err, the tolerance, whether it passed. On a CPU through the interpreter (in a child
     process when this one imported Triton natively)."""
@@ -161,9 +184,8 @@ def check(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: bool =
             raise InputError(f"b·a·s·d = {b * a * s * d:,} is too large for the interpreter here (it runs every program "
                              f"as numpy): keep it ≤ {INTERPRETER_MAX_ELEMENTS:,}, e.g. batch 1, heads 2, seq 512")
         if tm.import_triton(True) is False:
-            return tm.run_in_interpreter_process(__name__, "check", dict(b=b, a=a, s=s, d=d, dtype=name, causal=causal,
-                                                                         block_m=block_m, block_n=block_n, seed=seed,
-                                                                         device="cpu"))
+            return FlashCheck(**tm.run_in_interpreter_process(__name__, "check", dict(
+                b=b, a=a, s=s, d=d, dtype=name, causal=causal, block_m=block_m, block_n=block_n, seed=seed, device="cpu")))
     q, k, v = _inputs(b, a, s, d, name, seed, dev)
     o, lse = attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n, return_lse=True)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -176,10 +198,8 @@ def check(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: bool =
     tol = tolerance(name)
     if name == "fp32" and torch.device(dev).type == "cuda":  # tl.dot and SDPA take fp32 through tf32 on a GPU
         tol = tolerance("fp16")
-    return {"batch": b, "heads": a, "seq": s, "head_dim": d, "dtype": name, "causal": bool(causal),
-            "block_m": block_m, "block_n": block_n, "device": dev, "interpreter": torch.device(dev).type == "cpu",
-            "max_abs_err": err, "lse_max_abs_err": lse_err, "tolerance": tol,
-            "passed": bool(err <= tol and lse_err <= 1e-3)}
+    return FlashCheck(b, a, s, d, name, bool(causal), block_m, block_n, dev, torch.device(dev).type == "cpu", err,
+                      lse_err, tol, bool(err <= tol and lse_err <= 1e-3))
 
 
 # ---------------------------------------------------------------- counting bytes in the interpreter
@@ -232,12 +252,35 @@ def counting_loads_and_stores(tensors: dict[str, Any]):
         del builder.create_masked_store
 
 
-def count_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: bool = False, block_m: int = 64,
-                block_n: int = 64, seed: int = 0) -> dict[str, Any]:
-    """Run the kernel once in the interpreter and count the bytes of every load and store, per tensor.
+@dataclass
+class ByteCount:
+    """The bytes one launch's loads and stores moved (counted in the interpreter), beside the formula's."""
 
-    Returns {'q', 'k', 'v', 'o', 'lse'} (each bytes read + written), 'read', 'written', 'total',
-    'other' (addresses outside the five tensors: must be 0), and the formula's figures beside them."""
+    q: int  # per tensor: bytes read + written
+    k: int
+    v: int
+    o: int
+    lse: int
+    read: int
+    written: int
+    other: int  # addresses outside the five tensors: must be 0
+    total: int  # read + written
+    predicted: int  # the formula, tile by tile (`formulas.flash_bytes`)
+    predicted_closed: int  # its closed form (`formulas.flash_bytes_closed`)
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    dtype: str
+    causal: bool
+    block_m: int
+    block_n: int
+
+
+def count_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: bool = False, block_m: int = 64,
+                block_n: int = 64, seed: int = 0) -> ByteCount:
+    """Run the kernel once in the interpreter and count the bytes of every load and store, per tensor,
+    with the formula's figures beside them."""
     b, a, s, d = (positive_int(n, v) for n, v in (("batch", b), ("heads", a), ("seq", s), ("head_dim", d)))
     check_head_dim(d)
     check_blocks(block_m, block_n)
@@ -246,9 +289,8 @@ def count_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: 
         raise InputError(f"b·a·s·d = {b * a * s * d:,} is too large to count in the interpreter here: keep it ≤ "
                          f"{INTERPRETER_MAX_ELEMENTS:,} (the bytes scale by formula; count small, predict large)")
     if tm.import_triton(True) is False:
-        return tm.run_in_interpreter_process(__name__, "count_bytes", dict(b=b, a=a, s=s, d=d, dtype=name,
-                                                                           causal=causal, block_m=block_m,
-                                                                           block_n=block_n, seed=seed))
+        return ByteCount(**tm.run_in_interpreter_process(__name__, "count_bytes", dict(
+            b=b, a=a, s=s, d=d, dtype=name, causal=causal, block_m=block_m, block_n=block_n, seed=seed)))
     import torch
 
     q, k, v = _inputs(b, a, s, d, name, seed, "cpu")
@@ -263,24 +305,21 @@ def count_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp16", *, causal: 
             q, k, v, o, lse, s, a, LOG2E / math.sqrt(d), q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
             k.stride(2), v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal), WIDEN=name == "bf16")
-    out: dict[str, Any] = {n: c[n]["read"] + c[n]["written"] for n in ("q", "k", "v", "o", "lse")}
-    out["read"] = sum(c[n]["read"] for n in c)
-    out["written"] = sum(c[n]["written"] for n in c)
-    out["other"] = c["other"]["read"] + c["other"]["written"]
-    out["total"] = out["read"] + out["written"]
+    per = {n: c[n]["read"] + c[n]["written"] for n in ("q", "k", "v", "o", "lse")}
+    read, written = sum(c[n]["read"] for n in c), sum(c[n]["written"] for n in c)
     pred = io.flash_bytes(b, a, s, d, tm_itemsize(name), block_m=block_m, block_n=block_n, causal=causal)
-    out["predicted"] = pred["total"]
-    out["predicted_closed"] = io.flash_bytes_closed(b, a, s, d, tm_itemsize(name), block_m=block_m, causal=causal)
-    out.update(batch=b, heads=a, seq=s, head_dim=d, dtype=name, causal=bool(causal), block_m=block_m, block_n=block_n)
-    return out
+    closed = io.flash_bytes_closed(b, a, s, d, tm_itemsize(name), block_m=block_m, causal=causal)
+    return ByteCount(**per, read=read, written=written, other=c["other"]["read"] + c["other"]["written"],
+                     total=read + written, predicted=pred["total"], predicted_closed=closed, batch=b, heads=a, seq=s,
+                     head_dim=d, dtype=name, causal=bool(causal), block_m=block_m, block_n=block_n)
 
 
 def count_totals(points: list[dict[str, Any]]) -> list[int]:
-    """`count_bytes(**p)["total"]` for each p, in one interpreter process (a child one when this
+    """`count_bytes(**p).total` for each p, in one interpreter process (a child one when this
     process runs Triton natively, as on a GPU after a native launch: one child for all points)."""
     if tm.import_triton(True) is False:
         return tm.run_in_interpreter_process(__name__, "count_totals", {"points": points})
-    return [int(count_bytes(**p)["total"]) for p in points]
+    return [int(count_bytes(**p).total) for p in points]
 
 
 def tm_itemsize(dtype: str) -> int:
@@ -289,11 +328,36 @@ def tm_itemsize(dtype: str) -> int:
 
 # ---------------------------------------------------------------- the eager path's bytes
 
-def count_eager_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, causal: bool = False) -> dict[str, Any]:
+@dataclass
+class EagerOp:
+    """One operator of the eager path: bytes it read and wrote, and its largest output."""
+
+    op: str
+    read: int
+    written: int
+    largest: int
+
+
+@dataclass
+class EagerBytes:
+    """The eager path's bytes, operator by operator (views, which move nothing, left out)."""
+
+    total: int
+    ops: list[EagerOp]
+    largest: int  # the biggest tensor any operator wrote: the s×s matrix
+    s2_bytes: int  # b·a·s² × the itemsize
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    dtype: str
+    causal: bool
+
+
+def count_eager_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, causal: bool = False) -> EagerBytes:
     """Run `eager_attention` under a TorchDispatchMode and add each operator's input and output bytes.
 
-    Returns 'total', 'ops' (one row per operator: name, bytes read, bytes written) and 'largest'
-    (the biggest tensor any operator wrote, bytes: the s×s matrix). The tensors live on PyTorch's
+    The tensors live on PyTorch's
     "meta" device: every operator runs and gives its outputs' shapes and dtypes, but nothing is
     computed or allocated, so any size and dtype counts in milliseconds."""
     import torch
@@ -302,7 +366,7 @@ def count_eager_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, ca
 
     b, a, s, d = (positive_int(n, v) for n, v in (("batch", b), ("heads", a), ("seq", s), ("head_dim", d)))
     name = tm.dtype_name(dtype)
-    rows: list[dict[str, Any]] = []
+    rows: list[EagerOp] = []
 
     def nbytes(x) -> int:
         return x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0
@@ -312,25 +376,24 @@ def count_eager_bytes(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, ca
             out = func(*args, **(kwargs or {}))
             ins = sum(nbytes(x) for x in tree_flatten((args, kwargs or {}))[0])
             outs = [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)]
-            rows.append({"op": str(func.overloadpacket.__name__), "read": ins, "written": sum(nbytes(x) for x in outs),
-                         "largest": max((nbytes(x) for x in outs), default=0)})
+            rows.append(EagerOp(str(func.overloadpacket.__name__), ins, sum(nbytes(x) for x in outs),
+                                max((nbytes(x) for x in outs), default=0)))
             return out
 
     q, k, v = (torch.empty(b, a, s, d, dtype=tm.torch_dtype(name), device="meta") for _ in range(3))
     with Count():
         eager_attention(q, k, v, causal=causal)
     # views (transpose, expand) move nothing: only operators that compute count
-    moved = [r for r in rows if r["op"] not in {"transpose", "t", "view", "expand", "_unsafe_view", "reshape",
-                                                "detach", "alias", "unsqueeze", "permute", "clone_view"}]
-    total = sum(r["read"] + r["written"] for r in moved)
-    return {"total": total, "ops": moved, "largest": max((r["largest"] for r in moved), default=0),
-            "s2_bytes": b * a * s * s * tm_itemsize(name), "batch": b, "heads": a, "seq": s, "head_dim": d,
-            "dtype": name, "causal": bool(causal)}
+    moved = [r for r in rows if r.op not in {"transpose", "t", "view", "expand", "_unsafe_view", "reshape",
+                                             "detach", "alias", "unsqueeze", "permute", "clone_view"}]
+    total = sum(r.read + r.written for r in moved)
+    return EagerBytes(total, moved, max((r.largest for r in moved), default=0), b * a * s * s * tm_itemsize(name), b,
+                      a, s, d, name, bool(causal))
 
 
 # ---------------------------------------------------------------- backward (PyTorch recompute)
 
-def eager_frame(sizes: list[int], d: int = 64, dtype: str = "fp32") -> tuple[Any, dict[str, Any]]:
+def eager_frame(sizes: list[int], d: int = 64, dtype: str = "fp32") -> tuple[Any, EagerBytes]:
     """Lesson 13's eager table: per sequence length (one head, batch 1), the bytes counted, the largest
     tensor, s² × itemsize, Algorithm 0's prediction, and the growth from the previous length (the first
     row has no previous one and says so). Returns (frame, the last length's count)."""
@@ -340,11 +403,11 @@ def eager_frame(sizes: list[int], d: int = 64, dtype: str = "fp32") -> tuple[Any
     for s in sizes:
         last = count_eager_bytes(1, 1, s, d, dtype)
         item = tm_itemsize(tm.dtype_name(dtype))
-        growth = "first size" if prev is None else f"{last['total'] / prev[1]:.2f}× from s = {prev[0]}"
-        rows.append({"seq": s, "eager counted (B)": last["total"], "largest tensor (B)": last["largest"],
+        growth = "first size" if prev is None else f"{last.total / prev[1]:.2f}× from s = {prev[0]}"
+        rows.append({"seq": s, "eager counted (B)": last.total, "largest tensor (B)": last.largest,
                      f"s² × {item} B": s * s * item, f"Algorithm 0, {dtype} (B)": io.standard_bytes(1, 1, s, d, item)["total"],
                      "growth": growth})
-        prev = (s, last["total"])
+        prev = (s, last.total)
     if last is None:
         raise InputError("give at least one sequence length")
     return pd.DataFrame(rows), last
@@ -373,8 +436,21 @@ def attention_backward(q, k, v, o, lse, do, *, causal: bool = False, sm_scale: f
     dk = (ds.transpose(-1, -2) @ qf) * scale  # matmul 5
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
+@dataclass
+class BackwardCheck:
+    """The recompute backward's gradients against autograd through SDPA: max |error| of each."""
+
+    dq: float
+    dk: float
+    dv: float
+    tolerance: float
+    passed: bool
+    forward_flops: float
+    backward_flops: float  # with the recompute: 2.5× the forward's
+
+
 def check_backward(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, causal: bool = False,
-                   seed: int = 0) -> dict[str, Any]:
+                   seed: int = 0) -> BackwardCheck:
     """The recompute backward against autograd through SDPA (fp32 on a CPU): max_abs_err of dQ, dK, dV.
 
     Uses the kernel's forward (interpreter on a CPU) for O and the log-sum-exp."""
@@ -386,8 +462,8 @@ def check_backward(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, causa
     name = tm.dtype_name(dtype)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     if dev == "cpu" and tm.import_triton(True) is False:
-        return tm.run_in_interpreter_process(__name__, "check_backward", dict(b=b, a=a, s=s, d=d, dtype=name,
-                                                                              causal=causal, seed=seed))
+        return BackwardCheck(**tm.run_in_interpreter_process(__name__, "check_backward", dict(
+            b=b, a=a, s=s, d=d, dtype=name, causal=causal, seed=seed)))
     q, k, v = _inputs(b, a, s, d, name, seed, dev)
     g = torch.Generator(device="cpu").manual_seed(seed + 1)
     do = torch.randn(b, a, s, d, generator=g).to(q.dtype).to(dev)
@@ -400,9 +476,8 @@ def check_backward(b: int, a: int, s: int, d: int, dtype: str = "fp32", *, causa
     errs = {n: float((x.float() - g.float()).abs().max()) for n, x, g in zip(("dq", "dk", "dv"), (dq, dk, dv), grads)
             if g is not None}
     tol = 4 * tolerance(name) if name != "fp32" else 1e-4
-    return {**errs, "tolerance": tol, "passed": all(e <= tol for e in errs.values()),
-            "forward_flops": io.forward_flops(b, a, s, d, causal),
-            "backward_flops": io.backward_flops(b, a, s, d, causal, recompute=True)}
+    return BackwardCheck(errs["dq"], errs["dk"], errs["dv"], tol, all(e <= tol for e in errs.values()),
+                         io.forward_flops(b, a, s, d, causal), io.backward_flops(b, a, s, d, causal, recompute=True))
 
 # ---------------------------------------------------------------- timing on a GPU
 
@@ -412,8 +487,34 @@ PATH_NAMES = {"triton": "the course's Triton kernel (FlashAttention-2's loop ord
               "sdpa_flash": "SDPA's flash backend (FlashAttention-2)",
               "eager": "eager PyTorch (S and P written to memory)"}
 
+@dataclass
+class PathTiming:
+    """One attention path timed on a GPU, checked against SDPA first; or why it could not run."""
+
+    seconds: float | None = None  # median
+    tflops: float | None = None
+    max_abs_err: float | None = None
+    error: str | None = None  # a backend this GPU or shape lacks
+
+
+@dataclass
+class PathTimings:
+    """The forward's FLOPs and each path's timing (`PATH_NAMES` names them)."""
+
+    flops: float
+    paths: dict[str, PathTiming] = field(default_factory=dict)
+
+    def to_json(self) -> JSON:
+        """{"flops", then each path: its figures, or {"error"}}."""
+        out: JSON = {"flops": self.flops}
+        for k, p in self.paths.items():
+            out[k] = {"error": p.error} if p.error is not None else {"seconds": p.seconds, "tflops": p.tflops,
+                                                                      "max_abs_err": p.max_abs_err}
+        return out
+
+
 def time_paths(b: int, a: int, s: int, d: int, dtype: str = "bf16", *, causal: bool = False, block_m: int = 128,
-               block_n: int = 64, num_warps: int = 8, num_stages: int = 2, rep_ms: float = 100) -> dict[str, Any]:
+               block_n: int = 64, num_warps: int = 8, num_stages: int = 2, rep_ms: float = 100) -> PathTimings:
     """On a CUDA GPU: seconds and TFLOP/s of the Triton kernel, SDPA's flash backend and eager attention.
 
     Each is checked against SDPA before it is timed. Never run in this project's tests (no GPU here)."""
@@ -430,7 +531,7 @@ def time_paths(b: int, a: int, s: int, d: int, dtype: str = "bf16", *, causal: b
     q, k, v = _inputs(b, a, s, d, name, 0, "cuda")
     flops = io.forward_flops(b, a, s, d, causal)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    out: dict[str, Any] = {"flops": flops}
+    out = PathTimings(flops)
 
     def triton_fn():
         o = attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps,
@@ -451,131 +552,11 @@ def time_paths(b: int, a: int, s: int, d: int, dtype: str = "bf16", *, causal: b
         try:
             err = float((fn().float() - ref.float()).abs().max())
             r = bench(fn, rep_ms=rep_ms, device=torch.device("cuda"), label=f"{label} attention s={s} d={d}")
-            out[label] = {"seconds": r.median_s, "tflops": flops / r.median_s / 1e12, "max_abs_err": err}
+            out.paths[label] = PathTiming(r.median_s, flops / r.median_s / 1e12, err)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # a backend this GPU or shape lacks: recorded
-            out[label] = {"error": str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}
+            out.paths[label] = PathTiming(error=str(e).strip().splitlines()[0][:200] if str(e).strip()
+                                          else type(e).__name__)
     return out
-
-# ---------------------------------------------------------------- what the compiler made of it
-
-def attention_job(block_m: int, block_n: int, d: int, dtype: str, cc: int, *, causal: bool = False,
-                  num_warps: int = 4, num_stages: int = 2, seq: int = 4096, heads: int = 16) -> dict[str, Any]:
-    """The compile request for the attention kernel on contiguous [b, heads, seq, d] tensors."""
-    from perflab.gemm.compiled import TRITON_DTYPE, kernel_signature
-
-    ty = "*" + TRITON_DTYPE[dtype]
-    sd, hsd = seq * d, heads * seq * d
-    args: list[tuple[str, Any]] = [("q_ptr", ty), ("k_ptr", ty), ("v_ptr", ty), ("o_ptr", ty), ("lse_ptr", "*fp32"),
-                                   ("seq_len", seq), ("n_heads", heads), ("qk_scale", "fp32")]
-    for t in ("q", "k", "v", "o"):
-        args += [(f"stride_{t}b", hsd), (f"stride_{t}h", sd), (f"stride_{t}s", d)]
-    signature, constexprs, divisible = kernel_signature(
-        args, (("HEAD_DIM", d), ("BLOCK_M", block_m), ("BLOCK_N", block_n), ("CAUSAL", bool(causal)), ("WIDEN", False)))
-    return {"kernel": "flash_attention_fwd_kernel", "signature": signature, "constexprs": constexprs,
-            "divisible": divisible, "cc": cc, "num_warps": num_warps, "num_stages": num_stages}
-
-def shared_estimate(block_m: int, block_n: int, d: int, itemsize: int) -> int:
-    """A lower bound of the shared memory a tile needs, bytes: one K block and one V block
-    (BLOCK_N × d each). The Q tile and P may also be staged there, and pipelining keeps more K/V
-    stages: the compiler's figure is the real one."""
-    return 2 * block_n * d * itemsize
-
-def _check_compile_args(block_m: int, block_n: int, d: int, dtype: str, num_warps: int, num_stages: int) -> str:
-    check_blocks(block_m, block_n)
-    check_head_dim(d)
-    name = tm.dtype_name(dtype)
-    if name == "fp32":
-        raise InputError("compile the attention kernel in fp16 or bf16 (Tensor Core inputs)")
-    if num_warps not in (1, 2, 4, 8, 16):
-        raise InputError(f"num_warps={num_warps}: use 1, 2, 4, 8 or 16")
-    if not isinstance(num_stages, int) or not 1 <= num_stages <= 6:
-        raise InputError(f"num_stages={num_stages}: use 1 to 6")
-    return name
-
-def compile_configs(configs: list[tuple[int, int]], d: int = 64, dtype: str = "fp16", target: str | int = "sm_90", *,
-                    causal: bool = False, num_warps: int = 4, num_stages: int = 2,
-                    verbose: bool = False) -> list[dict[str, Any]]:
-    """Compile the kernel for each (block_m, block_n) for `target` (no GPU needed; one compiler
-    process for all uncached ones) and read registers, spills, shared memory, Tensor Core
-    instructions and blocks per SM with the binding limit (lesson 04's machinery).
-
-    A configuration that does not fit gets 'cannot_run': one line naming the limit."""
-    from perflab.gemm import compiled
-    from perflab.gemm.occupancy import occupancy
-
-    name = ""
-    for bm, bn in configs:
-        name = _check_compile_args(bm, bn, d, dtype, num_warps, num_stages)
-    cc = compiled.parse_target(target)
-    limits = compiled._limits_for(cc, None)
-    rows: list[dict[str, Any]] = []
-    jobs: list[dict[str, Any]] = []
-    for bm, bn in configs:
-        row: dict[str, Any] = {"block_m": bm, "block_n": bn, "head_dim": d, "dtype": name, "target": f"sm_{cc}",
-                               "causal": bool(causal), "num_warps": num_warps, "num_stages": num_stages,
-                               "gpu": limits.name if limits else None, "cannot_run": None}
-        need = shared_estimate(bm, bn, d, tm_itemsize(name))
-        if limits is not None and need > limits.max_shared_bytes_per_block:
-            row["cannot_run"] = (f"K and V blocks alone need {need / 1024:.0f} KiB of shared memory (2 × {bn}×{d} × "
-                                 f"{tm_itemsize(name)} B), over {limits.name}'s "
-                                 f"{limits.max_shared_bytes_per_block / 1024:.0f} KiB per block: use a smaller BLOCK_N")
-        else:
-            jobs.append(attention_job(bm, bn, d, name, cc, causal=causal, num_warps=num_warps, num_stages=num_stages))
-            row["_job"] = len(jobs) - 1
-        rows.append(row)
-    summaries, todo = compiled.build(jobs, verbose=verbose) if jobs else ([], set())
-    for row in rows:
-        j = row.pop("_job", None)
-        if j is None:
-            continue
-        s = summaries[j]
-        if "error" in s:
-            msg = s["error"]
-            if "shared memory" in msg.lower() or "OutOfResources" in msg:
-                row["cannot_run"] = f"the compiler refused it: {msg}"
-                continue
-            raise InputError(f"Triton could not compile the attention kernel {row['block_m']}x{row['block_n']} "
-                             f"d={d}: {msg}")
-        figs, md = s["cuobjdump"], s["metadata"]
-        row.update(registers=int(figs["REG"]), spill_bytes=int(figs.get("STACK", 0)),
-                   shared_bytes=int(md["shared"]) + int(figs.get("SHARED", 0)), tensor_core_kind=s["tensor_core_kind"],
-                   tensor_core_instructions=int(s["tensor_core_instructions"]), cached=j not in todo)
-        if limits is not None:
-            try:
-                occ = occupancy(row["registers"], row["shared_bytes"], num_warps, limits)
-                row.update(blocks_per_sm=occ.blocks_per_sm, occupancy=occ.occupancy, limited_by=occ.limited_by)
-            except InputError as e:
-                row["cannot_run"] = str(e).replace(
-                    "lower num_stages or BLOCK_K (each stage holds a BLOCK_M×BLOCK_K tile of A and a BLOCK_K×BLOCK_N "
-                    "tile of B)", "use a smaller BLOCK_N or fewer stages (each stage holds a K and a V block)")
-    return rows
-
-def compiled_frame(rows: list[dict[str, Any]]) -> tuple[Any, list[str]]:
-    """`compile_configs` rows as a reader reads them: one narrow table (no empty cells: a config that
-    cannot run says so in its last column) and, apart, one line per config that cannot run, with why."""
-    import pandas as pd
-
-    from perflab.core.readout import nbytes
-
-    table, why = [], []
-    for r in rows:
-        tile = f"{r['block_m']}×{r['block_n']}, d {r['head_dim']}"
-        if r.get("cannot_run"):
-            table.append({"target": r["target"], "tile": tile, "registers": "–", "spilled": "–", "shared": "–",
-                          "blocks/SM (occupancy)": "–", "limited by": "cannot run (below)"})
-            why.append(f"{r['target']} {tile}: {r['cannot_run']}")
-            continue
-        table.append({"target": r["target"], "tile": tile, "registers": r["registers"],
-                      "spilled": nbytes(r["spill_bytes"]), "shared": nbytes(r["shared_bytes"]),
-                      "blocks/SM (occupancy)": (f"{r['blocks_per_sm']} ({r['occupancy']:.0%})"
-                                                if r.get("blocks_per_sm") is not None else "no limits known"),
-                      "limited by": r.get("limited_by") or "–"})
-    return pd.DataFrame(table), why
-
-def compile_attention(block_m: int = 64, block_n: int = 64, d: int = 64, dtype: str = "fp16",
-                      target: str | int = "sm_90", **kw) -> dict[str, Any]:
-    """One configuration: see `compile_configs`."""
-    return compile_configs([(block_m, block_n)], d, dtype, target, **kw)[0]
 
 def kernel_source(loop_only: bool = True) -> str:
     """The kernel's source text, read from its file (importing it would fix Triton's mode): the whole

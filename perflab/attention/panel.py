@@ -4,14 +4,15 @@ returning (figure, table, text); a config that cannot run raises InputError with
 `attention(...)`: predicted against counted bytes of the fused kernel (and the standard path's
 prediction) over sequence length, and the compiled kernel's occupancy, for one tile configuration.
 Counts come from Triton's interpreter (`flash.count_totals`, memoised; one child process per change
-where Triton runs natively); the compile from lesson 04's on-disk cache after the first time.
+where Triton runs natively); the compile (`compiled.compile_attention`) from lesson 04's on-disk cache
+after the first time.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from perflab.attention import flash
+from perflab.attention import compiled, flash
 from perflab.attention import formulas as io
 
 _ATTENTION_COUNTS: dict[tuple[int, int, int, int, bool], int] = {}
@@ -75,12 +76,12 @@ def attention(seq: int = 256, head_dim: int = 64, block_m: int = 64, block_n: in
             f"({last['standard_predicted'] / last['flash_predicted']:.1f}× the fused kernel's)")
     table = df
     if compile_kernel:
-        r = flash.compile_attention(int(block_m), int(block_n), int(head_dim), "fp16", target, causal=bool(causal))
-        table, _ = flash.compiled_frame([r])
-        if r.get("cannot_run"):
-            text += f"\n{r['target']}: cannot run: {r['cannot_run']}"
+        r = compiled.compile_attention(int(block_m), int(block_n), int(head_dim), "fp16", target, causal=bool(causal))
+        table, _ = compiled.compiled_frame([r])
+        if r.cannot_run:
+            text += f"\n{r.target}: cannot run: {r.cannot_run}"
         else:
-            text += (f"\n{r['target']} ({r['gpu']}): {r['registers']} registers/thread, {r['spill_bytes']} B spilled, "
-                     f"{nbytes(r['shared_bytes'])} shared/block → {r['blocks_per_sm']} blocks per SM "
-                     f"({r['occupancy']:.1%} occupancy), limited by {r['limited_by']}")
+            text += (f"\n{r.target} ({r.gpu}): {r.registers} registers/thread, {r.spill_bytes} B spilled, "
+                     f"{nbytes(r.shared_bytes or 0)} shared/block → {r.blocks_per_sm} blocks per SM "
+                     f"({r.occupancy or 0.0:.1%} occupancy), limited by {r.limited_by}")
     return fig, table, text

@@ -38,7 +38,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perflab.attention import flash
+    from perflab.attention import compiled, flash
     from perflab.attention import formulas as io
     from perflab.core.errors import InputError, UnsupportedError
     from perflab.core.readout import nbytes, num
@@ -65,12 +65,12 @@ def run(args) -> int:
     small = b * a * s * d <= flash.INTERPRETER_MAX_ELEMENTS
     if reason is None and small:
         c = flash.count_bytes(b, a, s, d, dtype, causal=args.causal, block_m=args.block_m, block_n=args.block_n)
-        out["flash_bytes_counted"] = c["total"]
+        out["flash_bytes_counted"] = c.total
     else:
         out["flash_bytes_counted"] = None
         out["flash_count_skipped"] = reason or ("too large to count in the interpreter here (b·a·s·d over "
                                                 f"{flash.INTERPRETER_MAX_ELEMENTS:,})")
-    out["eager_bytes_counted"] = flash.count_eager_bytes(b, a, s, d, dtype, causal=args.causal)["total"]
+    out["eager_bytes_counted"] = flash.count_eager_bytes(b, a, s, d, dtype, causal=args.causal).total
     lines.append(f"fused (FlashAttention): predicted {nbytes(out['flash_bytes'])}"
                  + (f", counted {nbytes(out['flash_bytes_counted'])} (every tl.load/tl.store in the interpreter)"
                     if out["flash_bytes_counted"] is not None else f", not counted: {out['flash_count_skipped']}"))
@@ -83,31 +83,31 @@ def run(args) -> int:
     if not args.no_compile:
         if reason:
             raise UnsupportedError(reason)
-        r = flash.compile_attention(args.block_m, args.block_n, d, dtype, args.target, causal=args.causal,
-                                    num_warps=args.warps, num_stages=args.stages)
-        out["compiled"] = r
-        if r.get("cannot_run") and "registers" not in r:
-            lines.append(f"{r['target']}: cannot run: {r['cannot_run']}")
+        r = compiled.compile_attention(args.block_m, args.block_n, d, dtype, args.target, causal=args.causal,
+                                       num_warps=args.warps, num_stages=args.stages)
+        out["compiled"] = r.to_json()
+        if r.cannot_run and not r.compiled:
+            lines.append(f"{r.target}: cannot run: {r.cannot_run}")
         else:
-            lines.append(f"{r['target']}: registers {r['registers']} per thread, spill_bytes {r['spill_bytes']}, shared "
-                         f"{nbytes(r['shared_bytes'])} per block, {r['tensor_core_kind'] or 'no'} Tensor Core instructions")
-            if r.get("cannot_run"):
-                lines.append(f"cannot run: {r['cannot_run']}")
-            elif r.get("blocks_per_sm") is not None:
-                lines.append(f"on {r['gpu']}: blocks_per_sm {r['blocks_per_sm']}, occupancy {r['occupancy']:.1%}, "
-                             f"limited_by {r['limited_by']}")
+            lines.append(f"{r.target}: registers {r.registers} per thread, spill_bytes {r.spill_bytes}, shared "
+                         f"{nbytes(r.shared_bytes or 0)} per block, {r.tensor_core_kind or 'no'} Tensor Core instructions")
+            if r.cannot_run:
+                lines.append(f"cannot run: {r.cannot_run}")
+            elif r.blocks_per_sm is not None:
+                lines.append(f"on {r.gpu}: blocks_per_sm {r.blocks_per_sm}, occupancy {r.occupancy or 0.0:.1%}, "
+                             f"limited_by {r.limited_by}")
     ok = True
     if args.run:
         if not small:
             raise InputError(f"--run: b·a·s·d = {b * a * s * d:,} is too large for the interpreter here: keep it ≤ "
                              f"{flash.INTERPRETER_MAX_ELEMENTS:,}")
         chk = flash.check(b, a, s, d, dtype, causal=args.causal, block_m=args.block_m, block_n=args.block_n)
-        out.update(max_abs_err=chk["max_abs_err"], run_tolerance=chk["tolerance"], run_passed=chk["passed"],
-                   run_device=chk["device"])
-        ok = chk["passed"]
-        where = "Triton's interpreter on this CPU" if chk["interpreter"] else chk["device"]
-        lines.append(f"ran on {where}: max_abs_err {chk['max_abs_err']:.3g} against SDPA (tolerance "
-                     f"{chk['tolerance']:.3g}) " + ("ok" if ok else "FAILED"))
+        out.update(max_abs_err=chk.max_abs_err, run_tolerance=chk.tolerance, run_passed=chk.passed,
+                   run_device=chk.device)
+        ok = chk.passed
+        where = "Triton's interpreter on this CPU" if chk.interpreter else chk.device
+        lines.append(f"ran on {where}: max_abs_err {chk.max_abs_err:.3g} against SDPA (tolerance "
+                     f"{chk.tolerance:.3g}) " + ("ok" if ok else "FAILED"))
     if args.json:
         emit(out, True)
     else:

@@ -48,8 +48,8 @@ def run(args) -> int:
     if args.run:
         m, n, k = shape or (200, 130, 96)
         chk = tm.check(m, n, k, dtype, cfg)
-        out.update(max_abs_err=chk["max_abs_err"], run_passed=chk["passed"], run_device=chk["device"],
-                   run_shape=[m, n, k], run_atol=chk["atol"], run_rtol=chk["rtol"])
+        out.update(max_abs_err=chk.max_abs_err, run_passed=chk.passed, run_device=chk.device,
+                   run_shape=[m, n, k], run_atol=chk.atol, run_rtol=chk.rtol)
     if args.json:
         emit(out, True)
         return 0

@@ -28,6 +28,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from perflab.core.jsonable import to_json
     from perflab.numa.plan import plan, plan_table
     from perflab.numa.smi_topo import parse_topo, table_matches_sysfs, topology_from_topo
     from perflab.numa.topology import format_cpulist, read_topology
@@ -64,22 +65,21 @@ def run(args) -> int:
              f"binding plan for {nproc} local ranks ({topo.source}):\n" + plan_table(p).to_string(index=False) + notes)
         return 0
     if parsed is not None:
-        out = {"gpus": parsed["gpus"], "links": parsed["links"], "nics": parsed["nics"], "legend": parsed["legend"],
+        out = {"gpus": to_json(parsed.gpus), "links": parsed.links, "nics": parsed.nics, "legend": parsed.legend,
                "notes": topo.notes}
-        text = "\n".join(f"GPU{g['gpu']}: CPUs {format_cpulist(g['cpu_affinity']) or 'N/A'}, NUMA node "
-                         f"{g['numa_node'] if g['numa_node'] is not None else 'N/A'}" for g in parsed["gpus"])
+        text = "\n".join(f"GPU{g.gpu}: CPUs {format_cpulist(g.cpu_affinity) or 'N/A'}, NUMA node "
+                         f"{g.numa_node if g.numa_node is not None else 'N/A'}" for g in parsed.gpus)
         emit(out, args.json, text + "".join(f"\nnote: {n}" for n in topo.notes))
         return 0
-    d = topo.as_dict()
-    out = {"nodes": [{"id": n["id"], "cpus": n["cpus"], "memory_bytes": n["memory_bytes"]} for n in d["nodes"]],
-           "distances": d["distances"],
-           "gpus": [{"index": g["index"], "bus_id": g["bus_id"], "numa_node": g["numa_node"], "cpus": g["cpus"]} for g in d["gpus"]],
-           "affinity": d["affinity"]}
-    lines = [f"node {n['id']}: CPUs {format_cpulist(n['cpus']) or 'none'}"
-             + (f", {n['memory_bytes'] / 2**30:.1f} GiB" if n["memory_bytes"] else "") for n in out["nodes"]]
-    lines.append("distances: " + "; ".join(" ".join(str(x) for x in row) for row in out["distances"]))
-    lines += [f"GPU{g['index']} ({g['bus_id']}): node {g['numa_node'] if g['numa_node'] is not None else 'unknown'}, "
-              f"local CPUs {format_cpulist(g['cpus']) or 'unknown'}" for g in out["gpus"]] or ["no GPU on the PCI bus"]
-    lines.append(f"this process may run on CPUs {format_cpulist(out['affinity'])}")
+    out = {"nodes": [{"id": n.id, "cpus": n.cpus, "memory_bytes": n.memory_bytes} for n in topo.nodes],
+           "distances": topo.distances,
+           "gpus": [{"index": g.index, "bus_id": g.bus_id, "numa_node": g.numa_node, "cpus": g.cpus} for g in topo.gpus],
+           "affinity": topo.affinity}
+    lines = [f"node {n.id}: CPUs {format_cpulist(n.cpus) or 'none'}"
+             + (f", {n.memory_bytes / 2**30:.1f} GiB" if n.memory_bytes else "") for n in topo.nodes]
+    lines.append("distances: " + "; ".join(" ".join(str(x) for x in row) for row in topo.distances))
+    lines += [f"GPU{g.index} ({g.bus_id}): node {g.numa_node if g.numa_node is not None else 'unknown'}, "
+              f"local CPUs {format_cpulist(g.cpus) or 'unknown'}" for g in topo.gpus] or ["no GPU on the PCI bus"]
+    lines.append(f"this process may run on CPUs {format_cpulist(topo.affinity)}")
     emit(out, args.json, "\n".join(lines))
     return 0

@@ -43,7 +43,7 @@ def run(args) -> int:
     base = s.baseline_row
     lines = [f"SwiGLU MLP, h={args.hidden}, tokens={tokens}, {s.dtype} on {s.device_name}: 8/3·h = "
              f"{eight_thirds(args.hidden):.2f}, baseline d_ff = {baseline_width(args.hidden)}"
-             + (f" at {base['tflops']:.4g} TFLOP/s" if base else ""),
+             + (f" at {base.tflops:.4g} TFLOP/s" if base else ""),
              "timed: 3 GEMMs forward + 6 backward (18·tokens·h·d_ff FLOPs); ranked by TFLOP/s:",
              f"{'rank':>4} {'d_ff':>7} {'TFLOP/s':>9} {'ms/step':>9} {'vs base':>8} {'params Δ vs 8/3·h':>19} {'2^k |':>6}"]
     marks = {"unstable": "  (did not repeat: cannot win)", "confirmed": "  (repeated: a real step)"}

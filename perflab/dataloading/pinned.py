@@ -190,8 +190,26 @@ def run_steps(host_batches: Sequence[Any], step: Callable[[Any], Any], streams: 
     return blocked
 
 
+@dataclass
+class VariantRun:
+    """One copy variant timed on a GPU: seconds per step, and what the copy and the compute took alone."""
+
+    variant: str
+    pinned: bool
+    non_blocking: bool
+    side_stream: bool
+    bytes: int  # per batch
+    h2d_gb_per_s: float  # the copy alone (GB = 1e9 bytes)
+    copy_s: float
+    compute_s: float
+    step_s: float  # copy and compute as the variant runs them
+    predicted_step_s: float  # `predict_step_s` from copy_s and compute_s
+    host_in_copy_s: float  # the host's time inside the copy call
+    overlap: float  # `overlap_fraction`: how much of the shorter of the two was hidden
+
+
 def measure_variants(nbytes: int = 64 << 20, compute_n: int = 4096, steps: int = 8,
-                     names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+                     names: Sequence[str] | None = None) -> list[VariantRun]:
     """On a CUDA GPU, for each variant: the copy's GB/s, the compute's and the step's time, the
     host's time inside the copy call, the step predicted from copy and compute, and the overlap.
 
@@ -233,16 +251,33 @@ def measure_variants(nbytes: int = 64 << 20, compute_n: int = 4096, steps: int =
         copy_s = timed(lambda: [streams.copy(h, v.non_blocking) for h in batches]) / steps  # noqa: B023
         blocked: list[float] = []
         step_s = timed(lambda: blocked.extend(run_steps(batches, step, streams, v))) / steps  # noqa: B023
-        rows.append({"variant": v.name, "pinned": v.pinned, "non_blocking": v.non_blocking,
-                     "side_stream": v.side_stream, "bytes": nbytes, "h2d_gb_per_s": gb_per_s(nbytes, copy_s),
-                     "copy_s": copy_s, "compute_s": compute_s, "step_s": step_s,
-                     "predicted_step_s": predict_step_s(v, copy_s, compute_s),
-                     "host_in_copy_s": sum(blocked) / len(blocked),
-                     "overlap": overlap_fraction(copy_s, compute_s, step_s)})
+        rows.append(VariantRun(v.name, v.pinned, v.non_blocking, v.side_stream, nbytes, gb_per_s(nbytes, copy_s),
+                               copy_s, compute_s, step_s, predict_step_s(v, copy_s, compute_s),
+                               sum(blocked) / len(blocked), overlap_fraction(copy_s, compute_s, step_s)))
     return rows
 
 
-def pin_cost(nbytes: int) -> dict:
+@dataclass
+class PinCost:
+    """Pinning `bytes` of host memory against the pinned copy it speeds up."""
+
+    bytes: int
+    pin_s: float
+    pin_gb_per_s: float
+    is_pinned: bool
+    pinned_copy_s: float  # the pinned tensor's copy to the device
+    pin_over_copy: float  # pin_s / pinned_copy_s
+
+    def line(self) -> str:
+        """In one sentence."""
+        from perflab.core import readout
+
+        return (f"pinning {readout.nbytes(self.bytes)} took {readout.seconds(self.pin_s)} "
+                f"({readout.num(self.pin_gb_per_s)} GB/s), {readout.num(self.pin_over_copy)}× the time of the "
+                "pinned copy to the device")
+
+
+def pin_cost(nbytes: int) -> PinCost:
     """Time to pin a tensor of `nbytes` (a page-locked allocation, which torch's host allocator
     caches and may reuse on a later call, plus a copy into it) and the rate in GB/s, against a
     pinned copy's own time to the device (CUDA only). Pinned pages stay in RAM until freed: the OS
@@ -264,35 +299,39 @@ def pin_cost(nbytes: int) -> dict:
     y.to(dev, non_blocking=True)
     torch.cuda.synchronize(dev)
     copy_s = time.perf_counter() - t0
-    return {"bytes": nbytes, "pin_s": pin_s, "pin_gb_per_s": gb_per_s(nbytes, pin_s), "is_pinned": y.is_pinned(),
-            "pinned_copy_s": copy_s, "pin_over_copy": pin_s / copy_s}
+    return PinCost(nbytes, pin_s, gb_per_s(nbytes, pin_s), y.is_pinned(), copy_s, pin_s / copy_s)
 
 
-def measured_table(rows: Sequence[dict[str, Any]]):
+def measured_table(rows: Sequence[VariantRun]):
     """`measure_variants`' rows for reading: units in the headers, three significant digits."""
     import pandas as pd
 
     from perflab.core import readout
 
-    return pd.DataFrame([{"variant": r["variant"], "copy (GB/s)": readout.num(r["h2d_gb_per_s"]),
-                          "host in the copy call": readout.seconds(r["host_in_copy_s"]),
-                          "compute alone": readout.seconds(r["compute_s"]), "step": readout.seconds(r["step_s"]),
-                          "step predicted": readout.seconds(r["predicted_step_s"]),
-                          "overlap (of the shorter)": readout.percent(r["overlap"])} for r in rows])
+    return pd.DataFrame([{"variant": r.variant, "copy (GB/s)": readout.num(r.h2d_gb_per_s),
+                          "host in the copy call": readout.seconds(r.host_in_copy_s),
+                          "compute alone": readout.seconds(r.compute_s), "step": readout.seconds(r.step_s),
+                          "step predicted": readout.seconds(r.predicted_step_s),
+                          "overlap (of the shorter)": readout.percent(r.overlap)} for r in rows])
 
 
-def pin_cost_line(cost: dict[str, Any]) -> str:
-    """`pin_cost`'s result in one sentence."""
-    from perflab.core import readout
-
-    return (f"pinning {readout.nbytes(cost['bytes'])} took {readout.seconds(cost['pin_s'])} "
-            f"({readout.num(cost['pin_gb_per_s'])} GB/s), {readout.num(cost['pin_over_copy'])}× the time of the "
-            "pinned copy to the device")
+def pin_cost_line(cost: PinCost) -> str:
+    """`pin_cost`'s result in one sentence (`cost.line()`)."""
+    return cost.line()
 
 
-def measure_2x2(nbytes: int = 256 << 20, compute_n: int = 4096, reps: int = 10) -> list[dict]:
+@dataclass
+class CopyCase:
+    """One cell of the pin_memory × non_blocking 2×2, as the published one is keyed."""
+
+    pin_memory: bool
+    non_blocking: bool
+    h2d_gb_per_s: float
+    step_s: float
+
+
+def measure_2x2(nbytes: int = 256 << 20, compute_n: int = 4096, reps: int = 10) -> list[CopyCase]:
     """The four single-stream variants of `measure_variants` (pin_memory × non_blocking), keyed as
     the published 2×2 is; no side stream, so the device runs copy and compute in turn in all four."""
     rows = measure_variants(nbytes, compute_n, reps, names=[v.name for v in VARIANTS if not v.side_stream])
-    return [{"pin_memory": r["pinned"], "non_blocking": r["non_blocking"], "h2d_gb_per_s": r["h2d_gb_per_s"],
-             "step_s": r["step_s"]} for r in rows]
+    return [CopyCase(r.pinned, r.non_blocking, r.h2d_gb_per_s, r.step_s) for r in rows]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 from perflab.hunt.pool import NAMES, parse_pool, regression
 
 SALT = "perflab-14-regression-hunt"
@@ -186,8 +187,9 @@ def reveal_draw(d: Draw) -> tuple[str, ...]:
 
 
 def teacher_view(users: Iterable[str], k: int | None = None, pool: Sequence[str] | str | None = None, *,
-                 costs: Mapping[str, Any] | None = None, salt_: str | None = None) -> list[dict[str, Any]]:
-    """One row per learner: their draw's regressions, categories and fixes."""
+                 costs: Mapping[str, Any] | None = None, salt_: str | None = None) -> list[JSON]:
+    """One row per learner: their draw's regressions, categories and fixes, as `perflab hunt --json`
+    prints them."""
     rows = []
     for u in users:
         d = draw_for(u, k, pool, costs=costs, salt_=salt_)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perflab.hunt.report import Rerun
 
 COLORS = {"data": "#4c72b0", "forward": "#55a868", "backward": "#8172b2", "clip": "#ccb974", "optimizer": "#c44e52",
           "other": "#937860"}
@@ -39,7 +42,7 @@ def phases_of(timed: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     return {k: dict(t.phases) for k, t in timed.items()}
 
 
-def before_after(res: Mapping[str, Any], before: str, after: str) -> dict[str, dict[str, float]]:
+def before_after(res: Rerun, before: str, after: str) -> dict[str, dict[str, float]]:
     """`perflab.hunt.report.rerun`'s two timed steps as waterfall rows, named for the reader."""
-    t = res["timed"]
+    t = res.timed
     return {before: dict(t["before"].phases), after: dict(t["with your fixes"].phases)}

@@ -21,6 +21,11 @@ Scoring (`score_of`):
 
 Claiming every category gives precision k / (number of claims), so with 3 of 9 it scores at most
 1/3: a careful hunt that names the 3 right causes scores 1.
+
+The evidence (`collect_evidence`, `synthetic_evidence`) is a JSON document, by design: it is what the
+learner's `read_evidence(ev)` reads (ev["counters"]["gen2_per_step"], ev["op_calls"], ...), the same
+shape as the recorded signatures file it is composed from. It is made once, from the instruments'
+typed readings (`perflab.hunt.step.Counters`, `Profiled`), at that edge.
 """
 
 from __future__ import annotations
@@ -30,11 +35,15 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError, PerflabError
+from perflab.core.jsonable import JSON, to_json
 from perflab.hunt.pool import ALL_FIXES, CATEGORIES, KEEP_SHARE, MODEL_FIXES, POOL, regression
+
+if TYPE_CHECKING:
+    from perflab.hunt.step import Timed
 
 RECOVER_SHARE = 0.5  # a fix must win back at least half of its regression's measured cost
 MODEL_PENALTY = 0.25  # per fix that changes the model
@@ -77,11 +86,12 @@ def parse_claims(claims: Iterable[Any]) -> list[Claim]:
 # ---------------------------------------------------------------- evidence
 
 
-def collect_evidence(step, epochs: int = 1) -> dict[str, Any]:
-    """The instruments' readings of `step` (a `perflab.hunt.step.HuntStep`), after one warm-up epoch:
-    each phase's share of the step (the phase timer), the step time, the counters (threads, usable
-    cores, gen-2 collections per step, the data wait on an epoch's first step and on the others) and
-    one profiled step (op calls, the top ops by time, lesson 09's diagnosis)."""
+def collect_evidence(step, epochs: int = 1) -> JSON:
+    """The instruments' readings of `step` (a `perflab.hunt.step.HuntStep`), after one warm-up epoch,
+    as the learner reads them (module docstring): each phase's share of the step (the phase timer),
+    the step time, the counters (threads, usable cores, gen-2 collections per step, the data wait on an
+    epoch's first step and on the others) and one profiled step (op calls, the top ops by time, lesson
+    09's diagnosis)."""
     from perflab.hunt.step import PHASES
 
     e = step.sizes.epoch_steps
@@ -91,11 +101,11 @@ def collect_evidence(step, epochs: int = 1) -> dict[str, Any]:
     shares = {p: statistics.mean(r[p] for r in recs) / total for p in PHASES}
     c = step.counters()
     prof = step.profile()
-    return {"step_s": total, "shares": shares, "counters": c, "op_calls": prof["op_calls"], "top_ops": prof["ops"],
-            "diagnosis": prof["diagnosis"]}
+    return {"step_s": total, "shares": shares, "counters": to_json(c), "op_calls": prof.op_calls,
+            "top_ops": to_json(prof.ops), "diagnosis": to_json(prof.diagnosis)}
 
 
-def record_signatures(names: Sequence[str] | None = None, sizes=None) -> dict[str, Any]:
+def record_signatures(names: Sequence[str] | None = None, sizes=None) -> JSON:
     """The evidence of the clean step and of the step with each regression alone (`collect_evidence`),
     as one JSON-ready dict: what `synthetic_evidence` composes draws from."""
     from perflab.hunt.pool import NAMES
@@ -113,14 +123,14 @@ def record_signatures(names: Sequence[str] | None = None, sizes=None) -> dict[st
     return out
 
 
-def load_signatures(name: str = "smoke") -> dict[str, Any]:
+def load_signatures(name: str = "smoke") -> JSON:
     """The signatures recorded with `record_signatures` at the smoke sizes (perflab/hunt/data)."""
     from pathlib import Path
 
     return json.loads((Path(__file__).parent / "data" / f"signatures_{name}.json").read_text())
 
 
-def synthetic_evidence(planted: Sequence[str], signatures: Mapping[str, Any]) -> dict[str, Any]:
+def synthetic_evidence(planted: Sequence[str], signatures: Mapping[str, Any]) -> JSON:
     """The evidence a step with all of `planted` on would give, composed from recorded signatures:
     each regression's extra seconds per phase, extra op calls and counters added to the clean step's.
     (Regressions that wait on different things add up; this is the model the tests hunt in.)"""
@@ -150,7 +160,20 @@ def synthetic_evidence(planted: Sequence[str], signatures: Mapping[str, Any]) ->
 # ---------------------------------------------------------------- recovery
 
 
-def measure_recovery(planted: Sequence[str], fixes: Sequence[str], sizes=None, *, reps: int = 3) -> dict[str, Any]:
+@dataclass
+class Recovery:
+    """The grader's re-run: the clean and the fixed step's seconds, what each claimed fix of a planted
+    regression won back and each such regression's own cost (both shares of the clean step), parity."""
+
+    clean_s: float
+    fixed_s: float
+    recovered: dict[str, float] = field(default_factory=dict)  # fix → what leaving it out costs
+    costs: dict[str, float] = field(default_factory=dict)  # planted regression → its cost in this run
+    parity_ok: bool = True  # the fixed step's loss within fp32's tolerance of the clean step's
+    loss_rel: float = 0.0  # their relative difference
+
+
+def measure_recovery(planted: Sequence[str], fixes: Sequence[str], sizes=None, *, reps: int = 3) -> Recovery:
     """Time, in turns: the clean step, the step with every claimed fix, and for each claimed fix of a
     planted regression, the step with every claimed fix but that one. A fix's recovery is what
     leaving it out costs, as a share of the clean step. Parity: the fixed step's loss against the
@@ -168,14 +191,13 @@ def measure_recovery(planted: Sequence[str], fixes: Sequence[str], sizes=None, *
     t = interleaved(configs, reps=reps)
     clean = t["clean"].step_s
     ok, rel = parity(t["fixed"].loss, t["clean"].loss)
-    return {"clean_s": clean, "fixed_s": t["fixed"].step_s,
-            "recovered": {f: (t[f"without:{f}"].step_s - t["fixed"].step_s) / clean for f in useful},
-            "costs": {p: t[f"only:{p}"].step_s / clean - 1 for p in fixed_by},
-            "parity_ok": ok, "loss_rel": rel}
+    return Recovery(clean, t["fixed"].step_s,
+                    {f: (t[f"without:{f}"].step_s - t["fixed"].step_s) / clean for f in useful},
+                    {p: t[f"only:{p}"].step_s / clean - 1 for p in fixed_by}, ok, rel)
 
 
 def measure_recovery_in_process(planted: Sequence[str], fixes: Sequence[str], sizes_name: str = "lesson", *,
-                                reps: int = 3, timeout: float = 300.0) -> dict[str, Any]:
+                                reps: int = 3, timeout: float = 300.0) -> Recovery:
     """`measure_recovery` in a fresh Python process (the grader's own: nothing the learner's kernel
     changed reaches it)."""
     payload = json.dumps({"planted": list(planted), "fixes": list(fixes), "sizes": sizes_name, "reps": reps})
@@ -187,7 +209,7 @@ def measure_recovery_in_process(planted: Sequence[str], fixes: Sequence[str], si
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["no message"])[-1]
         raise PerflabError(f"the grader's re-run failed: {last}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return Recovery(**json.loads(p.stdout.strip().splitlines()[-1]))
 
 
 def sizes_named(name: str):
@@ -199,8 +221,20 @@ def sizes_named(name: str):
     return table[name]
 
 
+@dataclass
+class Rerun:
+    """The step as drawn (with the fixes adopted before) and with the new fixes too, timed in turns."""
+
+    timed: dict[str, Timed]  # 'before', 'with your fixes' → each one timed
+    before_s: float
+    after_s: float
+    recovered_share: float  # of the as-drawn step
+    parity_ok: bool  # the fixed step's loss within fp32's tolerance of the as-drawn step's
+    loss_rel: float
+
+
 def rerun(planted: Sequence[str] | Any, fixes: Sequence[str], sizes=None, *, reps: int = 2,
-          before: Sequence[str] = ()) -> dict[str, Any]:
+          before: Sequence[str] = ()) -> Rerun:
     """The step as drawn (with the fixes `before`, already adopted) and with `fixes` too, timed in
     turns: each one's step time and phases, the share of the as-drawn step that the new fixes
     recovered, and parity of the fixed step's loss against the as-drawn step's."""
@@ -213,15 +247,29 @@ def rerun(planted: Sequence[str] | Any, fixes: Sequence[str], sizes=None, *, rep
                      "with your fixes": lambda: HuntStep(names, list(dict.fromkeys(before + fixes)), sizes)}, reps=reps)
     ok, rel = parity(t["with your fixes"].loss, t["before"].loss)
     b, a = t["before"].step_s, t["with your fixes"].step_s
-    return {"timed": t, "before_s": b, "after_s": a, "recovered_share": (b - a) / b, "parity_ok": ok, "loss_rel": rel}
+    return Rerun(dict(t), b, a, (b - a) / b, ok, rel)
 
 
 # ---------------------------------------------------------------- the grade
 
 
 @dataclass
+class GradedClaim:
+    """One claim, graded: whether its category was planted, what its fix won back (a share of the
+    regression's own cost in the grader's run) against what was needed, and the verdict in words."""
+
+    category: str
+    evidence: str
+    fix: str
+    right: bool
+    recovered: float | None = None  # None for a claim whose category was not planted
+    needed: float | None = None
+    verdict: str = ""
+
+
+@dataclass
 class Graded:
-    rows: list[dict[str, Any]]
+    rows: list[GradedClaim]
     planted: list[str]
     precision: float
     recall: float
@@ -229,26 +277,28 @@ class Graded:
     model_changes: list[str]
     parity_ok: bool
     score: float
-    recovery: dict[str, Any] = field(default_factory=dict)
+    recovery: Recovery | None = None
+
+    JSON_EXTRA = ("passed",)
 
     @property
     def passed(self) -> bool:
         return self.score >= PASS_SCORE
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
+    def as_dict(self) -> JSON:
+        return to_json(self)
 
     def frame(self):
         import pandas as pd
 
-        return pd.DataFrame([{k: r[k] for k in ("category", "right", "fix", "recovered", "needed", "verdict")}
+        return pd.DataFrame([{k: getattr(r, k) for k in ("category", "right", "fix", "recovered", "needed", "verdict")}
                              for r in self.rows])
 
     def __str__(self) -> str:
         lines = [f"score {self.score:.2f} (pass at {PASS_SCORE:.2f}): precision {self.precision:.2f}, "
                  f"recall {self.recall:.2f}, parity {'kept' if self.parity_ok else 'BROKEN'}"]
         for r in self.rows:
-            lines.append(f"  {r['category']:<24} {r['verdict']}")
+            lines.append(f"  {r.category:<24} {r.verdict}")
         if self.model_changes:
             lines.append(f"  fixes that change the model: {', '.join(self.model_changes)} "
                          f"(−{MODEL_PENALTY:.2f} each)")
@@ -258,36 +308,35 @@ class Graded:
 
 
 def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str, float],
-             recovery: Mapping[str, Any]) -> Graded:
+             recovery: Recovery) -> Graded:
     """Grade `claims` against the `planted` regressions, each regression's measured cost share
     (`costs`) and the measured `recovery` (`measure_recovery`'s result)."""
     planted = list(planted)
     by_cat = {regression(p).category: p for p in planted}
-    rec = recovery.get("recovered", {})
-    parity_ok = bool(recovery.get("parity_ok", True))
+    rec = recovery.recovered
+    parity_ok = bool(recovery.parity_ok)
     rows, credit = [], {}
     for c in claims:
         p = by_cat.get(c.category)
-        row: dict[str, Any] = {"category": c.category, "evidence": c.evidence, "fix": c.fix, "right": p is not None,
-                               "recovered": None, "needed": None}
+        row = GradedClaim(c.category, c.evidence, c.fix, p is not None)
         applies = c.fix in MODEL_FIXES or any(regression(q).fix == c.fix for q in planted)
         if p is None:
-            row["verdict"] = "not planted (a wrong claim)" + ("" if applies else f"; the fix {c.fix} changes nothing "
-                                                                              "in this step")
+            row.verdict = "not planted (a wrong claim)" + ("" if applies else f"; the fix {c.fix} changes nothing "
+                                                                           "in this step")
         else:
-            here = recovery.get("costs", {}).get(p)
+            here = recovery.costs.get(p)
             cost = float(costs[p] if here is None else here)
             need = RECOVER_SHARE * cost
             own = c.fix == regression(p).fix
             got = float(rec.get(c.fix, 0.0)) if own else 0.0
             # shown as shares of the regression's own cost in this run (the threshold stays "half", whatever
             # the run measured), never as shares of the clean step (a regression can cost several steps)
-            row["recovered"], row["needed"] = (got / cost if cost > 0 else 0.0), RECOVER_SHARE
+            row.recovered, row.needed = (got / cost if cost > 0 else 0.0), RECOVER_SHARE
             unjudged = here is not None and cost < KEEP_SHARE and own  # too small in this run to judge a recovery
             ok = (got >= need or unjudged) and parity_ok
             credit[p] = max(credit.get(p, 0.0), 1.0 if ok else 0.5)
             won = _of_cost(got, cost)
-            row["verdict"] = (f"planted, but the fix {c.fix} changes nothing in this step" if not applies else
+            row.verdict = (f"planted, but the fix {c.fix} changes nothing in this step" if not applies else
                               f"planted; its own switch turned back (this re-run measured its cost at {cost:.1%} "
                               f"of the clean step, below the {KEEP_SHARE:.0%} where a recovery can be judged; "
                               "a busy machine can hide a cost)" if unjudged and ok else
@@ -295,13 +344,13 @@ def score_of(claims: Sequence[Claim], planted: Sequence[str], costs: Mapping[str
                               f"planted, but the fix won back {won} of its cost, below the half needed"
                               + ("" if parity_ok else ", or parity broke"))
         rows.append(row)
-    right = sum(r["right"] for r in rows)
+    right = sum(r.right for r in rows)
     precision = right / len(rows) if rows else 0.0
     recall = len(credit) / len(planted) if planted else 0.0
     credited = sum(credit.values()) / len(planted) if planted else 0.0
     model = sorted({c.fix for c in claims if c.fix in MODEL_FIXES})
     score = credited * precision - MODEL_PENALTY * len(model) - (0.0 if parity_ok else PARITY_PENALTY)
-    return Graded(rows, planted, precision, recall, credited, model, parity_ok, max(0.0, score), dict(recovery))
+    return Graded(rows, planted, precision, recall, credited, model, parity_ok, max(0.0, score), recovery)
 
 
 def _of_cost(got: float, cost: float) -> str:
@@ -354,7 +403,7 @@ def _main() -> int:
     warnings.simplefilter("ignore")
     req = json.loads(sys.stdin.read())
     out = measure_recovery(req["planted"], req["fixes"], sizes_named(req["sizes"]), reps=int(req.get("reps", 3)))
-    print(json.dumps(out))
+    print(json.dumps(to_json(out)))
     return 0
 
 

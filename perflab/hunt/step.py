@@ -2,8 +2,8 @@
 
     >>> s = HuntStep(frozenset({"gc", "loader"}))        # a step with two regressions on
     >>> s.run(4)                                          # 4 optimizer steps: per-step phase seconds
-    >>> s.counters()                                      # gc collections, threads, data waits
-    >>> s.profile()                                       # one step under torch.profiler: op table, diagnosis
+    >>> s.counters()                                      # Counters: gc collections, threads, data waits
+    >>> s.profile()                                       # Profiled: one step under torch.profiler, its ops, diagnosis
     >>> s.close()
     >>> costs = measure_costs()                           # each regression's cost here, interleaved
 
@@ -30,12 +30,13 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, fields_json
 from perflab.hunt.pool import KEEP_SHARE, MODEL_FIXES, NAMES, regression
 from perflab.workload.models import ModelConfig, build_model
 from perflab.workload.train import next_token_loss
@@ -295,21 +296,21 @@ class HuntStep:
 
     # ---------------------------------------------------------------- instruments
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> Counters:
         """What the counters saw over the steps run so far (after the first, a warm-up). Worker starts
         per epoch count the DataLoader worker processes (by process id) that are new after the first
         epoch."""
         h = self.history[1:] or self.history
         firsts = [r["data"] for r in h if r["epoch_first"]]
         others = [r["data"] for r in h if not r["epoch_first"]]
-        return {"threads": self.threads, "usable_cores": usable_cores(),
-                "gen2_per_step": statistics.mean(r["gen2"] for r in h) if h else 0.0,
-                "data_wait_epoch_first_s": statistics.median(firsts) if firsts else None,
-                "data_wait_other_s": statistics.median(others) if others else None,
-                "loader_workers": getattr(self.loader, "num_workers", None),
-                "worker_starts_per_epoch": self._restarts / (self._epochs - 1) if self._epochs > 1 else 0.0}
+        return Counters(threads=self.threads, usable_cores=usable_cores(),
+                        gen2_per_step=statistics.mean(r["gen2"] for r in h) if h else 0.0,
+                        data_wait_epoch_first_s=statistics.median(firsts) if firsts else None,
+                        data_wait_other_s=statistics.median(others) if others else None,
+                        loader_workers=getattr(self.loader, "num_workers", None),
+                        worker_starts_per_epoch=self._restarts / (self._epochs - 1) if self._epochs > 1 else 0.0)
 
-    def profile(self, top: int = 12) -> dict[str, Any]:
+    def profile(self, top: int = 12) -> Profiled:
         """One more step under torch.profiler: the op table (name, calls, self ms) of the top ops by
         self time, and lesson 09's diagnosis of the trace (its top cause and its share)."""
         import json
@@ -338,15 +339,63 @@ class HuntStep:
         for e in raw.get("traceEvents", []):
             if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "cpu_op":
                 calls.setdefault(str(e["name"]), []).append(float(e.get("dur", 0.0)))
-        table = sorted(({"op": k, "calls": len(v), "total_ms": sum(v) / 1e3} for k, v in calls.items()),
-                       key=lambda r: -r["total_ms"])[:top]
+        table = sorted((OpTime(k, len(v), sum(v) / 1e3) for k, v in calls.items()), key=lambda r: -r.total_ms)[:top]
         try:
             d = diagnose(raw)
-            diag = {"top": d.top.cause if d.top else "none",
-                    "causes": {c.cause: c.seconds for c in d.causes}}
+            diag = TopCause(d.top.cause if d.top else "none", {c.cause: c.seconds for c in d.causes})
         except Exception as e:  # a trace the diagnosis cannot read: say so, keep the table
-            diag = {"top": "unreadable", "causes": {}, "error": str(e).splitlines()[0]}
-        return {"ops": table, "op_calls": {k: len(v) for k, v in calls.items()}, "diagnosis": diag}
+            diag = TopCause("unreadable", {}, str(e).splitlines()[0])
+        return Profiled(table, {k: len(v) for k, v in calls.items()}, diag)
+
+
+# ---------------------------------------------------------------- what the instruments read
+
+
+@dataclass
+class Counters:
+    """What the counters saw over the steps run so far (after the first, a warm-up)."""
+
+    threads: int  # intra-op threads the step runs with
+    usable_cores: int
+    gen2_per_step: float  # full (generation-2) collections per step
+    data_wait_epoch_first_s: float | None  # median wait for next() on an epoch's first step
+    data_wait_other_s: float | None  # ... on the other steps
+    loader_workers: int | None  # the DataLoader's worker processes
+    worker_starts_per_epoch: float  # worker processes started anew per epoch, after the first
+
+
+@dataclass
+class OpTime:
+    """One op of the profiled step: its calls and their total time."""
+
+    op: str
+    calls: int
+    total_ms: float
+
+
+@dataclass
+class TopCause:
+    """Lesson 09's diagnosis of the profiled step: the top cause ('none', or 'unreadable' with the
+    error) and each cause's seconds."""
+
+    top: str
+    causes: dict[str, float]
+    error: str | None = None
+
+    def to_json(self) -> JSON:
+        out = fields_json(self)
+        if self.error is None:
+            del out["error"]
+        return out
+
+
+@dataclass
+class Profiled:
+    """One step under torch.profiler: the top ops by time, every op's calls, the diagnosis."""
+
+    ops: list[OpTime]
+    op_calls: dict[str, int]
+    diagnosis: TopCause
 
 
 # ---------------------------------------------------------------- measuring
@@ -359,7 +408,7 @@ class Timed:
     phases: dict[str, float]  # median seconds per phase
     steps_s: list[float]
     loss: float
-    counters: dict[str, Any] = field(default_factory=dict)
+    counters: Counters | None = None
 
 
 def interleaved(configs: dict[str, Callable[[], HuntStep]], *, steps: int | None = None, reps: int = 3,
@@ -424,7 +473,7 @@ class Cost:
     def kept(self) -> bool:
         return self.share >= KEEP_SHARE and self.parity_ok
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return {"name": self.name, "clean_s": self.clean_s, "with_s": self.with_s, "share": self.share,
                 "kept": self.kept, "parity_ok": self.parity_ok}
 

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         os.execvp("numactl", cmd + program)
     if mine is not None:
         done = bind_rank(mine)
-        print(f"[perflab.numa.bound] rank {local_rank}: CPUs {done['before']} → {done['after']} "
+        print(f"[perflab.numa.bound] rank {local_rank}: CPUs {done.before} → {done.after} "
               f"(node {mine.node}; sched_setaffinity)", flush=True)
     sys.argv = [target, *args]
     if target.endswith(".py"):

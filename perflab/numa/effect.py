@@ -2,8 +2,8 @@
 memory on the same node and on another, and host→device copies from each node.
 
 Only a machine with more than one NUMA node (with CPUs) has anything to show; on one node every
-function returns a skip with the reason (run the same calls on a two-socket server to see the
-difference there).
+measurement returns a skip with the reason (`.skipped`; run the same calls on a two-socket server to
+see the difference there).
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from perflab.core.jsonable import JSON, to_json
 from perflab.core.readout import num
 from perflab.numa.topology import Topology, format_cpulist
 
@@ -42,13 +45,74 @@ def skip_reason(topo: Topology) -> str | None:
     return None
 
 
-def memory_local_vs_remote(topo: Topology, nbytes: int = 512 * 2**20) -> dict[str, Any]:
+def _without_none(obj) -> JSON:
+    return {k: v for k, v in to_json(obj).items() if v is not None}
+
+
+@dataclass
+class MemoryRow:
+    """Cores of one node reading memory of one node (itself: local; another: remote)."""
+
+    cpu_node: int
+    memory_node: int
+    gbps: float | None = None  # copy bandwidth, read + write, one core (GB = 1e9 bytes)
+    ns_per_random_read: float | None = None  # 2^18 independent random reads, overlapped by the core
+    check: float | None = None  # the sum the random reads made (keeps them from being optimised away)
+    error: str | None = None  # the last line of a numactl run that failed (the figures are None then)
+
+
+@dataclass
+class CopyRow:
+    """Pinned host→device copies into one GPU from a process bound to one node."""
+
+    gpu: int
+    gpu_node: int | None  # the GPU's own node (None: unknown)
+    process_node: int
+    gbps: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class LocalVsRemote:
+    """`memory_local_vs_remote`'s rows, or why there are none."""
+
+    rows: list[MemoryRow] = field(default_factory=list)
+    skipped: str | None = None
+
+    def to_json(self) -> JSON:
+        """{"skipped": why} or {"rows": [...]}, each row without the figures it lacks."""
+        return {"skipped": self.skipped} if self.skipped else {"rows": [_without_none(r) for r in self.rows]}
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.to_json().get("rows", [])).round(2)
+
+
+@dataclass
+class HostToDevice:
+    """`host_to_device_by_node`'s rows, or why there are none."""
+
+    rows: list[CopyRow] = field(default_factory=list)
+    skipped: str | None = None
+
+    def to_json(self) -> JSON:
+        """{"skipped": why} or {"rows": [...]}, each row without the figures it lacks."""
+        return {"skipped": self.skipped} if self.skipped else {"rows": [_without_none(r) for r in self.rows]}
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.to_json().get("rows", [])).round(2)
+
+
+def memory_local_vs_remote(topo: Topology, nbytes: int = 512 * 2**20) -> LocalVsRemote:
     """Copy bandwidth (GB/s, read + write) and random-read latency (ns) from the first CPU of node
     0 to memory on each node, each in its own `numactl --physcpubind --membind` process.
-    Returns {"skipped": reason} where the machine cannot show it."""
+    Says why in `.skipped` where the machine cannot show it."""
     reason = skip_reason(topo)
     if reason:
-        return {"skipped": reason}
+        return LocalVsRemote(skipped=reason)
     import json
 
     cpu_node = next(n for n in topo.nodes if n.cpus)
@@ -58,15 +122,16 @@ def memory_local_vs_remote(topo: Topology, nbytes: int = 512 * 2**20) -> dict[st
                sys.executable, "-c", _PROBE, str(nbytes)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if r.returncode != 0:
-            rows.append({"cpu_node": cpu_node.id, "memory_node": mem.id, "error": (r.stderr.strip().splitlines() or ["?"])[-1]})
+            rows.append(MemoryRow(cpu_node.id, mem.id, error=(r.stderr.strip().splitlines() or ["?"])[-1]))
             continue
-        rows.append({"cpu_node": cpu_node.id, "memory_node": mem.id, **json.loads(r.stdout)})
-    return {"rows": rows}
+        got = json.loads(r.stdout)
+        rows.append(MemoryRow(cpu_node.id, mem.id, got["gbps"], got["ns_per_random_read"], got["check"]))
+    return LocalVsRemote(rows)
 
 
-def host_to_device_by_node(topo: Topology, gpu: int = 0, nbytes: int = 256 * 2**20) -> dict[str, Any]:
+def host_to_device_by_node(topo: Topology, gpu: int = 0, nbytes: int = 256 * 2**20) -> HostToDevice:
     """Pinned host→device GB/s into GPU `gpu` from a process bound to each node in turn (CPUs and
-    memory). Needs a CUDA GPU and more than one node; else {"skipped": reason}."""
+    memory). Needs a CUDA GPU and more than one node; else `.skipped` says why."""
     reason = skip_reason(topo)
     try:
         import torch
@@ -76,7 +141,7 @@ def host_to_device_by_node(topo: Topology, gpu: int = 0, nbytes: int = 256 * 2**
     except ImportError:
         reason = reason or "torch is not installed"
     if reason:
-        return {"skipped": reason}
+        return HostToDevice(skipped=reason)
     import json
 
     code = ("import json, sys, torch; from perflab.core.measure import measure_host_to_device; "
@@ -87,34 +152,36 @@ def host_to_device_by_node(topo: Topology, gpu: int = 0, nbytes: int = 256 * 2**
         cmd = ["numactl", f"--cpunodebind={node.id}", f"--membind={node.id}", sys.executable, "-c", code]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         local = next((g.numa_node for g in topo.gpus if g.index == gpu), None)
-        row = {"gpu": gpu, "gpu_node": local, "process_node": node.id}
+        row = CopyRow(gpu, local, node.id)
         if r.returncode == 0:
-            row.update(json.loads(r.stdout.strip().splitlines()[-1]))
+            row.gbps = float(json.loads(r.stdout.strip().splitlines()[-1])["gbps"])
         else:
-            row["error"] = (r.stderr.strip().splitlines() or ["?"])[-1]
+            row.error = (r.stderr.strip().splitlines() or ["?"])[-1]
         rows.append(row)
-    return {"rows": rows}
+    return HostToDevice(rows)
 
 
-def remote_over_local(rows: list[dict[str, Any]], key: str) -> float | None:
+def remote_over_local(rows: Sequence[MemoryRow | Mapping[str, Any]], key: str) -> float | None:
     """Mean of `key` over the remote rows (memory on another node than the cores) divided by its
     mean over the local rows: above 1 for latency, below 1 for bandwidth on a two-socket server.
 
-    Rows are those of `memory_local_vs_remote` (key "gbps" or "ns_per_random_read"), or any rows
-    with "cpu_node", "memory_node" and `key` (a published matrix). Rows that failed or lack `key`
-    are left out; None when no local or no remote row is left."""
+    Rows are the `MemoryRow`s of `memory_local_vs_remote` (key "gbps" or "ns_per_random_read"), or
+    the cells of a published matrix: mappings with "cpu_node", "memory_node" and `key`. Rows that
+    failed or lack `key` are left out; None when no local or no remote row is left."""
     local, remote = [], []
     for r in rows:
-        v = r.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or "cpu_node" not in r or "memory_node" not in r:
+        cell = r if isinstance(r, Mapping) else to_json(r)
+        v = cell.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or cell.get("cpu_node") is None \
+                or cell.get("memory_node") is None:
             continue
-        (local if r["cpu_node"] == r["memory_node"] else remote).append(float(v))
+        (local if cell["cpu_node"] == cell["memory_node"] else remote).append(float(v))
     if not local or not remote or sum(local) == 0:
         return None
     return (sum(remote) / len(remote)) / (sum(local) / len(local))
 
 
-def measured_tables(rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+def measured_tables(rows: Sequence[MemoryRow]) -> tuple[dict[str, str], dict[str, str]]:
     """The rows of `memory_local_vs_remote` as two label -> text tables (latency, bandwidth), to
     show beside the published matrices; failed rows say why. Empty tables when nothing was measured.
 
@@ -123,11 +190,11 @@ def measured_tables(rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[st
     lat: dict[str, str] = {}
     bw: dict[str, str] = {}
     for r in rows:
-        where = "local" if r.get("cpu_node") == r.get("memory_node") else "remote"
-        label = f"cores on node {r.get('cpu_node')}, memory on node {r.get('memory_node')} ({where})"
-        if "error" in r:
-            lat[label] = bw[label] = f"failed: {r['error']}"
+        where = "local" if r.cpu_node == r.memory_node else "remote"
+        label = f"cores on node {r.cpu_node}, memory on node {r.memory_node} ({where})"
+        if r.error is not None or r.gbps is None or r.ns_per_random_read is None:
+            lat[label] = bw[label] = f"failed: {r.error}"
             continue
-        lat[label] = f"{num(r['ns_per_random_read'], 2)} ns per independent random read"
-        bw[label] = f"{num(r['gbps'], 2)} GB/s copy (read + write), one core"
+        lat[label] = f"{num(r.ns_per_random_read, 2)} ns per independent random read"
+        bw[label] = f"{num(r.gbps, 2)} GB/s copy (read + write), one core"
     return lat, bw

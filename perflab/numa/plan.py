@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, fields_json
 from perflab.core.validate import positive_int
 from perflab.numa.topology import Topology, format_cpulist
 
@@ -41,8 +41,8 @@ class RankPlan:
             return f"numactl --cpunodebind={self.node}{mem}"
         return f"numactl --physcpubind={format_cpulist(self.cpus)}{mem}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "numactl": self.numactl}
+    def as_dict(self) -> JSON:
+        return {**fields_json(self), "numactl": self.numactl}
 
 
 def core_groups(cpus: list[int], siblings: dict[int, list[int]]) -> list[list[int]]:
@@ -189,7 +189,18 @@ def numactl_available() -> bool:
     return shutil.which("numactl") is not None
 
 
-def bind_rank(rank_plan: RankPlan, pid: int = 0) -> dict[str, Any]:
+@dataclass
+class Binding:
+    """A process's CPUs before and after binding it (CPU lists as `format_cpulist` writes them)."""
+
+    rank: int
+    before: str
+    after: str
+    changed: bool
+    workers: list[str] = field(default_factory=list)  # what its DataLoader workers saw (`binding_demo` only)
+
+
+def bind_rank(rank_plan: RankPlan, pid: int = 0) -> Binding:
     """Restrict process `pid` (0: this one) to the plan's CPUs with os.sched_setaffinity. Threads
     and processes it starts afterwards (DataLoader workers) inherit the set. Returns what changed."""
     if not rank_plan.cpus:
@@ -198,11 +209,10 @@ def bind_rank(rank_plan: RankPlan, pid: int = 0) -> dict[str, Any]:
     before = sorted(os.sched_getaffinity(pid))
     os.sched_setaffinity(pid, rank_plan.cpus)
     after = sorted(os.sched_getaffinity(pid))
-    return {"rank": rank_plan.rank, "before": format_cpulist(before), "after": format_cpulist(after),
-            "changed": before != after}
+    return Binding(rank_plan.rank, format_cpulist(before), format_cpulist(after), before != after)
 
 
-def binding_demo(rank_plan: RankPlan, workers: int = 2, timeout: float = 120) -> dict[str, Any]:
+def binding_demo(rank_plan: RankPlan, workers: int = 2, timeout: float = 120) -> Binding:
     """Bind a fresh Python process to `rank_plan`'s CPUs and report its affinity before and after,
     and the affinity its DataLoader workers see (they are forked after the binding). Runs in a
     subprocess, so the caller's own affinity is left alone."""
@@ -214,6 +224,7 @@ def binding_demo(rank_plan: RankPlan, workers: int = 2, timeout: float = 120) ->
 import json, os
 import torch
 from torch.utils.data import DataLoader, Dataset
+from perflab.core.jsonable import to_json
 from perflab.numa.plan import RankPlan, bind_rank
 class Affinity(Dataset):
     def __len__(self): return {int(workers)}
@@ -221,9 +232,10 @@ class Affinity(Dataset):
 done = bind_rank(RankPlan(**{asdict(rank_plan)!r}))
 seen = [t.tolist() for t in DataLoader(Affinity(), batch_size=None, num_workers={int(workers)})]
 from perflab.numa.topology import format_cpulist
-print(json.dumps(done | {{"workers": [format_cpulist(s) for s in seen]}}))
+done.workers = [format_cpulist(s) for s in seen]
+print(json.dumps(to_json(done)))
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise InputError(f"the binding demo failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return Binding(**json.loads(r.stdout.strip().splitlines()[-1]))

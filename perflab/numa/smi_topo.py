@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from perflab.core.errors import InputError
 from perflab.numa.topology import (
@@ -136,10 +136,30 @@ def _assign(cells: list[tuple[int, str]], cols: list[tuple[float, str]], row: st
     return {cols[j][1]: v for (_, v), j in zip(cells, best[0][1])}
 
 
-def parse_topo(text: str) -> dict[str, Any]:
-    """Parse the text of `nvidia-smi topo -m`. Returns {"devices", "links" (row → column → link),
-    "gpus": [{"gpu", "cpu_affinity", "numa_node"}], "nics", "legend", "nic_names"}; CPU lists are
-    lists of ints, a NUMA node "N/A" is None. Raises InputError naming what is missing.
+@dataclass
+class TopoGPU:
+    """One GPU row's affinity columns."""
+
+    gpu: int  # the N of its GPUN row
+    cpu_affinity: list[int]  # [] when the cell is blank
+    numa_node: int | None  # None: "N/A" or no NUMA column
+
+
+@dataclass
+class TopoTable:
+    """A parsed `nvidia-smi topo -m` table."""
+
+    devices: list[str]  # the header's device columns: GPUs, then NICs
+    links: dict[str, dict[str, str]]  # row → column → link ('X', 'NV18', 'SYS', ...)
+    gpus: list[TopoGPU]
+    nics: list[str]  # the NIC rows' names
+    legend: dict[str, str]  # link code → its meaning, as the table's legend says it
+    nic_names: dict[str, str]  # 'NIC0' → 'mlx5_0' (newer tables' NIC legend)
+
+
+def parse_topo(text: str) -> TopoTable:
+    """Parse the text of `nvidia-smi topo -m` into a `TopoTable`; CPU lists are lists of ints, a
+    NUMA node "N/A" is None. Raises InputError naming what is missing.
 
     Values go to the columns the header names by where they sit, not by counting cells, so a
     blank cell (a CPU Affinity left empty under a restricted cgroup) leaves its column empty
@@ -193,8 +213,8 @@ def parse_topo(text: str) -> dict[str, Any]:
             continue
         rest = _assign(body[len(devices):], cols, name) if cols else {}
         numa = rest.get("NUMA Affinity", "N/A")
-        gpus.append({"gpu": int(name[3:]), "cpu_affinity": parse_cpulist(rest.get("CPU Affinity", "")),
-                     "numa_node": int(numa) if numa.isdigit() else None})
+        gpus.append(TopoGPU(int(name[3:]), parse_cpulist(rest.get("CPU Affinity", "")),
+                            int(numa) if numa.isdigit() else None))
     for ln in lines[i:]:
         m = re.match(r"^\s*(X|NV#|[A-Z]{2,4})\s*=\s*(.+)$", ln)
         if m:
@@ -204,7 +224,7 @@ def parse_topo(text: str) -> dict[str, Any]:
             nic_names[m.group(1)] = m.group(2)
     if not gpus:
         raise InputError("the topology table has no GPU rows")
-    return {"devices": devices, "links": links, "gpus": gpus, "nics": nics, "legend": legend, "nic_names": nic_names}
+    return TopoTable(devices, links, gpus, nics, legend, nic_names)
 
 
 def infer_smt(nodes: list[Node]) -> dict[int, list[int]]:
@@ -229,18 +249,17 @@ GUESS_PAIRS = "CPU c and c + N/2 share a core"
 GUESS_SINGLE = "no usual pattern: each CPU taken as its own core"
 
 
-def table_matches_sysfs(parsed: dict[str, Any], root: str | Path = "/sys") -> bool:
+def table_matches_sysfs(parsed: TopoTable, root: str | Path = "/sys") -> bool:
     """Whether the table describes the machine whose sysfs is at `root`: every CPU the table names
     is online there, and each NUMA node the table names holds the same CPUs there."""
-    cpus = {c for g in parsed["gpus"] for c in g["cpu_affinity"]}
+    cpus = {c for g in parsed.gpus for c in g.cpu_affinity}
     if not cpus or not (Path(root) / "devices/system/cpu").is_dir():
         return False
     if not cpus <= set(online_cpus(root)):
         return False
     nodes, _ = read_nodes(root)
     by_id = {n.id: set(n.cpus) for n in nodes}
-    return all(g["numa_node"] is None or set(g["cpu_affinity"]) <= by_id.get(g["numa_node"], set())
-               for g in parsed["gpus"])
+    return all(g.numa_node is None or set(g.cpu_affinity) <= by_id.get(g.numa_node, set()) for g in parsed.gpus)
 
 
 BLANK_NODE_NOTE = ("NUMA node {node}'s CPUs are not in the table (the CPU Affinity of {gpus} is blank, as when a job's "
@@ -249,7 +268,7 @@ BLANK_NODE_NOTE = ("NUMA node {node}'s CPUs are not in the table (the CPU Affini
                    "/sys, or /sys itself when run there) to name the CPUs")
 
 
-def topology_from_topo(parsed: dict[str, Any], sysfs: str | Path | None = "/sys") -> Topology:
+def topology_from_topo(parsed: TopoTable, sysfs: str | Path | None = "/sys") -> Topology:
     """A `Topology` from a parsed table: a node per NUMA affinity value holding its GPUs' CPUs
     (GPUs with "N/A" go to the node whose CPU list equals theirs, else none); distances are unknown
     there (local 10, remote 20 assumed). SMT siblings come from `sysfs` when the table is that
@@ -262,9 +281,9 @@ def topology_from_topo(parsed: dict[str, Any], sysfs: str | Path | None = "/sys"
     lends them another node's CPUs."""
     matches = sysfs is not None and table_matches_sysfs(parsed, sysfs)
     node_cpus: dict[int, set[int]] = {}
-    for g in parsed["gpus"]:
-        if g["numa_node"] is not None:
-            node_cpus.setdefault(g["numa_node"], set()).update(g["cpu_affinity"])
+    for g in parsed.gpus:
+        if g.numa_node is not None:
+            node_cpus.setdefault(g.numa_node, set()).update(g.cpu_affinity)
     unknown: list[int] = []
     notes: list[str] = []
     blank = sorted(i for i, c in node_cpus.items() if not c)
@@ -275,21 +294,21 @@ def topology_from_topo(parsed: dict[str, Any], sysfs: str | Path | None = "/sys"
     for i in blank:
         if not node_cpus[i]:
             unknown.append(i)
-            gpus_here = [f"GPU{g['gpu']}" for g in parsed["gpus"] if g["numa_node"] == i]
+            gpus_here = [f"GPU{g.gpu}" for g in parsed.gpus if g.numa_node == i]
             notes.append(BLANK_NODE_NOTE.format(node=i, gpus=", ".join(gpus_here)))
     nodes = [Node(i, sorted(c), None) for i, c in sorted(node_cpus.items())]
     if not any(n.cpus for n in nodes) and not unknown:  # every NUMA affinity N/A: one node per distinct CPU list
         lists = []
-        for g in parsed["gpus"]:
-            if g["cpu_affinity"] and g["cpu_affinity"] not in lists:
-                lists.append(g["cpu_affinity"])
+        for g in parsed.gpus:
+            if g.cpu_affinity and g.cpu_affinity not in lists:
+                lists.append(g.cpu_affinity)
         nodes = [Node(i, c, None) for i, c in enumerate(lists)]
     gpus = []
-    for g in parsed["gpus"]:
-        node = g["numa_node"]
+    for g in parsed.gpus:
+        node = g.numa_node
         if node is None:
-            node = next((n.id for n in nodes if n.cpus and n.cpus == g["cpu_affinity"]), None)
-        gpus.append(GPU(g["gpu"], f"GPU{g['gpu']}", node, g["cpu_affinity"], "NVIDIA"))
+            node = next((n.id for n in nodes if n.cpus and n.cpus == g.cpu_affinity), None)
+        gpus.append(GPU(g.gpu, f"GPU{g.gpu}", node, g.cpu_affinity, "NVIDIA"))
     n = len(nodes)
     dist = [[10 if i == j else 20 for j in range(n)] for i in range(n)]
     cpus = sorted(c for nd in nodes for c in nd.cpus)

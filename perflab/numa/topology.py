@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 
 # PCI class codes of display controllers (VGA 0x0300, 3D 0x0302) and the vendors whose are GPUs here
 GPU_CLASSES = ("0x0300", "0x0302")
@@ -89,10 +89,11 @@ class Topology:
     # nodes whose CPUs the source does not give (a table's blank CPU Affinity cells): not memory-only
     unknown_cpus: list[int] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"nodes": [asdict(n) for n in self.nodes], "distances": self.distances,
-                "gpus": [asdict(g) for g in self.gpus], "affinity": self.affinity, "source": self.source,
-                "notes": self.notes, "unknown_cpus": self.unknown_cpus}
+    JSON_SKIP = ("siblings",)
+
+    def as_dict(self) -> JSON:
+        """The topology as JSON (the SMT siblings left out)."""
+        return to_json(self)
 
     def node_of(self, cpu: int) -> int | None:
         return next((n.id for n in self.nodes if cpu in n.cpus), None)

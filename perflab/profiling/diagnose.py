@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perflab.core.jsonable import JSON, to_json
 from perflab.profiling.trace import Interval, Trace, gaps, load, union_length
 
 CAUSES = ("data_wait", "host_sync", "launch_bound", "communication")
@@ -53,16 +54,25 @@ FIXES = {
 
 
 @dataclass
+class Evidence:
+    """A wait (or, for launch_bound, a tiny op) by name: the idle seconds it explains per step, and how many."""
+
+    op: str
+    seconds: float  # per step, averaged
+    count: float  # per step: a whole number when every step had the same, else averaged to 0.1
+
+
+@dataclass
 class Cause:
     cause: str
     seconds: float  # per step, averaged over the profiled steps
     share: float  # of the step (the average)
-    evidence: list[dict[str, Any]]
+    evidence: list[Evidence]
     median_share: float | None = None  # the median of each profiled step's share
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSON:
         return {"cause": self.cause, "seconds": self.seconds, "share": self.share, "median_share": self.median_share,
-                "evidence": self.evidence}
+                "evidence": to_json(self.evidence)}
 
 
 @dataclass
@@ -122,7 +132,7 @@ class Diagnosis:
     def significant(self, threshold: float = NONE_THRESHOLD) -> list[Cause]:
         return [c for c in self.causes if c.share >= threshold]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSON:
         """The shape `perflab profile --json` prints."""
         return {"step_s": self.step_s, "device_busy": self.device_busy,
                 "causes": [c.as_dict() for c in self.causes], "trace_file": self.trace_file,
@@ -137,7 +147,7 @@ class Diagnosis:
         from perflab.core.readout import percent, seconds
 
         rows = [{"cause": c.cause, "per step": seconds(c.seconds), "share of step": percent(c.share),
-                 "evidence": ", ".join(f"{e['op']} ({seconds(e['seconds'])})" for e in c.evidence[:2]),
+                 "evidence": ", ".join(f"{e.op} ({seconds(e.seconds)})" for e in c.evidence[:2]),
                  "fix": FIXES[c.cause]} for c in self.causes]
         return pd.DataFrame(rows, columns=["cause", "per step", "share of step", "evidence", "fix"])
 
@@ -155,7 +165,7 @@ class Diagnosis:
         if not sig:
             lines.append(f"no cause above {percent(threshold)} of the {unit}")
         for c in self.causes:
-            ev = "; ".join(f"{e['op']} ×{e['count']} {seconds(e['seconds'])}" for e in c.evidence[:3])
+            ev = "; ".join(f"{e.op} ×{e.count} {seconds(e.seconds)}" for e in c.evidence[:3])
             mark = "*" if c.share >= threshold else " "
             lines.append(f"{mark} {c.cause:<14} {seconds(c.seconds):>9} {percent(c.share):>6}  {ev}")
         if sig:
@@ -296,8 +306,8 @@ def diagnose(trace: str | Path | dict[str, Any] | Trace, *, tiny_s: float | None
     for c in CAUSES:
         if seconds[c] <= 0:
             continue
-        ev = sorted(({"op": name, "seconds": v[0] / k, "count": round(v[1] / k, 1) if v[1] % k else v[1] // k}
-                     for name, v in evidence[c].items() if v[0] > 0), key=lambda e: -e["seconds"])[:5]
+        ev = sorted((Evidence(name, v[0] / k, round(v[1] / k, 1) if v[1] % k else v[1] // k)
+                     for name, v in evidence[c].items() if v[0] > 0), key=lambda e: -e.seconds)[:5]
         # beside the average, the median of each step's share: one disturbed step does not move it
         med = statistics.median([p[c] / d for p, d in zip(per_step, durs, strict=True) if d > 0] or [0.0])
         causes.append(Cause(c, seconds[c] / k, seconds[c] / total_step if total_step else 0.0, ev, med))

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON, to_json
 
 DATA = Path(__file__).parent / "data" / "published_ettr.json"
 
@@ -176,8 +176,9 @@ class Ettr:
     lost_hours: float
     model: str = "exact (Poisson failures, Daly 2006)"
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> JSON:
+        """The figures, as `perflab ettr --json` prints them."""
+        return to_json(self)
 
     def describe(self) -> str:
         from perflab.core.readout import num, percent
@@ -235,38 +236,90 @@ def curve_around_optimum(gpus: int, mtbf_hours: float, ckpt_minutes: float, rest
     return sweep_intervals(gpus, mtbf_hours, ckpt_minutes, restart_minutes, [best * f for f in factors], model)
 
 
-def needed_for(target: float, mtbf_hours_job: float, ckpt_minutes_list, restart_minutes_list):
+@dataclass
+class Reach:
+    """The exact model's ETTR at the optimal interval for one checkpoint cost δ and restart time R."""
+
+    ckpt_minutes: float
+    restart_minutes: float
+    ettr: float
+    reaches: bool  # ettr ≥ the target asked for
+
+
+def needed_for(target: float, mtbf_hours_job: float, ckpt_minutes_list, restart_minutes_list) -> list[Reach]:
     """For each (δ, R): the exact model's ETTR at the optimal interval for a job MTBF of
-    `mtbf_hours_job`, and whether it reaches `target`. Rows of dicts, minutes in and out."""
+    `mtbf_hours_job`, and whether it reaches `target`. Minutes in and out."""
     m = _pos("mtbf_hours_job", mtbf_hours_job) * 60
     rows = []
     for d in ckpt_minutes_list:
         for r in restart_minutes_list:
             e = ettr_exact(optimal_interval(d, r, m), d, r, m)
-            rows.append({"ckpt_minutes": d, "restart_minutes": r, "ettr": e, "reaches": e >= target})
+            rows.append(Reach(d, r, e, e >= target))
     return rows
 
 
-def published() -> dict[str, Any]:
+@dataclass
+class PublishedRun:
+    """One run's published figure, as its source states it (derived figures are computed, not stored)."""
+
+    run: str
+    gpus: int | None
+    gpu: str
+    ettr_at_least: float  # the share reported (a lower bound where the source says "higher than")
+    metric: str  # what the source calls it: 'effective training time', 'goodput'
+    cite: str  # short citation
+    source: str  # the source and the sentence the figure comes from
+    snapshot_days: float | None = None
+    interruptions: int | None = None
+    unexpected_interruptions: int | None = None
+    goodput_before: float | None = None
+
+
+@dataclass
+class Published:
+    """data/published_ettr.json: the published runs, the formulas' sources, and what the file is."""
+
+    about: str
+    rows: list[PublishedRun]
+    formulas: dict[str, str] = field(default_factory=dict)  # name → its source
+
+    def table(self):
+        """The runs as a reader reads them (a lower bound says '>')."""
+        import pandas as pd
+
+        from perflab.core.readout import percent
+
+        return pd.DataFrame([{"run": r.run, "GPUs": r.gpus or "—", "hardware": r.gpu,
+                              "reported": f"> {percent(r.ettr_at_least)}" if r.run.startswith("Llama")
+                              else percent(r.ettr_at_least), "metric": r.metric, "source": r.cite}
+                             for r in self.rows])
+
+
+def published() -> Published:
     """The published ETTR figures with their sources (data/published_ettr.json)."""
-    return json.loads(DATA.read_text())
+    raw = json.loads(DATA.read_text())
+    return Published(raw["_about"], [PublishedRun(**r) for r in raw["rows"]], dict(raw["formulas"]))
 
 
-def llama3_failure_rate() -> dict[str, float]:
+@dataclass
+class FailureRate:
+    """A run's failure rate, computed from its published counts."""
+
+    gpus: int
+    job_mtbf_hours: float  # hours between unexpected interruptions of the whole job
+    mtbf_hours_per_gpu: float  # job MTBF × GPUs (independent failures)
+    ettr_at_least: float  # the ETTR the run reported
+
+
+def llama3_failure_rate() -> FailureRate:
     """From Llama 3's published reliability snapshot: job MTBF (hours between unexpected
     interruptions) and the per-GPU MTBF it implies (job MTBF × GPUs)."""
-    row = next(r for r in published()["rows"] if r["run"].startswith("Llama 3"))
-    job = row["snapshot_days"] * 24 / row["unexpected_interruptions"]
-    return {"gpus": row["gpus"], "job_mtbf_hours": job, "mtbf_hours_per_gpu": job * row["gpus"],
-            "ettr_at_least": row["ettr_at_least"]}
+    row = next(r for r in published().rows if r.run.startswith("Llama 3"))
+    assert row.gpus is not None and row.snapshot_days is not None and row.unexpected_interruptions
+    job = row.snapshot_days * 24 / row.unexpected_interruptions
+    return FailureRate(row.gpus, job, job * row.gpus, row.ettr_at_least)
 
 
 def published_table():
-    import pandas as pd
-
-    from perflab.core.readout import percent
-
-    rows = [{"run": r["run"], "GPUs": r["gpus"] or "—", "hardware": r["gpu"], "reported": f"> {percent(r['ettr_at_least'])}"
-             if r["run"].startswith("Llama") else percent(r["ettr_at_least"]), "metric": r["metric"],
-             "source": r["cite"]} for r in published()["rows"]]
-    return pd.DataFrame(rows)
+    """`published().table()`."""
+    return published().table()

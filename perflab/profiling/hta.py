@@ -21,8 +21,8 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from perflab.profiling.diagnose import diagnose
 from perflab.profiling.trace import load
@@ -37,11 +37,26 @@ def skip_reason(trace) -> str | None:
     return None
 
 
-def cross_check(trace_path: str | Path) -> dict[str, Any]:
+@dataclass
+class CrossCheck:
+    """perflab's device shares beside HTA's (each a share of the time, 0..1), or why there are none."""
+
+    skipped: str | None = None  # why the cross-check could not run; the figures are None then
+    perflab_device_busy: float | None = None
+    perflab_idle: float | None = None
+    hta_idle: float | None = None
+    hta_compute: float | None = None
+    hta_non_compute: float | None = None
+    # perflab counts communication kernels as idle time of the compute: compare like with like
+    hta_idle_plus_non_compute: float | None = None
+    difference: float | None = None  # perflab's idle minus HTA's idle + non-compute
+
+
+def cross_check(trace_path: str | Path) -> CrossCheck:
     """perflab's device busy/idle shares beside HTA's temporal breakdown for rank 0's trace."""
     reason = skip_reason(trace_path)
     if reason:
-        return {"skipped": reason}
+        return CrossCheck(skipped=reason)
     import contextlib
     import io
     import json
@@ -73,8 +88,7 @@ def cross_check(trace_path: str | Path) -> dict[str, Any]:
     d = diagnose(t)
     hta_idle = float(row.get("idle_time_pctg", float("nan"))) / 100
     non_compute = float(row.get("non_compute_time_pctg", float("nan"))) / 100
-    return {"perflab_device_busy": d.device_busy, "perflab_idle": 1 - d.device_busy, "hta_idle": hta_idle,
-            "hta_compute": float(row.get("compute_time_pctg", float("nan"))) / 100, "hta_non_compute": non_compute,
-            # perflab counts communication kernels as idle time of the compute: compare like with like
-            "hta_idle_plus_non_compute": hta_idle + non_compute,
-            "difference": (1 - d.device_busy) - (hta_idle + non_compute)}
+    return CrossCheck(perflab_device_busy=d.device_busy, perflab_idle=1 - d.device_busy, hta_idle=hta_idle,
+                      hta_compute=float(row.get("compute_time_pctg", float("nan"))) / 100, hta_non_compute=non_compute,
+                      hta_idle_plus_non_compute=hta_idle + non_compute,
+                      difference=(1 - d.device_busy) - (hta_idle + non_compute))

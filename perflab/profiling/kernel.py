@@ -117,7 +117,18 @@ def build(allow_compile: bool = True, verbose: bool = False) -> Kernel:
     return Kernel(mod, None)
 
 
-def compare(k: Kernel, rows: int = 4096, cols: int = 1024, rep_ms: float = 50) -> dict[str, Any]:
+@dataclass
+class Comparison:
+    """Eager against fused bias + GELU on the CPU."""
+
+    eager_s: float  # median seconds per call
+    fused_s: float
+    speedup: float  # eager_s / fused_s
+    max_abs_diff: float  # largest |fused − eager| over the output
+    in_trace: bool  # whether the profiler names the fused op (perflab::fused_gelu_bias)
+
+
+def compare(k: Kernel, rows: int = 4096, cols: int = 1024, rep_ms: float = 50) -> Comparison:
     """Eager vs fused: seconds per call, max difference, and whether the op is named in a trace."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -132,5 +143,5 @@ def compare(k: Kernel, rows: int = 4096, cols: int = 1024, rep_ms: float = 50) -
     with profile(activities=[ProfilerActivity.CPU]) as p:
         k.fused_gelu_bias(x, b)
     names = {e.name for e in p.events() or []}
-    return {"eager_s": eager.median_s, "fused_s": fused.median_s, "speedup": eager.median_s / fused.median_s,
-            "max_abs_diff": diff, "in_trace": "perflab::fused_gelu_bias" in names}
+    return Comparison(eager.median_s, fused.median_s, eager.median_s / fused.median_s, diff,
+                      "perflab::fused_gelu_bias" in names)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perflab.core.jsonable import JSON
 from perflab.grading.checks import NOT_DONE, NOT_PASSED, LabCheckError, Verdict, attempt, record
 from perflab.profiling.diagnose import NONE_THRESHOLD, diagnose
 from perflab.profiling.faults import EXPECTED
@@ -65,8 +66,8 @@ def right_fix(learner: str | None = None) -> dict[str, str]:
 FIX_CHOICES = fix_choices("")  # a fixed order (the empty learner), for docs and tests
 
 
-def allowance_trace() -> dict[str, Any]:
-    """A hand-built GPU trace of host syncs whose waits end 30-33 µs before the device goes idle
+def allowance_trace() -> JSON:
+    """A hand-built GPU trace (the JSON a profiler writes, as a dict) of host syncs whose waits end 30-33 µs before the device goes idle
     (the host's and the device's clocks and the profiler's bookkeeping differ by that much on real
     traces). Only a rule that allows 50 µs before a gap finds 'host_sync' in it; without the
     allowance its idle time is unexplained and the answer would be 'none'."""

@@ -2,14 +2,16 @@
 
     >>> top_ops(trace, n=10)           # DataFrame: op, calls, CPU self time, device time, share
     >>> lanes(trace)                   # {'main thread': [...], 'DataLoader': [...], 'device': [...]}
-    >>> gemm_efficiency(trace, ceiling_tflops=...)   # each GEMM's TFLOP/s vs lesson 04's ceiling
-    >>> tensor_core_share(trace)       # GPU traces: share of kernel time in Tensor Core kernels (heuristic)
+    >>> eff = gemm_efficiency(trace, ceiling_tflops=...)   # GemmEfficiency: each GEMM's TFLOP/s vs lesson 04's ceiling
+    >>> eff.gemm_share, eff.table()
+    >>> tensor_core_share(trace)       # GPU traces: TensorCoreShare of kernel time in Tensor Core kernels (heuristic)
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.profiling.trace import DATA_RE, DEVICE_CATS, Trace, load
@@ -80,7 +82,17 @@ def lanes(trace) -> dict[str, list[tuple[float, float, str]]]:
     return {"main thread": top, "DataLoader": data, "device": device}
 
 
-def gemm_shapes(t: Trace) -> list[dict[str, Any]]:
+@dataclass
+class GemmCall:
+    """One GEMM op of a trace: its op, its shape (m×k×n, or b×m×k×n when batched), FLOPs and seconds."""
+
+    op: str
+    shape: str
+    flops: float
+    seconds: float  # its kernels' device time on a GPU trace, the op's own time on a CPU trace
+
+
+def gemm_shapes(t: Trace) -> list[GemmCall]:
     """Every GEMM op with its shapes ('Input Dims', needs record_shapes=True), FLOPs and time."""
     ext_dev: dict[Any, float] = defaultdict(float)
     if t.on_gpu:
@@ -108,54 +120,90 @@ def gemm_shapes(t: Trace) -> list[dict[str, Any]]:
         secs = ext_dev.get(e.args.get("External id"), 0.0) if t.on_gpu else e.dur
         if secs <= 0:
             continue
-        out.append({"op": e.name, "shape": f"{b}×{m}×{k}×{n}" if b > 1 else f"{m}×{k}×{n}",
-                    "flops": 2.0 * b * m * n * k, "seconds": secs})
+        out.append(GemmCall(e.name, f"{b}×{m}×{k}×{n}" if b > 1 else f"{m}×{k}×{n}", 2.0 * b * m * n * k, secs))
     return out
 
 
-def gemm_efficiency(trace, ceiling_tflops: float) -> dict[str, Any]:
-    """Each GEMM's achieved TFLOP/s against `ceiling_tflops` (lesson 04's measured MAMF), time-weighted.
+@dataclass
+class GemmRow:
+    """The GEMMs of one op and shape, per profiled step."""
 
-    Returns per-step seconds: in GEMMs, what they would take at the ceiling, what is still to win
-    there, and the step's time outside GEMMs (where the rest of the win must come from)."""
+    gemm: str  # 'op m×k×n' (b×m×k×n if batched)
+    calls: float  # per step, averaged
+    tflops: float  # achieved, time-weighted
+    seconds: float  # per step
+    of_ceiling: float  # tflops / the ceiling
+
+
+@dataclass
+class GemmEfficiency:
+    """A step's GEMMs against a ceiling (lesson 04's MAMF), seconds per step: in GEMMs, what they would
+    take at the ceiling, what is still to win there, and the step's time outside GEMMs (where the rest
+    of the win must come from)."""
+
+    step_s: float
+    gemm_s: float
+    gemm_share: float  # of the step
+    achieved_tflops: float  # the GEMMs' FLOPs over their time
+    ceiling_tflops: float
+    time_weighted_efficiency: float  # achieved / ceiling
+    ideal_gemm_s: float  # the GEMMs at the ceiling
+    winnable_in_gemms_s: float
+    outside_gemms_s: float
+    gemms: list[GemmRow] = field(default_factory=list)  # slowest first
+
+    def table(self, n: int = 8):
+        """The `n` GEMMs taking the most time per step, as readable strings."""
+        import pandas as pd
+
+        from perflab.core.readout import num, percent, seconds
+
+        # the shape reads m×k×n (an mm/addmm) or b×m×k×n (a batched bmm/baddbmm); calls are per step, averaged
+        return pd.DataFrame([{"GEMM: op, m×k×n (b×m×k×n if batched)": r.gemm,
+                              "calls per step": f"{r.calls:g}" if abs(r.calls - round(r.calls)) < 1e-9
+                              else num(r.calls, 2), "per step": seconds(r.seconds),
+                              "TFLOP/s": num(r.tflops), "of ceiling": percent(r.of_ceiling)}
+                             for r in self.gemms[:n]])
+
+
+def gemm_efficiency(trace, ceiling_tflops: float) -> GemmEfficiency:
+    """Each GEMM's achieved TFLOP/s against `ceiling_tflops` (lesson 04's measured MAMF), time-weighted."""
     t = load(trace)
     k = max(len(t.steps), 1)
     step = sum(s.dur for s in t.steps) / k
     g = gemm_shapes(t)
     rows: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     for r in g:
-        x = rows[f"{r['op']} {r['shape']}"]
+        x = rows[f"{r.op} {r.shape}"]
         x[0] += 1
-        x[1] += r["flops"]
-        x[2] += r["seconds"]
-    gemm_s = sum(r["seconds"] for r in g) / k
-    ideal_s = sum(r["flops"] for r in g) / (ceiling_tflops * 1e12) / k
-    winnable = sum(max(r["seconds"] - r["flops"] / (ceiling_tflops * 1e12), 0.0) for r in g) / k
-    achieved = (sum(r["flops"] for r in g) / k / gemm_s / 1e12) if gemm_s else 0.0
-    table = [{"gemm": name, "calls": v[0] / k, "tflops": v[1] / v[2] / 1e12, "seconds": v[2] / k,
-              "of ceiling": v[1] / v[2] / 1e12 / ceiling_tflops} for name, v in rows.items()]
-    table.sort(key=lambda r: -r["seconds"])
-    return {"step_s": step, "gemm_s": gemm_s, "gemm_share": gemm_s / step if step else 0.0,
-            "achieved_tflops": achieved, "ceiling_tflops": ceiling_tflops,
-            "time_weighted_efficiency": achieved / ceiling_tflops if ceiling_tflops else 0.0,
-            "ideal_gemm_s": ideal_s, "winnable_in_gemms_s": winnable,
-            "outside_gemms_s": max(step - gemm_s, 0.0), "gemms": table}
+        x[1] += r.flops
+        x[2] += r.seconds
+    gemm_s = sum(r.seconds for r in g) / k
+    ideal_s = sum(r.flops for r in g) / (ceiling_tflops * 1e12) / k
+    winnable = sum(max(r.seconds - r.flops / (ceiling_tflops * 1e12), 0.0) for r in g) / k
+    achieved = (sum(r.flops for r in g) / k / gemm_s / 1e12) if gemm_s else 0.0
+    table = [GemmRow(name, v[0] / k, v[1] / v[2] / 1e12, v[2] / k, v[1] / v[2] / 1e12 / ceiling_tflops)
+             for name, v in rows.items()]
+    table.sort(key=lambda r: -r.seconds)
+    return GemmEfficiency(step_s=step, gemm_s=gemm_s, gemm_share=gemm_s / step if step else 0.0,
+                          achieved_tflops=achieved, ceiling_tflops=ceiling_tflops,
+                          time_weighted_efficiency=achieved / ceiling_tflops if ceiling_tflops else 0.0,
+                          ideal_gemm_s=ideal_s, winnable_in_gemms_s=winnable,
+                          outside_gemms_s=max(step - gemm_s, 0.0), gemms=table)
 
 
-def gemm_table(eff: dict[str, Any], n: int = 8):
-    import pandas as pd
+@dataclass
+class TensorCoreShare:
+    """GPU traces: kernel time in kernels whose names match `pattern` (a name heuristic)."""
 
-    from perflab.core.readout import num, percent, seconds
-
-    # the shape reads m×k×n (an mm/addmm) or b×m×k×n (a batched bmm/baddbmm); calls are per step, averaged
-    return pd.DataFrame([{"GEMM: op, m×k×n (b×m×k×n if batched)": r["gemm"],
-                          "calls per step": f"{r['calls']:g}" if abs(r["calls"] - round(r["calls"])) < 1e-9
-                          else num(r["calls"], 2), "per step": seconds(r["seconds"]),
-                          "TFLOP/s": num(r["tflops"]), "of ceiling": percent(r["of ceiling"])}
-                         for r in eff["gemms"][:n]])
+    kernel_s: float
+    tensor_core_s: float
+    share: float  # tensor_core_s / kernel_s
+    pattern: str
+    top_kernels: list[tuple[str, float]]  # the five matching kernels with the most time, seconds
 
 
-def tensor_core_share(trace) -> dict[str, Any] | None:
+def tensor_core_share(trace) -> TensorCoreShare | None:
     """GPU traces: the share of kernel time in kernels whose names match TENSOR_CORE_RE (a name
     heuristic, see above). None on a CPU trace (no kernels, no Tensor Cores)."""
     t = load(trace)
@@ -169,5 +217,5 @@ def tensor_core_share(trace) -> dict[str, Any] | None:
             if TENSOR_CORE_RE.search(e.name):
                 tc += e.dur
                 names[e.name] += e.dur
-    return {"kernel_s": total, "tensor_core_s": tc, "share": tc / total if total else 0.0,
-            "pattern": TENSOR_CORE_RE.pattern, "top_kernels": sorted(names.items(), key=lambda kv: -kv[1])[:5]}
+    return TensorCoreShare(total, tc, tc / total if total else 0.0, TENSOR_CORE_RE.pattern,
+                           sorted(names.items(), key=lambda kv: -kv[1])[:5])

@@ -1,6 +1,7 @@
 """Timing pitfalls, measured: one kernel timed four ways.
 
-    >>> rows = pitfalls(n=1024)       # wall clock without sync, with sync, CUDA events, perflab's bench
+    >>> rows = pitfalls(n=1024)       # Pitfall rows: wall clock without sync, with sync, CUDA events, perflab's bench
+    >>> pitfall_table(rows)
 
 On a GPU, `torch.matmul` returns as soon as the kernel is queued: a wall clock read right after it
 measures the launch (microseconds), not the kernel. Synchronising before reading the clock measures
@@ -13,14 +14,25 @@ and "sync" read the same clock after the same finished work, and CUDA events do 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from perflab.core.validate import positive_int
 
 
-def pitfalls(n: int = 1024, reps: int = 10, device=None, rep_ms: float = 50) -> list[dict[str, Any]]:
+@dataclass
+class Pitfall:
+    """One way of timing the matmul: seconds per call (None where it does not exist here, as CUDA events
+    on a CPU), the TFLOP/s that reading implies, and what it really measures."""
+
+    method: str
+    seconds: float | None
+    what_it_measures: str
+    tflops: float | None = None
+
+
+def pitfalls(n: int = 1024, reps: int = 10, device=None, rep_ms: float = 50) -> list[Pitfall]:
     """A n×n fp32 matmul timed four ways (median of `reps` each; `bench` for `rep_ms`); seconds per call."""
     from perflab.core.device import pick_device
     from perflab.core.timing import bench
@@ -62,28 +74,27 @@ def pitfalls(n: int = 1024, reps: int = 10, device=None, rep_ms: float = 50) -> 
             e1.synchronize()
             events.append(e0.elapsed_time(e1) / 1e3)
     rows = [
-        {"method": "wall clock, no sync", "seconds": median(no_sync),
-         "what it measures": "the launch only" if cuda else "the op (a CPU op finishes before it returns)"},
-        {"method": "wall clock + synchronize", "seconds": median(with_sync),
-         "what it measures": "launch + kernel + sync" if cuda else "the same op: synchronize has nothing to wait for"},
-        {"method": "CUDA events", "seconds": median(events) if cuda else None,
-         "what it measures": "the kernel on the device" if cuda else "n/a: no CUDA stream on a CPU"},
+        Pitfall("wall clock, no sync", median(no_sync),
+                "the launch only" if cuda else "the op (a CPU op finishes before it returns)"),
+        Pitfall("wall clock + synchronize", median(with_sync),
+                "launch + kernel + sync" if cuda else "the same op: synchronize has nothing to wait for"),
+        Pitfall("CUDA events", median(events) if cuda else None,
+                "the kernel on the device" if cuda else "n/a: no CUDA stream on a CPU"),
     ]
     r = bench(lambda: a @ b, device=dev, warmup_ms=min(10, rep_ms), rep_ms=rep_ms)
-    rows.append({"method": "perflab bench", "seconds": r.median_s,
-                 "what it measures": "events + warm-up + L2 flush, median of many" if cuda else
-                 "perf_counter around batches of calls, median of many"})
+    rows.append(Pitfall("perflab bench", r.median_s, "events + warm-up + L2 flush, median of many" if cuda else
+                        "perf_counter around batches of calls, median of many"))
     flops = 2 * n ** 3
     for row in rows:
-        row["TFLOP/s"] = flops / row["seconds"] / 1e12 if row["seconds"] else None
+        row.tflops = flops / row.seconds / 1e12 if row.seconds else None
     return rows
 
 
-def pitfall_table(rows):
+def pitfall_table(rows: list[Pitfall]):
     import pandas as pd
 
     from perflab.core.readout import num, seconds
 
-    return pd.DataFrame([{"method": r["method"], "time": seconds(r["seconds"]) if r["seconds"] else "—",
-                          "TFLOP/s": num(r["TFLOP/s"]) if r["TFLOP/s"] else "—", "what it measures": r["what it measures"]}
+    return pd.DataFrame([{"method": r.method, "time": seconds(r.seconds) if r.seconds else "—",
+                          "TFLOP/s": num(r.tflops) if r.tflops else "—", "what it measures": r.what_it_measures}
                          for r in rows])

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import JSON
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_OP_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
@@ -298,8 +299,8 @@ def gaps(intervals: list[Interval], lo: float, hi: float) -> list[tuple[float, f
 
 
 # ------------------------------------------------------------------------------- synthetic traces
-def synthetic_step(cause: str | None, *, on_gpu: bool = False, steps: int = 2) -> dict[str, Any]:
-    """A small hand-built trace (the dict `export_chrome_trace` writes) of `steps` 10 ms steps whose
+def synthetic_step(cause: str | None, *, on_gpu: bool = False, steps: int = 2) -> JSON:
+    """A small hand-built trace (the JSON `export_chrome_trace` writes, as a dict) of `steps` 10 ms steps whose
     device idles for `cause` ('data_wait', 'host_sync', 'launch_bound', 'communication' or None),
     CPU-style or GPU-style. Deterministic: for tests and the lab's checks, never shown as a measurement."""
     ev: list[dict[str, Any]] = []

@@ -54,12 +54,12 @@ def test_mamf_json_on_cpu(tmp_path):
     assert {"m", "n", "k", "tflops", "mean", "median", "max"} <= set(b)
     assert b["m"] in (32, 64, 96) and b["k"] in (32, 64) and b["max"] >= b["median"] > 0
     assert d["grid_points"] == 18 and d["evaluated"] <= 18 and d["ranges"]["m"] == [32, 96, 3]
-    entry = json.loads(open(d["ceiling_file"]).read())["fp32"]
-    if "best" in entry:  # stored as this device's fp32 ceiling
-        assert entry["best"]["tflops"] == b["tflops"]
-    else:  # not stored, and the record says why (gemm.mamf.save_ceiling_record's four rules)
+    entry = json.loads(open(d["ceiling_file"]).read())["slots"]["fp32 search"]  # perflab.core.ceiling's store
+    assert entry["last"]["tflops"] == b["tflops"]
+    if entry["stored"]:  # stored as this device's fp32 ceiling
+        assert entry["stored"][-1]["tflops"] == b["tflops"] and entry["last"]["questioned"] is None
+    else:  # not stored, and the record says why (perflab.core.ceiling.admit's four rules)
         why = entry["last"]["questioned"]
-        assert entry["last"]["tflops"] == b["tflops"]
         assert any(w in why for w in ("cannot exceed the peak", "did not repeat", "the machine was busy",
                                       "quietness could not be read", "quieter machine")), why
     # resumable: the same command measures nothing new

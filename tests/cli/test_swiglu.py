@@ -22,7 +22,7 @@ def test_swiglu_json_on_cpu(tmp_path):
     assert [x["tflops"] for x in c] == sorted((x["tflops"] for x in c), reverse=True)
     assert d["saved"] is None and d["noise"] > 0 and d["rule"] and d["decision"]["kind"] in (
         "choose", "within the noise", "inconclusive")
-    assert all("quietness" in x and x["status"] in ("ok", "confirmed", "unstable") for x in c)
+    assert all("quietness" in x and x["status"] in ("ok", "confirmed", "unstable", "unconfirmed") for x in c)
     again = perflab("swiglu", "--hidden", "64", "--tokens", "32", "--radius", "8", "--dtype", "fp32", "--device", "cpu",
                     env={"PERFLAB_RESULTS": str(tmp_path)})
     assert again.returncode == 0 and "measurements served from results saved 20" in again.stdout, again.stdout

@@ -16,7 +16,7 @@ def _row(**kw):
             "tensor_cores": "wgmma", "cannot_run": None, "tile_area": 16384, "blocks_per_sm": 2, "occupancy": 0.125,
             "limited_by": "shared memory", "tiles": 264, "waves": 1, "wave_efficiency": 1.0, "tile_efficiency": 1.0,
             "utilization": 1.0}
-    return {**base, **kw}
+    return lab04b.ConfigRow(**{**base, **kw})
 
 
 pytestmark = pytest.mark.skipif(not tm.available(), reason=f"{tm.unavailable_reason()}")
@@ -54,7 +54,7 @@ def test_lab04b_lower_occupancy_passes_and_a_wasted_wave_names_the_blocks_per_sm
     cfg = dict(block_m=128, block_n=128, block_k=64, num_warps=4, num_stages=3)
     low = _row(blocks_per_sm=1, occupancy=0.0625, limited_by="registers", waves=2)
     monkeypatch.setattr(lab04b, "evaluate", lambda configs, p=None: [low])
-    assert lab04b.grade_config(cfg)["mine"]["occupancy"] == 0.0625  # a diagnostic, not a grade
+    assert lab04b.grade_config(cfg).mine.occupancy == 0.0625  # a diagnostic, not a grade
     half = _row(blocks_per_sm=1, tiles=144, waves=2, wave_efficiency=0.545, utilization=0.545)
     monkeypatch.setattr(lab04b, "evaluate", lambda configs, p=None: [half])
     with pytest.raises(LabCheckError, match=r"wastes part of a wave: useful share 54.5 % \(144 tiles in 2 wave\(s\).*"
@@ -72,9 +72,10 @@ def test_the_best_of_the_search_passes_and_a_stub_waits():
     from perflab.gemm import lab04b as lab
 
     best = lab.best_of_search()
-    assert best["spill_bytes"] == 0 and best["utilization"] > 0.9 and best["tensor_cores"] == "wgmma"
+    assert best.spill_bytes == 0 and best.utilization is not None and best.utilization > 0.9
+    assert best.tensor_cores == "wgmma"
     res = lab.grade_config(cfg(128, 128, 64, 8, 3))
-    assert res["mine"]["utilization"] >= best["utilization"] - lab.UTILIZATION_SLACK
+    assert res.mine.utilization is not None and res.mine.utilization >= best.utilization - lab.UTILIZATION_SLACK
 
     def stub(**kw):
         raise NotImplementedError
@@ -91,12 +92,12 @@ def test_occupancy_is_a_diagnostic_not_a_grade():
     and 3 stages at 12.5 % occupancy."""
     from perflab.gemm import lab04b as lab
 
-    four = lab.grade_config(cfg(128, 128, 64, 8, 4))["mine"]
-    three = lab.grade_config(cfg(128, 128, 64, 8, 3))["mine"]
-    assert (four["blocks_per_sm"], four["waves"], three["blocks_per_sm"], three["waves"]) == (1, 2, 2, 1)
-    assert four["utilization"] == three["utilization"] == 1.0
-    lesson = lab.grade_config(cfg(128, 128, 64, 4, 3))["mine"]
-    assert lesson["occupancy"] == 0.125 and lesson["spill_bytes"] == 0
+    four = lab.grade_config(cfg(128, 128, 64, 8, 4)).mine
+    three = lab.grade_config(cfg(128, 128, 64, 8, 3)).mine
+    assert (four.blocks_per_sm, four.waves, three.blocks_per_sm, three.waves) == (1, 2, 2, 1)
+    assert four.utilization == three.utilization == 1.0
+    lesson = lab.grade_config(cfg(128, 128, 64, 4, 3)).mine
+    assert lesson.occupancy == 0.125 and lesson.spill_bytes == 0
     assert lab.check_config_choice(lambda **kw: cfg(128, 128, 64, 8, 4)) is True
 
 

@@ -85,7 +85,7 @@ def pick_closest(frame, max_params_delta_pct):  # the wrong criterion
 def pick_calls_perflab(frame, max_params_delta_pct):
     from perflab.gemm.swiglu import recommend
 
-    return int(recommend(frame, max_params_delta_pct)["d_ff"])
+    return int(recommend(frame, max_params_delta_pct).d_ff)
 
 
 MUTANTS = [

@@ -150,21 +150,19 @@ def test_gpu_measurements_refuse_in_one_line_on_cpu():
 def test_every_copy_variant_is_measured_on_a_gpu():
     # which variant is faster, and by how much they overlap, depends on who else uses the GPU: only
     # what load cannot change is asserted (every variant measured, the overlap computed from its times)
-    rows = {r["variant"]: r for r in pinned.measure_variants(64 << 20, 4096, 8)}
+    rows = {r.variant: r for r in pinned.measure_variants(64 << 20, 4096, 8)}
     assert set(rows) == {v.name for v in pinned.VARIANTS}
-    assert all(r["step_s"] > 0 and r["h2d_gb_per_s"] > 0 and math.isfinite(r["overlap"]) for r in rows.values())
+    assert all(r.step_s > 0 and r.h2d_gb_per_s > 0 and math.isfinite(r.overlap) for r in rows.values())
     cost = pinned.pin_cost(64 << 20)
-    assert cost["is_pinned"] and cost["pin_s"] > 0
+    assert cost.is_pinned and cost.pin_s > 0
 
 
 def test_measured_table_and_pin_line_carry_units():
-    row = {"variant": "pinned", "h2d_gb_per_s": 24.81234, "host_in_copy_s": 2.5e-3, "compute_s": 4e-3, "step_s": 6.5e-3,
-           "predicted_step_s": 6.5e-3, "overlap": 0.0}
+    row = pinned.VariantRun("pinned", True, False, False, 64 << 20, 24.81234, 2.7e-3, 4e-3, 6.5e-3, 6.7e-3, 2.5e-3, 0.0)
     t = pinned.measured_table([row])
     assert list(t.columns)[1] == "copy (GB/s)" and t.iloc[0]["copy (GB/s)"] == "24.8"
     assert "ms" in t.iloc[0]["step"] and t.iloc[0]["overlap (of the shorter)"].endswith("%")
-    line = pinned.pin_cost_line({"bytes": 1 << 30, "pin_s": 0.2, "pin_gb_per_s": 5.37, "pinned_copy_s": 0.02,
-                                 "pin_over_copy": 10.0})
+    line = pinned.pin_cost_line(pinned.PinCost(1 << 30, 0.2, 5.37, True, 0.02, 10.0))
     assert "1.07 GB" in line and "200 ms" in line and "10.0× the time of the pinned copy" in line
 
 
@@ -173,7 +171,7 @@ def test_measured_table_and_pin_line_carry_units():
 def test_the_four_pin_and_non_blocking_cases_are_measured_on_gpu():
     from perflab.dataloading import pinned
 
-    rows = {(r["pin_memory"], r["non_blocking"]): r for r in pinned.measure_2x2(64 << 20, 2048, 5)}
+    rows = {(r.pin_memory, r.non_blocking): r for r in pinned.measure_2x2(64 << 20, 2048, 5)}
     # which is fastest depends on who else uses the GPU: all four are measured
     assert set(rows) == {(a, b) for a in (True, False) for b in (True, False)}
-    assert all(r["h2d_gb_per_s"] > 0 for r in rows.values())
+    assert all(r.h2d_gb_per_s > 0 for r in rows.values())

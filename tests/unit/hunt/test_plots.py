@@ -1,9 +1,8 @@
 """Lesson 14's waterfall: the legend beside the bars, never over them; the two timed steps named."""
 
-from types import SimpleNamespace
-
 from perflab.hunt import plots
-from perflab.hunt.step import PHASES
+from perflab.hunt.report import Rerun
+from perflab.hunt.step import PHASES, Timed
 
 
 def test_the_legend_sits_outside_the_axis_and_the_totals_inside_it():
@@ -20,5 +19,7 @@ def test_the_legend_sits_outside_the_axis_and_the_totals_inside_it():
 
 
 def test_before_after_names_the_rerun_steps():
-    t = {"before": SimpleNamespace(phases={"data": 1.0}), "with your fixes": SimpleNamespace(phases={"data": 0.5})}
-    assert plots.before_after({"timed": t}, "as drawn", "fixed") == {"as drawn": {"data": 1.0}, "fixed": {"data": 0.5}}
+    t = {"before": Timed("before", 1.0, {"data": 1.0}, [1.0], 2.5),
+         "with your fixes": Timed("with your fixes", 0.5, {"data": 0.5}, [0.5], 2.5)}
+    res = Rerun(t, 1.0, 0.5, 0.5, True, 0.0)
+    assert plots.before_after(res, "as drawn", "fixed") == {"as drawn": {"data": 1.0}, "fixed": {"data": 0.5}}

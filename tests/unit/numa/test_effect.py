@@ -37,9 +37,10 @@ def test_the_full_numa_part_measures_local_vs_remote_where_there_are_two_nodes(m
 def test_local_vs_remote_measures_each_memory_node(fake_numactl):
     assert effect.skip_reason(_two_nodes()) is None
     out = effect.memory_local_vs_remote(_two_nodes(), nbytes=8 * 2**20)
-    rows = out["rows"]
-    assert [(r["cpu_node"], r["memory_node"]) for r in rows] == [(0, 0), (0, 1)]
-    assert all(r["gbps"] > 0 and r["ns_per_random_read"] > 0 for r in rows), rows
+    rows = out.rows
+    assert out.skipped is None and [(r.cpu_node, r.memory_node) for r in rows] == [(0, 0), (0, 1)]
+    assert all(r.gbps and r.gbps > 0 and r.ns_per_random_read and r.ns_per_random_read > 0 for r in rows), rows
+    assert out.to_json()["rows"][0].keys() == {"cpu_node", "memory_node", "gbps", "ns_per_random_read", "check"}
     calls = [c.split()[1:3] for c in fake_numactl.read_text().splitlines() if c.startswith("numactl ")]
     first = min(os.sched_getaffinity(0))  # node 0's first CPU, for both: only the memory moves
     assert calls == [[f"--physcpubind={first}", "--membind=0"], [f"--physcpubind={first}", "--membind=1"]], calls
@@ -57,14 +58,17 @@ def test_remote_over_local_reads_measured_rows_and_published_matrices():
     assert effect.remote_over_local(rows[1:3], "ns") is None           # no local row
     assert effect.remote_over_local([{"ns": 1.0}], "ns") is None        # rows with no nodes
     assert effect.remote_over_local([], "ns") is None
+    measured = [effect.MemoryRow(0, 0, gbps=20.0), effect.MemoryRow(0, 1, gbps=10.0),
+                effect.MemoryRow(0, 2, error="numactl: no such node")]
+    assert effect.remote_over_local(measured, "gbps") == pytest.approx(0.5)
 
 
 def test_measured_tables_label_each_row_and_say_why_one_failed():
     from perflab.numa import effect
 
     lat, bw = effect.measured_tables([
-        {"cpu_node": 0, "memory_node": 0, "gbps": 12.345, "ns_per_random_read": 3.21},
-        {"cpu_node": 0, "memory_node": 1, "error": "numactl: node 1 has no memory"}])
+        effect.MemoryRow(0, 0, gbps=12.345, ns_per_random_read=3.21),
+        effect.MemoryRow(0, 1, error="numactl: node 1 has no memory")])
     assert lat == {"cores on node 0, memory on node 0 (local)": "3.2 ns per independent random read",
                    "cores on node 0, memory on node 1 (remote)": "failed: numactl: node 1 has no memory"}
     assert bw["cores on node 0, memory on node 0 (local)"] == "12 GB/s copy (read + write), one core"

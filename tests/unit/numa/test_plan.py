@@ -152,4 +152,4 @@ def test_bind_rank_reports_no_change_when_already_there():
     cur = sorted(os.sched_getaffinity(0))
     from perflab.numa.plan import RankPlan
 
-    assert bind_rank(RankPlan(0, None, 0, cur))["changed"] is False
+    assert bind_rank(RankPlan(0, None, 0, cur)).changed is False

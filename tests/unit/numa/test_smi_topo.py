@@ -11,6 +11,7 @@ import pytest
 from clirun import perflab
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import to_json
 from perflab.numa import plan, smi_topo
 from perflab.numa.plan import check_plan
 from perflab.numa.smi_topo import (
@@ -183,15 +184,15 @@ def test_every_malformed_trace_is_one_clean_line(tmp_path):
 @pytest.mark.parametrize("name", sorted(EXPECTED_TOPO))
 def test_every_table_layout_parses_to_the_same_gpus(name):
     t = parse_topo((TOPO / name).read_bytes().decode())
-    assert t["gpus"] == EXPECTED_TOPO[name]
-    assert t["links"]["GPU0"]["GPU7"] == "NV18" and t["links"]["GPU0"]["GPU0"] == "X"
-    assert len(t["nics"]) == 2 and "NV#" in t["legend"]
+    assert to_json(t.gpus) == EXPECTED_TOPO[name]
+    assert t.links["GPU0"]["GPU7"] == "NV18" and t.links["GPU0"]["GPU0"] == "X"
+    assert len(t.nics) == 2 and "NV#" in t.legend
 
 
 def test_a_blank_cpu_affinity_does_not_shift_the_numa_node_into_it():
     for name in ("blank_cpu_tabs.txt", "blank_cpu_spaces.txt"):
         t = parse_topo((TOPO / name).read_text())
-        assert t["gpus"][2] == {"gpu": 2, "cpu_affinity": [], "numa_node": 0}
+        assert t.gpus[2] == smi_topo.TopoGPU(gpu=2, cpu_affinity=[], numa_node=0)
         topo = topology_from_topo(t, sysfs=None)
         p = plan.plan(8, topo)
         # GPU2 and GPU6 are on nodes 0 and 1: their ranks get CPUs of those nodes
@@ -238,15 +239,15 @@ def test_published_tables_parse_to_what_they_say(name):
         a, b = map(int, span.split("-"))
         want.update({g: {"gpu": g, "cpu_affinity": parse_cpulist(v["cpu_affinity"]), "numa_node": v["numa_node"]}
                      for g in range(a, b + 1)})
-    assert t["gpus"] == [want[g] for g in sorted(want)]
+    assert to_json(t.gpus) == [want[g] for g in sorted(want)]
 
 
 def test_a_header_mixing_tabs_and_spaces_names_both_affinity_columns():
     # 8× V100-SXM2 (DGX-1's hybrid cube-mesh), driver 470: "CPU Affinity    NUMA Affinity" in one tab cell
     t = parse_topo((TOPO / "published_v100_sxm2_mixed_header.txt").read_text())
-    assert t["links"]["GPU0"]["GPU1"] == "NV1" and t["links"]["GPU0"]["GPU3"] == "NV1"
-    assert t["links"]["GPU0"]["GPU4"] == "SYS" and t["links"]["GPU2"]["mlx5_0"] == "PIX"
-    assert t["nics"] == ["mlx5_0", "mlx5_1"]
+    assert t.links["GPU0"]["GPU1"] == "NV1" and t.links["GPU0"]["GPU3"] == "NV1"
+    assert t.links["GPU0"]["GPU4"] == "SYS" and t.links["GPU2"]["mlx5_0"] == "PIX"
+    assert t.nics == ["mlx5_0", "mlx5_1"]
     topo = topology_from_topo(t, sysfs=None)
     p = plan.plan(8, topo)
     assert not check_plan(p, topo)
@@ -324,9 +325,8 @@ def test_a_table_realigned_by_hand_is_read_by_character_columns():
             "GPU0   X    NV4   0-3           0\n"
             "GPU1  NV4    X    4-7           1\n")
     parsed = smi_topo.parse_topo(text)
-    assert parsed["gpus"] == [{"gpu": 0, "cpu_affinity": [0, 1, 2, 3], "numa_node": 0},
-                              {"gpu": 1, "cpu_affinity": [4, 5, 6, 7], "numa_node": 1}]
-    assert parsed["links"]["GPU0"]["GPU1"] == "NV4"
+    assert parsed.gpus == [smi_topo.TopoGPU(0, [0, 1, 2, 3], 0), smi_topo.TopoGPU(1, [4, 5, 6, 7], 1)]
+    assert parsed.links["GPU0"]["GPU1"] == "NV4"
 
 
 def test_blank_cells_whose_spacing_does_not_say_their_column_are_refused_in_one_line():
@@ -343,8 +343,8 @@ def test_a_blank_line_under_the_header_and_a_legend_straight_after_the_rows():
     text = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n\n"
             "GPU0\t X \tNV4\t0-3\t0\nGPU1\tNV4\t X \t4-7\t1\nLegend:\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n")
     parsed = smi_topo.parse_topo(text)
-    assert [g["numa_node"] for g in parsed["gpus"]] == [0, 1]
-    assert parsed["legend"]["X"] == "Self" and "NV#" in parsed["legend"]
+    assert [g.numa_node for g in parsed.gpus] == [0, 1]
+    assert parsed.legend["X"] == "Self" and "NV#" in parsed.legend
 
 
 def test_every_numa_affinity_na_gives_one_node_per_distinct_cpu_list():
@@ -359,19 +359,22 @@ def test_a_table_naming_cpus_this_sysfs_does_not_have_is_not_this_machine(tmp_pa
     cpu = tmp_path / "devices/system/cpu"
     cpu.mkdir(parents=True)
     (cpu / "online").write_text("0-3\n")
-    parsed = {"gpus": [{"gpu": 0, "cpu_affinity": [0, 1, 2, 3, 4, 5], "numa_node": 0}]}
+    def table(cpus, node):
+        return smi_topo.TopoTable(["GPU0"], {"GPU0": {"GPU0": "X"}}, [smi_topo.TopoGPU(0, cpus, node)], [], {}, {})
+
+    parsed = table([0, 1, 2, 3, 4, 5], 0)
     assert smi_topo.table_matches_sysfs(parsed, tmp_path) is False
-    parsed["gpus"][0]["cpu_affinity"] = [0, 1]
+    parsed.gpus[0].cpu_affinity = [0, 1]
     assert smi_topo.table_matches_sysfs(parsed, tmp_path) is True  # no node folders: one node holds them
     assert smi_topo.table_matches_sysfs(parsed, tmp_path / "elsewhere") is False  # no sysfs there
-    assert smi_topo.table_matches_sysfs({"gpus": [{"gpu": 0, "cpu_affinity": [], "numa_node": None}]}, tmp_path) is False
+    assert smi_topo.table_matches_sysfs(table([], None), tmp_path) is False
 
 
 def test_parse_the_handbooks_table():
     t = parse_topo(SEED["h100_8gpu_2socket"]["table"])
-    assert [g["numa_node"] for g in t["gpus"]] == [0] * 4 + [1] * 4
-    assert t["gpus"][0]["cpu_affinity"] == list(range(52)) + list(range(104, 156))
-    assert t["links"]["GPU0"]["GPU0"] == "X" and t["links"]["GPU3"]["GPU7"] == "NV18"
+    assert [g.numa_node for g in t.gpus] == [0] * 4 + [1] * 4
+    assert t.gpus[0].cpu_affinity == list(range(52)) + list(range(104, 156))
+    assert t.links["GPU0"]["GPU0"] == "X" and t.links["GPU3"]["GPU7"] == "NV18"
     topo = topology_from_topo(t)
     assert topo.siblings[0] == [0, 104]  # inferred from the numbering
     p = plan.plan(8, topo)
@@ -380,10 +383,10 @@ def test_parse_the_handbooks_table():
 
 def test_parse_a_4_gpu_table_with_nic_and_na():
     t = parse_topo(SMI_4)
-    assert t["devices"] == ["GPU0", "GPU1", "GPU2", "GPU3", "NIC0"] and t["nics"] == ["NIC0"]
-    assert t["gpus"][3] == {"gpu": 3, "cpu_affinity": [], "numa_node": None}
-    assert t["links"]["GPU0"]["NIC0"] == "PIX" and t["legend"]["NV#"].startswith("Connection traversing a bonded")
-    assert t["nic_names"] == {"NIC0": "mlx5_0"}
+    assert t.devices == ["GPU0", "GPU1", "GPU2", "GPU3", "NIC0"] and t.nics == ["NIC0"]
+    assert t.gpus[3] == smi_topo.TopoGPU(3, [], None)
+    assert t.links["GPU0"]["NIC0"] == "PIX" and t.legend["NV#"].startswith("Connection traversing a bonded")
+    assert t.nic_names == {"NIC0": "mlx5_0"}
     topo = topology_from_topo(t)
     assert [n.id for n in topo.nodes] == [0, 1] and infer_smt(topo.nodes)[0] == [0]
     p = plan.plan(4, topo)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import to_json
 from perflab.numa import effect, plan, plots, topology
 from perflab.numa.plan import check_plan
 from perflab.numa.smi_topo import parse_topo
@@ -128,8 +129,8 @@ def test_a_numactl_that_fails_gives_a_row_with_its_last_line(tmp_path, monkeypat
     cpus = sorted(os.sched_getaffinity(0))
     two = Topology(nodes=[Node(0, cpus[:1], None), Node(1, cpus[1:] or cpus[:1], None)],
                    distances=[[10, 21], [21, 10]], gpus=[], affinity=cpus)
-    rows = effect.memory_local_vs_remote(two, nbytes=2**20)["rows"]
-    assert [r["error"] for r in rows] == ["numactl: node 1 has no memory"] * 2
+    rows = effect.memory_local_vs_remote(two, nbytes=2**20).rows
+    assert [r.error for r in rows] == ["numactl: node 1 has no memory"] * 2
     assert effect.remote_over_local(rows, "gbps") is None
     lat, _ = effect.measured_tables(rows)
     assert set(lat.values()) == {"failed: numactl: node 1 has no memory"}
@@ -149,7 +150,9 @@ def test_a_gpu_whose_node_is_unknown_is_named_under_the_drawing():
 
 def test_one_node_and_no_numactl_are_said(monkeypatch):
     one = Topology(nodes=[Node(0, [0], None)], distances=[[10]], gpus=[], affinity=[0])
-    assert "1 NUMA node with CPUs" in effect.memory_local_vs_remote(one)["skipped"]
+    skipped = effect.memory_local_vs_remote(one)
+    assert skipped.rows == [] and "1 NUMA node with CPUs" in str(skipped.skipped)
+    assert skipped.to_json() == {"skipped": skipped.skipped}
     monkeypatch.setattr("shutil.which", lambda name: None)
     assert "numactl is not installed" in effect.skip_reason(_two_nodes())
 
@@ -246,12 +249,12 @@ class Aff(Dataset):
 cpu = min(os.sched_getaffinity(0))
 done = bind_rank(RankPlan(0, None, 0, [cpu]))
 workers = [b.tolist() for b in DataLoader(Aff(), batch_size=None, num_workers=2)]
-print(json.dumps({"done": done, "workers": workers, "cpu": cpu}))
+print(json.dumps({"after": done.after, "changed": done.changed, "workers": workers, "cpu": cpu}))
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout.strip().splitlines()[-1])
-    assert d["done"]["after"] == str(d["cpu"])
+    assert d["after"] == str(d["cpu"])
     assert d["workers"] == [[d["cpu"]], [d["cpu"]]]  # forked workers kept the rank's binding
 
 
@@ -262,9 +265,9 @@ def test_topology_tables_round_trip_in_every_layout(t):
     want = [{k: v for k, v in g.items() if not k.startswith("_")} for g in gpus]
     for name, text in layouts(render(devs, links, gpus, numa_cols)).items():
         got = parse_topo(text)
-        assert got["devices"] == devs, name
-        assert got["links"] == links, name
-        assert got["gpus"] == want, (name, text)
+        assert got.devices == devs, name
+        assert got.links == links, name
+        assert to_json(got.gpus) == want, (name, text)
 
 
 def test_numa_rung_is_not_applicable_on_one_node(monkeypatch):

@@ -106,7 +106,7 @@ def test_a_wait_that_ended_before_the_gap_is_not_its_evidence():
     d = diagnose.diagnose(_gpu_step([(0, 100), (800, 200)], [("cudaStreamSynchronize", "cuda_runtime", 0, 900),
                                                                ("aten::item", "cpu_op", 10, 10)]))
     assert [(c.cause, round(c.seconds * 1e6, 6)) for c in d.causes] == [("host_sync", 700.0)]
-    assert d.causes[0].evidence == [{"op": "cudaStreamSynchronize", "seconds": pytest.approx(7e-4), "count": 1}]
+    assert d.causes[0].evidence == [diagnose.Evidence("cudaStreamSynchronize", pytest.approx(7e-4), 1)]
 
 
 def test_a_wait_that_only_touches_the_gap_still_names_it():
@@ -126,13 +126,13 @@ def test_diagnose_names_the_cause_of_a_hand_built_trace(cause, on_gpu):
     else:
         assert d.top.cause == cause and d.top.share > 0.25, d.summary()
         assert d.device_busy < 0.7
-        assert d.top.evidence and d.top.evidence[0]["seconds"] > 0
+        assert d.top.evidence and d.top.evidence[0].seconds > 0
 
 
 def test_gpu_host_sync_gap_starts_where_the_sync_returns():
     # on a GPU the device idles *after* cudaStreamSynchronize returns: no overlap, still host_sync
     d = diagnose.diagnose(synthetic_step("host_sync", on_gpu=True))
-    names = {e["op"] for e in d.top.evidence}
+    names = {e.op for e in d.top.evidence}
     assert "cudaStreamSynchronize" in names or "aten::item" in names
 
 

@@ -48,13 +48,13 @@ def test_what_llama3s_failure_rate_needs_to_reach_90_percent():
     # lesson 09's claim: at Llama 3's interruption rate only checkpoint stalls under a minute reach
     # 90%, and the longer the restart, the shorter the stall must be
     llama = E.llama3_failure_rate()
-    rows = E.needed_for(0.90, llama["job_mtbf_hours"], [0.25, 0.5, 1, 2], [2, 5, 10, 20])
-    assert not any(r["reaches"] for r in rows if r["ckpt_minutes"] >= 1)
-    assert any(r["reaches"] for r in rows if r["ckpt_minutes"] < 1)
+    rows = E.needed_for(0.90, llama.job_mtbf_hours, [0.25, 0.5, 1, 2], [2, 5, 10, 20])
+    assert not any(r.reaches for r in rows if r.ckpt_minutes >= 1)
+    assert any(r.reaches for r in rows if r.ckpt_minutes < 1)
     for d in (0.25, 0.5):
-        line = [r["ettr"] for r in rows if r["ckpt_minutes"] == d]
+        line = [r.ettr for r in rows if r.ckpt_minutes == d]
         assert line == sorted(line, reverse=True)
-    reach_r = {d: max((r["restart_minutes"] for r in rows if r["ckpt_minutes"] == d and r["reaches"]), default=0)
+    reach_r = {d: max((r.restart_minutes for r in rows if r.ckpt_minutes == d and r.reaches), default=0)
                for d in (0.25, 0.5)}
     assert reach_r[0.25] >= reach_r[0.5] > 0
 
@@ -91,13 +91,14 @@ def test_ettr_limits_and_published_figures():
     assert math.isclose(E.ettr_fraction(60, 1, 0, 1e12), 60 / 61, rel_tol=1e-6)
     assert E.ettr_fraction(60, 1, 1e6, 100) == 0.0
     pub = E.published()
-    rows = {r["run"].split()[0]: r for r in pub["rows"]}
+    rows = {r.run.split()[0]: r for r in pub.rows}
     # Llama 3 (arXiv:2407.21783, §3.3.4): >90% effective training time on 16k GPUs; Gemini (arXiv:2312.11805, §3): 97%
-    assert rows["Llama"]["ettr_at_least"] == 0.90 and rows["Llama"]["gpus"] == 16384
-    assert rows["Gemini"]["ettr_at_least"] == 0.97
-    assert all(r["source"] for r in pub["rows"])
+    assert rows["Llama"].ettr_at_least == 0.90 and rows["Llama"].gpus == 16384
+    assert rows["Gemini"].ettr_at_least == 0.97
+    assert all(r.source for r in pub.rows) and set(pub.formulas) == {"young", "daly", "ettr_definition"}
     f = E.llama3_failure_rate()  # 419 unexpected interruptions in 54 days
-    assert math.isclose(f["job_mtbf_hours"], 54 * 24 / 419)
+    assert math.isclose(f.job_mtbf_hours, 54 * 24 / 419) and f.mtbf_hours_per_gpu == f.job_mtbf_hours * 16384
+    assert list(E.published_table()["reported"]) == ["> 90.0 %", "97.0 %"]
 
 
 @SETTINGS

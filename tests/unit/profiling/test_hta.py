@@ -16,7 +16,8 @@ def test_hta_cross_check_skips_a_cpu_trace_and_says_why(tmp_path):
     p = tmp_path / "cpu.json"
     p.write_text(json.dumps(trace.synthetic_step(None, steps=1)))
     out = hta.cross_check(p)
-    assert set(out) == {"skipped"} and "no GPU kernels" in out["skipped"]
+    assert out.skipped is not None and "no GPU kernels" in out.skipped
+    assert out.perflab_idle is None and out.hta_idle is None and out.difference is None
 
 
 @pytest.mark.parametrize("cause", ["host_sync", "launch_bound", "communication", "data_wait"])
@@ -29,6 +30,6 @@ def test_hta_cross_check_on_hand_built_gpu_traces(cause, tmp_path):
     r = hta.cross_check(path)
     if cause == "data_wait":
         # the idle before each step's first kernel is outside HTA's per-iteration kernel span
-        assert r["hta_idle"] < r["perflab_idle"] - 0.3
+        assert r.hta_idle is not None and r.perflab_idle is not None and r.hta_idle < r.perflab_idle - 0.3
     else:  # idle inside the kernels' span: the two agree up to the step edges perflab counts
-        assert abs(r["difference"]) < 0.1, r
+        assert r.difference is not None and abs(r.difference) < 0.1, r

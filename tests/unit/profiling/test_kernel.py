@@ -14,8 +14,8 @@ def test_compare_times_the_fused_op_and_finds_it_in_the_trace():
     # a stand-in for the compiled extension: the exact (erf) GELU, a hair from the tanh form eager runs
     k = kernel.Kernel(SimpleNamespace(fused_gelu_bias=lambda x, b: torch.nn.functional.gelu(x + b)), None)
     out = kernel.compare(k, rows=8, cols=4, rep_ms=1)
-    assert out["in_trace"] is True and 0 < out["max_abs_diff"] < 1e-3
-    assert out["speedup"] == out["eager_s"] / out["fused_s"]
+    assert out.in_trace is True and 0 < out.max_abs_diff < 1e-3
+    assert out.speedup == out.eager_s / out.fused_s
     y = kernel.eager_gelu_bias(torch.zeros(2), torch.tensor([1.0, -1.0]))
     assert torch.allclose(y, torch.tensor([0.841192, -0.158808]), atol=1e-6)
 
@@ -61,4 +61,4 @@ def test_custom_kernel_skips_cleanly_or_matches_eager(monkeypatch):
     k = kernel.build(allow_compile=False)
     assert k.skip is None
     r = kernel.compare(k, rows=256, cols=128)
-    assert r["max_abs_diff"] < 1e-5 and r["in_trace"]
+    assert r.max_abs_diff < 1e-5 and r.in_trace

@@ -28,8 +28,8 @@ def test_gemm_shapes_of_batched_matmuls_and_unusable_shapes():
                      ("aten::baddbmm", [[4, 8, 32], [4, 8, 16], [4, 16, 32]]),
                      ("aten::bmm", [[8, 16]]),  # a shape list the op cannot have: skipped, not a crash
                      ("aten::addmm", "not dims")])
-    rows = [r for r in ops.gemm_shapes(t) if r["op"] in ("aten::bmm", "aten::baddbmm", "aten::addmm")]
-    assert [(r["op"], r["shape"], r["flops"]) for r in rows] == [("aten::bmm", "4×8×16×32", 2.0 * 4 * 8 * 16 * 32),
+    rows = [r for r in ops.gemm_shapes(t) if r.op in ("aten::bmm", "aten::baddbmm", "aten::addmm")]
+    assert [(r.op, r.shape, r.flops) for r in rows] == [("aten::bmm", "4×8×16×32", 2.0 * 4 * 8 * 16 * 32),
                                                                   ("aten::baddbmm", "4×8×16×32", 2.0 * 4 * 8 * 16 * 32)]
     assert t.threads() == {1: "main thread", 7: "pt_autograd_0"}
 
@@ -47,10 +47,13 @@ def test_gemm_efficiency_from_shapes():
     ])
     flops = 2 * 64 * 32 * 16 * 2 + 2 * 4 * 8 * 16 * 2
     eff = ops.gemm_efficiency(t, ceiling_tflops=1e-3)  # 1 GFLOP/s
-    assert math.isclose(eff["gemm_s"], 400e-6) and math.isclose(eff["step_s"], 1e-3)
-    assert math.isclose(eff["achieved_tflops"], flops / 400e-6 / 1e12)
-    assert math.isclose(eff["ideal_gemm_s"], flops / 1e9)
-    assert math.isclose(eff["outside_gemms_s"], 600e-6)
+    assert math.isclose(eff.gemm_s, 400e-6) and math.isclose(eff.step_s, 1e-3)
+    assert math.isclose(eff.achieved_tflops, flops / 400e-6 / 1e12)
+    assert math.isclose(eff.ideal_gemm_s, flops / 1e9)
+    assert math.isclose(eff.outside_gemms_s, 600e-6)
+    assert [r.gemm for r in eff.gemms] == ["aten::bmm 4×8×16×2", "aten::mm 64×32×16", "aten::addmm 64×32×16"]
+    table = eff.table()
+    assert list(table["calls per step"]) == ["1", "1", "1"] and len(table) == 3
     assert ops.tensor_core_share(t) is None  # a CPU trace has no kernels
 
 
@@ -64,4 +67,4 @@ def test_tensor_core_share_is_a_name_heuristic():
          "ts": 300, "dur": 100},
         {"name": "aten::mm", "cat": "cpu_op", "ts": 0, "dur": 10},
     ])
-    assert math.isclose(ops.tensor_core_share(t)["share"], 0.75)
+    assert math.isclose(ops.tensor_core_share(t).share, 0.75)

@@ -51,7 +51,7 @@ def test_a_gemm_of_zero_duration_is_left_out():
     base = next(e for e in raw["traceEvents"] if e.get("name") == "aten::mm")
     raw["traceEvents"].append({**base, "ts": base["ts"] + 1, "dur": 0.0, "args": {"Input Dims": [[3, 5], [5, 7]]}})
     raw["traceEvents"].append({**base, "ts": base["ts"] + 2, "dur": 4.0, "args": {"Input Dims": [[3, 5], [5, 9]]}})
-    shapes = [r["shape"] for r in ops.gemm_shapes(trace.load(raw))]
+    shapes = [r.shape for r in ops.gemm_shapes(trace.load(raw))]
     assert "3×5×9" in shapes and "3×5×7" not in shapes
 
 
