@@ -16,6 +16,7 @@ down this list:
 - one package per lesson topic: `flops` (01–02), `memory` (03), `gemm` (04, 04b, 05), `distributed` (06),
   `dataloading` (07), `numa` (08), `profiling` (09), `compiler` (10), `tune` and `audit` (11), `shard` (12),
   `attention` (13), `hunt` (14), `plan` (15)
+  and `numerics` (16)
 - `workload`: the models and the timed training step several lessons share; `grading`: the labs' tutor
 - `core`: measuring anything on any device (device, hardware, dtypes, timing, results, errors)
 """
@@ -25,6 +26,7 @@ from perflab._lazy import lazy_modules
 __version__ = "0.1.0"
 
 PACKAGES = ("core", "grading", "workload", "flops", "memory", "gemm", "attention", "distributed", "dataloading",
+            "numerics",
             "numa", "profiling", "compiler", "shard", "tune", "audit", "hunt", "plan", "course", "classroom", "commands",
             "cli")
 __getattr__, __dir__ = lazy_modules(__name__, PACKAGES)

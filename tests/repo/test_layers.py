@@ -20,6 +20,7 @@ import perflab
 PKG = Path(perflab.__file__).parent
 TOPICS = ("flops", "memory", "gemm", "attention", "distributed", "dataloading", "numa", "profiling", "compiler", "shard",
           "tune", "plan", "audit", "hunt")
+TOPICS += ("numerics",)  # lesson 16
 # the labs' tutor (grading) stands on core alone, beside workload; the teacher's classroom above the notebooks' course
 RANK = {"core": 1, "grading": 2, "workload": 2, **{t: 3 for t in TOPICS}, "course": 4, "classroom": 5, "commands": 6,
         "cli": 6, "__main__": 6}
