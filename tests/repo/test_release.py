@@ -37,15 +37,15 @@ TAUGHT_IN_THE_PACKAGE = {
     ("perflab/memory/lab03.py", "return s * b * h * (34 + 5 * a * s / h)"),
     # lesson 12 predicts every pipeline run with the bubble formula it teaches
     ("perflab/shard/formulas.py", "return (p - 1) / (m + p - 1)"),
-    # lesson 06 builds its own ring all-reduce (perflab.distributed.collectives) and its bandwidth probe
-    ("perflab/distributed/collectives.py", "right, left = ((rank + 1) % n, (rank - 1) % n)"),
+    # lesson 06 builds its own ring all-reduce (perflab.distributed.ring) and its bandwidth probe
+    ("perflab/distributed/ring.py", "right, left = ((rank + 1) % n, (rank - 1) % n)"),
     ("perflab/distributed/busbw.py", "right, left = ((rank + 1) % n, (rank - 1) % n)"),
     # lesson 02 shows PaLM's FLOPs per token (perflab.flops.transformer)
     ("perflab/flops/transformer.py", "return 6 * n_params + 12 * layers * heads * head_dim * seq"),
     # the model that lab 10 rewrites computes its rotary embedding the same way
     ("perflab/compiler/models.py", "cos, sin = (angles.cos().to(x.dtype), angles.sin().to(x.dtype))"),
     # an empty list and no previous item
-    ("perflab/gemm/shapes.py", "out, prev = ([], None)"),
+    ("perflab/gemm/waves.py", "out, prev = ([], None)"),
 }
 
 

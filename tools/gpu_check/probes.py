@@ -185,15 +185,15 @@ def _probe_attention(cuda: bool, small: bool) -> dict[str, Any]:
         return {"status": "skipped", "figures": {}, "reason": "no triton here (the `kernels` extra)"}
     if not cuda:
         r = flash.check(1, 2, 77, 64, "fp32")
-        fig = {"max_abs_err": r["max_abs_err"], "tolerance": r["tolerance"], "shape": "1×2×77×64 fp32",
-               "interpreter": r["interpreter"]}
-        if not r["passed"]:
-            return {"status": "failed", "figures": fig, "reason": f"the kernel differs from SDPA by {r['max_abs_err']:.3g} "
-                                                                    f"(tolerance {r['tolerance']:.3g}) in the interpreter"}
+        fig = {"max_abs_err": r.max_abs_err, "tolerance": r.tolerance, "shape": "1×2×77×64 fp32",
+               "interpreter": r.interpreter}
+        if not r.passed:
+            return {"status": "failed", "figures": fig, "reason": f"the kernel differs from SDPA by {r.max_abs_err:.3g} "
+                                                                    f"(tolerance {r.tolerance:.3g}) in the interpreter"}
         return {"status": "skipped", "figures": fig,
                 "reason": "no CUDA GPU: the kernel checked against SDPA in Triton's interpreter (passed); its time needs a GPU"}
     b, a, s, d = (1, 4, 1024, 64) if small else (4, 16, 4096, 128)
-    r = flash.time_paths(b, a, s, d, "bf16", causal=False)
+    r = flash.time_paths(b, a, s, d, "bf16", causal=False).to_json()  # {"flops", path: its figures or {"error"}}
     tri, sd = r.get("triton", {}), r.get("sdpa_flash", {})
     fig = {"shape": f"{b}×{a}×{s}×{d} bf16", "triton_s": tri.get("seconds"), "sdpa_s": sd.get("seconds"),
            "triton_tflops": tri.get("tflops"), "sdpa_tflops": sd.get("tflops"), "max_abs_err": tri.get("max_abs_err"),
