@@ -22,6 +22,7 @@ nothing else from perflab.
 - `stats`: one quantile rule, the IQR, the standard error of a median, two medians compared
 - `verdicts`: the words a measurement lets perflab say (quiet, disturbed; agree, differ; inconclusive)
 - `jsonable`: JSON made once, at the edge, from perflab's types
+- `sizes`: a lesson's sizes by where it runs (smoke, a CPU, a GPU), read from its topic's table
 - `stderr`: keep torch's known C++ noise (the profiler's start/stop lines, the allocator's notes) off
   stderr, every other line kept
 """
@@ -30,5 +31,5 @@ from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results",
            "sweepnoise", "measure", "compare", "roofline", "denormals", "readout", "stats", "verdicts",
-           "jsonable", "stderr", "ceiling")
+           "jsonable", "sizes", "stderr", "ceiling")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

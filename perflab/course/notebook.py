@@ -1,7 +1,7 @@
 """What every notebook does first: say where it measures, and size itself for smoke or full runs.
 
     >>> ctx = start(smoke)          # prints the device, torch version and date; returns a Context
-    >>> n = ctx.pick(full=8192, smoke=256, cpu=1024)
+    >>> size = ctx.sizes(perflab.flops.sizes.SIZES)   # the lesson's sizes for this run (perflab.core.sizes)
 
 `start` also calls `set_readable_display()`: tables show floats to 4 significant digits without
 padded zeros, so a lesson's DataFrames read like its printed numbers (no `744.431582` tokens/s, no
@@ -29,6 +29,12 @@ class Context:
     @property
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
+
+    def sizes(self, table):
+        """The row of a lesson's size table for this run: smoke, this CPU or a GPU (`perflab.core.sizes`)."""
+        from perflab.core.sizes import for_run
+
+        return for_run(table, self.smoke, self.device)
 
     def pick(self, full, smoke, cpu=None):
         """`smoke` in smoke mode; `cpu` (if given) on a CPU; `full` otherwise (a GPU)."""

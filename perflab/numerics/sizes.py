@@ -35,8 +35,7 @@ SIZES: dict[str, Sizes] = {
 
 
 def for_run(smoke: bool, device) -> Sizes:
-    """The sizes for a smoke run, or for `device` (a torch.device or its name)."""
-    if smoke:
-        return SIZES["smoke"]
-    kind = getattr(device, "type", None) or str(device or "cpu").split(":")[0]
-    return SIZES["gpu" if kind == "cuda" else "cpu"]
+    """The sizes for a smoke run, or for `device` (a torch.device or its name): `perflab.core.sizes`."""
+    from perflab.core.sizes import for_run as pick
+
+    return pick(SIZES, smoke, device)
