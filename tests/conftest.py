@@ -86,7 +86,11 @@ def pytest_collection_modifyitems(config, items):
     for it in nb:
         it.add_marker(pytest.mark.xdist_group(group(it)))
     nb.sort(key=lambda it: group(it) != "lessons")  # stable: each group keeps the course's order
-    items[:] = nb + [it for it in items if "notebooks" not in it.keywords]
+    # Then the longest first, so that neither worker idles at the end waiting for the other's last
+    # long test: the tests marked `slow` (over a few seconds), then the rest, each in collection order.
+    rest = [it for it in items if "notebooks" not in it.keywords]
+    rest.sort(key=lambda it: "slow" not in it.keywords)
+    items[:] = nb + rest
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none here): run `make test-gpu` on a GPU box")

@@ -42,7 +42,15 @@ def test_the_budget_tool_judges_the_wall_time_and_names_long_lessons():
     assert any("06_collectives" in ln for ln in lines[lines.index(next(x for x in lines if "notebooks over" in x)):])
     ok, lines = suite_budget.verdict(_record(6.5 * 60), budget=6.0)
     assert not ok and "OVER the 6 min budget" in lines[0]
-    assert suite_budget.budget_min(_record(1, fresh=True), None) > suite_budget.budget_min(_record(1), None)
+    assert suite_budget.budget_min(_record(1, fresh=True), None) == suite_budget.budget_min(_record(1), None) == 9.0
+    assert suite_budget.budget_min(_record(1), 15.0) == 15.0
+
+
+def test_the_budget_tool_names_every_test_over_30_s():
+    _, lines = suite_budget.verdict(_record(5 * 60), budget=9.0)
+    i = next(i for i, ln in enumerate(lines) if "over the 30 s a test should take" in ln)
+    assert lines[i].startswith("1 test(s)") and "06_collectives" in lines[i + 1]
+    assert not any("test_quick" in ln for ln in lines[i:])
 
 
 def test_the_budget_tool_exits_by_its_verdict(tmp_path):

@@ -28,3 +28,17 @@ def test_a_group_runs_on_one_worker():
     assert len(ran) == len(CHEAP_LESSON_GROUP), r.stdout[-3000:]
     assert all(nodeid.endswith("@lessons") for _gw, nodeid in ran), ran
     assert len({gw for gw, _ in ran}) == 1, f"the lessons' group was split over workers: {ran}"
+
+
+def test_the_slow_tests_are_handed_out_first_after_the_notebooks():
+    """Longest first: the tests marked `slow` are collected before the rest (each in its files' order), so
+    that the last tests a worker takes are short and neither worker idles waiting for the other."""
+    files = ["tests/repo/test_suite_clock.py", "tests/repo/test_suite_groups.py"]
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    ids = [ln for ln in r.stdout.splitlines() if "::" in ln]
+    slow = "tests/repo/test_suite_groups.py::test_a_group_runs_on_one_worker"
+    assert ids[0] == slow, ids[:3]
+    quick = [i for i in ids if i != slow]
+    assert quick[0].startswith("tests/repo/test_suite_clock.py::"), quick[:3]  # the rest keep their order
