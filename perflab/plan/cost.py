@@ -1,107 +1,40 @@
 """What a planned step costs in time on a GPU nobody here has: a roofline per operator and lesson 06's
-bus-bandwidth model per collective, replayed on a compute stream and a communication stream.
+bus-bandwidth model per collective, replayed on the streams FSDP2 uses. An estimate, not a bound.
 
-* **The cluster** (`cluster`): the GPU's dense peaks (`perflab.core.hardware.spec_peak`) and memory
-  bandwidth from perflab's hardware table (perflab/core/data/accelerators.json, each figure with its
-  datasheet), the links between GPUs from
-  lesson 06's table (perflab/distributed/data/interconnects.json: NVLink inside a node, the NIC between
-  nodes, per direction), 8 GPUs per node (data/clusters.json).
+* **The cluster** (`perflab.plan.cluster`, re-exported here): the GPU's peaks and memory bandwidth, its
+  nodes, and the bus bandwidth and latency of a collective across them.
 * **Compute, op by op** (`op_seconds`): an operator takes max(FLOPs ÷ peak, bytes ÷ bandwidth), the
   roofline torch's RuntimeEstimator uses in its cost-model mode (its `_roofline_estimate`), with the
   table's figures instead of the figures of a GPU in this machine (there is none). FLOPs are
   perflab.flops's count (products, convolutions and fused attention), at the peak of the dtype the op
   writes (fp32 products at the fp32 peak: TF32 is off by default in torch); bytes are every tensor the
-  op reads and writes. Real kernels reach 60–80 % of the matmul peak at best, so this is a lower bound
-  on the time (an upper bound on MFU).
-* **Communication** (`collective_seconds`): S · factor(op, n) ÷ busbw (nccl-tests' convention, lesson
-  06), with busbw the per-direction bandwidth of the slowest link the group crosses (NVLink when the
-  group stays inside a node, the NIC when it spans nodes). A real NCCL reaches 70–90 % of it.
-* **Hidden and exposed** (`replay`): compute runs in order on one stream; FSDP's all-gathers and
-  reduce-scatters run in order on a second stream. An all-gather may start once the unit two places
-  before it has finished computing (FSDP2 keeps at most two units gathered); the compute after it
-  waits for it. A reduce-scatter starts when the gradients it reduces exist. Tensor parallelism's
-  all-reduces block the compute stream (exposed). Exposed = step time − compute time.
+  op reads and writes. A causal attention kernel skips the masked half of its blocks (FlashAttention-2,
+  §4.1): it is charged half its dense FLOPs. This is an estimate: every kernel at the datasheet's
+  peak, no launch gaps, where real kernels reach 60–80 % of the matmul peak; and the plan's
+  unfused model does more memory-bound work than a fused one. The two errors pull opposite ways
+  (`perflab.plan.compare` says how far the plan lands from published runs); torch's own
+  RuntimeEstimator, by contrast, books FLOPs ÷ 2 at 0.75 of the peak (torch/utils/_runtime_estimation.py).
+* **Communication** (`collective_seconds`): NCCL's latency plus S · factor(op, n) ÷ busbw (nccl-tests'
+  convention, lesson 06), with the cluster's bus bandwidth for the group (NVLink inside a node, the
+  group's NICs across nodes). A real NCCL reaches 70–90 % of that bandwidth.
+* **Hidden and exposed** (`replay`): compute runs in order on one stream; FSDP2 runs its all-gathers on
+  one stream and its reduce-scatters on another (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:
+  `all_gather_stream`, `reduce_scatter_stream`), so a backward prefetch never queues behind a
+  reduce-scatter. An all-gather may start once the unit gathered two all-gathers before it has finished
+  computing (FSDP2 keeps at most two units gathered); the compute waits for the oldest all-gather it has
+  not yet waited for (the unit it runs). A reduce-scatter starts when the gradients it reduces exist.
+  Tensor parallelism's collectives block the compute stream (exposed). Exposed = step time − compute.
 """
 
 from __future__ import annotations
 
-import json
+from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 
-from perflab.core.errors import InputError
-from perflab.core.hardware import DTYPE_KEYS, AcceleratorSpec, spec_peak
-from perflab.core.jsonable import JSON
+from perflab.plan.cluster import DTYPE_OF, Cluster, cluster, gpu_ids
 
-DTYPE_OF = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float64": "fp64"}
-
-
-@lru_cache(maxsize=1)
-def _clusters() -> JSON:
-    return json.loads(resources.files("perflab.plan").joinpath("data/clusters.json").read_text())
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The GPU, its links, and how many GPUs share a node."""
-
-    gpu_id: str
-    gpu_name: str
-    spec: AcceleratorSpec  # the GPU's record of the hardware table: its peaks come from there
-    memory_bytes: float
-    bandwidth_gbps: float
-    intra_id: str
-    intra_gbps: float
-    inter_id: str
-    inter_gbps: float
-    gpus_per_node: int
-    sources: tuple[str, ...]
-
-    def peak(self, dtype: str) -> float | None:
-        """The GPU's dense peak TFLOP/s for `dtype` (`perflab.core.hardware.spec_peak`), None: no such mode."""
-        return spec_peak(self.spec, dtype).tflops
-
-    def peak_source(self, dtype: str) -> str:
-        return spec_peak(self.spec, dtype).source
-
-    def busbw_gbps(self, group_size: int, stride: int = 1) -> float:
-        """The link a group of `group_size` ranks, `stride` ranks apart, is limited by: NVLink when the
-        whole group fits in one node, else the NIC."""
-        return self.intra_gbps if group_size * stride <= self.gpus_per_node else self.inter_gbps
-
-    def as_dict(self) -> JSON:
-        """The cluster for `perflab plan --json`."""
-        return {"gpu": self.gpu_id, "name": self.gpu_name, "memory_gb": self.memory_bytes / 1e9,
-                "bandwidth_gbps": self.bandwidth_gbps, "peak_tflops": {d: self.peak(d) for d in DTYPE_KEYS},
-                "intra_link": self.intra_id, "intra_gbps": self.intra_gbps, "inter_link": self.inter_id,
-                "inter_gbps": self.inter_gbps, "gpus_per_node": self.gpus_per_node, "sources": list(self.sources)}
-
-
-def gpu_ids() -> list[str]:
-    return sorted(_clusters()["links"]) + sorted(_clusters()["aliases"])
-
-
-def cluster(gpu: str) -> Cluster:
-    """The cluster for `--gpu`: an accelerator id of the hardware table or a short name (h100, a100, ...)."""
-    from perflab.core.hardware import by_id
-    from perflab.distributed.overlap import link
-
-    data = _clusters()
-    key = str(gpu).strip().lower()
-    gid = data["aliases"].get(key, key)
-    if gid not in data["links"]:
-        raise InputError(f"--gpu {gpu!r} is not a GPU perflab can plan for: use one of {', '.join(gpu_ids())}")
-    spec = by_id(gid)
-    if not spec.memory_gb or not spec.memory_bandwidth_gbps:
-        raise InputError(f"the hardware table gives no memory size or bandwidth for {spec.name}")
-    lk = data["links"][gid]
-    intra, inter = link(lk["intra"]), link(lk["inter"])
-    sources = tuple(dict.fromkeys([*spec.sources.values(), intra.source, inter.source, *data["sources"].values()]))
-    return Cluster(gid, spec.name, spec, spec.memory_gb * 1e9, spec.memory_bandwidth_gbps,
-                   intra.id, intra.per_direction_gbps, inter.id, inter.per_direction_gbps, int(lk["gpus_per_node"]),
-                   sources)
-
+__all__ = ["DTYPE_OF", "Cluster", "Event", "Replay", "cluster", "collective_seconds", "gpu_ids", "op_seconds",
+           "replay"]
 
 # ----------------------------------------------------------------------------- compute
 
@@ -113,22 +46,22 @@ def op_seconds(flops: float, nbytes: float, dtype: str, c: Cluster) -> float:
     return max(compute, nbytes / (c.bandwidth_gbps * 1e9))
 
 
-def collective_seconds(op: str, nbytes: float, n: int, busbw_gbps: float) -> float:
-    """nccl-tests' model: S · factor(op, n) ÷ busbw (0 for a group of one)."""
+def collective_seconds(op: str, nbytes: float, n: int, busbw_gbps: float, latency_s: float = 0.0) -> float:
+    """nccl-tests' model: `latency_s` + S · factor(op, n) ÷ busbw (0 for a group of one)."""
     from perflab.distributed.busbw import bus_factor
 
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return nbytes * bus_factor(op, n) / (busbw_gbps * 1e9)
+    return latency_s + nbytes * bus_factor(op, n) / (busbw_gbps * 1e9)
 
 
-# ----------------------------------------------------------------------------- the two streams
+# ----------------------------------------------------------------------------- the streams
 
 
 @dataclass
 class Event:
     """One thing the step did, in the order it was issued: compute (`kind='compute'`), or a collective
-    (`kind` its name) on the second stream (`overlap=True`: FSDP's) or blocking the compute (TP's)."""
+    (`kind` its name) on FSDP's streams (`overlap=True`) or blocking the compute (tensor parallelism's)."""
 
     kind: str
     seconds: float
@@ -149,32 +82,52 @@ class Replay:
     def hidden_s(self) -> float:
         return max(0.0, self.comm_s - self.exposed_s)
 
+    def scaled(self, other: Replay, k: float) -> Replay:
+        """self + k · (other − self), each figure: a replay extrapolated along a line through two (the exposed
+        communication kept within [0, communication], the step at compute + exposed)."""
+        compute, comm, exposed = (a + k * (b - a) for a, b in ((self.compute_s, other.compute_s),
+                                                              (self.comm_s, other.comm_s),
+                                                              (self.exposed_s, other.exposed_s)))
+        exposed = min(max(exposed, 0.0), max(comm, 0.0))
+        return Replay(compute + exposed, compute, comm, exposed)
+
 
 def replay(events: list[Event]) -> Replay:
-    """Play the events on a compute stream and a communication stream (see the module docstring)."""
+    """Play the events on the compute stream and FSDP2's all-gather and reduce-scatter streams (module
+    docstring)."""
     t_compute = 0.0  # when the compute stream is free
-    t_comm = 0.0  # when the communication stream is free
-    unit_done: list[float] = []  # compute time when each overlapped collective was issued
+    t_gather = 0.0  # when the all-gather stream is free
+    t_reduce = 0.0  # when the reduce-scatter stream is free
+    gather_end: list[float] = []  # when each all-gather (in issue order) finished
+    released: dict[int, float] = {}  # all-gather index -> when the compute stopped using its unit
+    pending: deque[int] = deque()  # all-gathers the compute has not waited for yet
+    current: int | None = None  # the all-gather whose unit the compute runs now
     compute = comm = 0.0
     for e in events:
         if e.kind == "compute":
+            if pending:  # the compute moves on to the unit of the oldest pending all-gather
+                if current is not None:
+                    released[current] = t_compute
+                current = pending.popleft()
+                t_compute = max(t_compute, gather_end[current])
             t_compute += e.seconds
             compute += e.seconds
             continue
         comm += e.seconds
-        if not e.overlap:  # blocking: the compute stream waits for everything before it and for this
-            start = max(t_compute, t_comm)
-            t_compute = t_comm = start + e.seconds
+        if not e.overlap:  # blocking: the compute stream waits for it, and it for the compute before it
+            start = max([t_compute, *(gather_end[i] for i in pending)])
+            t_compute = start + e.seconds
             continue
-        # FSDP keeps at most two units in flight: this one may start once the compute issued two
-        # collectives ago has run
-        ready = unit_done[-2] if len(unit_done) >= 2 else 0.0
-        if e.kind == "reduce_scatter":
-            ready = t_compute  # the gradients it reduces were just computed
-        start = max(t_comm, ready)
-        t_comm = start + e.seconds
-        unit_done.append(t_compute)
-        if e.kind == "all_gather":  # the compute issued after a gather uses what it gathered
-            t_compute = max(t_compute, t_comm)
-    step = max(t_compute, t_comm)
+        if e.kind in ("reduce_scatter", "all_reduce"):
+            start = max(t_reduce, t_compute)  # the gradients it reduces were just computed
+            t_reduce = start + e.seconds
+            continue
+        # an all-gather: at most two units gathered, so it waits until the unit two all-gathers back is released
+        k = len(gather_end)
+        ready = released.get(k - 2, t_compute) if k >= 2 else 0.0
+        start = max(t_gather, ready)
+        t_gather = start + e.seconds
+        gather_end.append(t_gather)
+        pending.append(k)
+    step = max([t_compute, t_gather, t_reduce])
     return Replay(step, compute, comm, max(0.0, step - compute))

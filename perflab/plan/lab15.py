@@ -1,18 +1,27 @@
 """Checks for labs/15_at_scale.ipynb: AdamW's bytes per GPU, and a recompute policy that fits a budget.
 
-1. `optimizer_bytes(params, gpus, fsdp)`: the bytes of AdamW's state one GPU holds in fp32 training —
-   two fp32 moments per parameter (8 bytes), divided over the GPUs when FSDP shards them. Checked on
-   closed-form cases, then against torch's tracker (`FSDPMemTracker` / `MemTracker`, the "optimizer
-   state" part of `perflab plan`) for perflab's tiny GPT on 2, 4 and 8 GPUs (within 1 %: AdamW also
-   keeps one step counter per parameter tensor).
+1. `optimizer_bytes(params, gpus, fsdp)`: the bytes of optimizer state one GPU holds for AdamW, divided over
+   the GPUs when FSDP shards them. Two conventions are right, and a learner keeps to one:
+   * torch's and FSDP2's: the optimizer state is what `optimizer.state` holds, AdamW's two fp32 moments
+     (`exp_avg`, `exp_avg_sq`): 8 bytes per parameter. The fp32 master weights are the parameters themselves
+     (FSDP2 keeps fp32 shards and casts a bf16 copy of each unit it gathers).
+   * ZeRO's (Rajbhandari et al., arXiv:1910.02054, §3.1): K = 12 bytes per parameter of "optimizer
+     states", the fp32 master copy of the weights counted with the two moments, beside the 2 + 2 bytes of
+     fp16 weights and gradients.
+   Checked on closed-form cases, then against torch's tracker (`FSDPMemTracker`, the "optimizer state"
+   part of `perflab plan`, plus the fp32 parameter shards for ZeRO's convention) for perflab's tiny GPT
+   on 2, 4 and 8 GPUs (within 1 %: AdamW also keeps one step counter per parameter tensor).
 2. `recompute_policy(ops, need_bytes, n_blocks)`: which operators to recompute (names from `ops`, the
    list torch's SAC estimator gives for one block: name, bytes its saved output frees, seconds its
    recompute costs) so that every block together frees at least `need_bytes`, at the least extra time.
    Any set is right that frees enough and costs no more time than torch's greedy order (memory freed
    per second of recompute, most first); a better set (an exact knapsack) is right too. Live, the
-   learner's policy is applied to the step and torch's tracker says whether it fits.
+   learner's policy is checked on the step's own operators by the same rule, and then applied to the step:
+   what torch's tracker sees is shown beside the budget, but does not decide (the estimate books each
+   output as freed, the tracker sees what the policy's cache really keeps).
 
-A wrong answer that matches a known mistake gets that mistake's hint.
+A wrong answer that matches a known mistake gets that mistake's hint; every wrong answer is recorded, so
+the summary counts it.
 """
 
 from __future__ import annotations
@@ -21,22 +30,46 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perflab.grading.checks import NOT_DONE, LabCheckError, attempt, record
+from perflab.grading.checks import NOT_DONE, attempt, fail, record
 from perflab.plan.recompute import OpChoice, choose
 
 OPT_MISTAKES: dict[str, tuple[Callable[[float, int, bool], float], str]] = {
-    "16N": (lambda N, g, f: 16 * N / (g if f else 1), "that is every model state (weights 4, gradients 4, AdamW 8): "
-                                                         "the question is AdamW's state alone"),
+    "16N": (lambda N, g, f: 16 * N / (g if f else 1), "that is every model state (weights, gradients and AdamW's; "
+                                                         "2 + 2 + 12 in ZeRO's count, 4 + 4 + 8 in FSDP2's): the question "
+                                                         "is the optimizer's state alone"),
     "4N": (lambda N, g, f: 4 * N / (g if f else 1), "AdamW keeps two moments per parameter (exp_avg and exp_avg_sq), "
                                                        "4 bytes each in fp32 (in mixed precision too)"),
     "not sharded": (lambda N, g, f: 8 * N, "with FSDP every GPU keeps only its 1/gpus share of the state"),
+    "not sharded (ZeRO)": (lambda N, g, f: 12 * N, "with FSDP every GPU keeps only its 1/gpus share of the state"),
     "always sharded": (lambda N, g, f: 8 * N / g, "without FSDP (data parallel, DDP) every GPU keeps a full copy"),
-    "12N": (lambda N, g, f: 12 * N / (g if f else 1), "weights and AdamW (4 + 8) is not AdamW's state alone: 8 bytes"),
+    "always sharded (ZeRO)": (lambda N, g, f: 12 * N / g, "without FSDP (data parallel, DDP) every GPU keeps a full "
+                                                          "copy"),
 }
+# the two right conventions (module docstring): bytes of optimizer state per parameter
+CONVENTIONS = {8: "torch's and FSDP2's: AdamW's two fp32 moments, the fp32 weights are the parameters",
+               12: "ZeRO's K = 12: the fp32 master weights counted with the two moments"}
 
 
 def reference_optimizer_bytes(params: float, gpus: int, fsdp: bool) -> float:
     return 8 * params / (gpus if fsdp else 1)
+
+
+def reference_optimizer_bytes_zero(params: float, gpus: int, fsdp: bool) -> float:
+    """ZeRO's convention: K = 12 bytes per parameter (module docstring)."""
+    return 12 * params / (gpus if fsdp else 1)
+
+
+def convention_of(student) -> int | None:
+    """8 or 12: the bytes per parameter of the convention the learner's answer follows (on a case that tells
+    them apart), None when it follows neither."""
+    try:
+        got = float(student(params=1_000_000, gpus=4, fsdp=True))
+    except Exception:  # noqa: BLE001 - a stub or a crash: the cases say which
+        return None
+    for k in CONVENTIONS:
+        if math.isclose(got, k * 1_000_000 / 4, rel_tol=1e-9):
+            return k
+    return None
 
 
 def _diagnose(student, cases) -> str | None:
@@ -57,10 +90,10 @@ def _grade_numbers(name: str, student, cases: list[tuple[dict[str, Any], float]]
         try:
             good = math.isclose(float(got), float(want), rel_tol=rtol)
         except (TypeError, ValueError):
-            raise LabCheckError(f"{name}: for {inputs} you returned {got!r}: return a number of bytes") from None
+            raise fail(name, f"for {inputs} you returned {got!r}: return a number of bytes") from None
         if not good:
             hint = _diagnose(student, cases) or general
-            raise LabCheckError(f"{name}: for {inputs} you returned {got!r}, expected {want:.6g}. Hint: {hint}")
+            raise fail(name, f"for {inputs} you returned {got!r}, expected {want:.6g}. Hint: {hint}")
     record(name, True)
     print(f"✓ {name}: correct on {len(cases)} cases")
     return True
@@ -68,18 +101,23 @@ def _grade_numbers(name: str, student, cases: list[tuple[dict[str, Any], float]]
 
 def check_optimizer_bytes(student: Callable[[float, int, bool], float],
                           tracked: Sequence[dict[str, Any]] | None = None) -> bool:
-    """Closed-form cases, then each `tracked` row ({params, gpus, fsdp, optimizer_bytes} from torch's
-    tracker) within 1 %."""
-    cases = [({"params": N, "gpus": g, "fsdp": f}, reference_optimizer_bytes(N, g, f))
+    """Closed-form cases in the learner's convention (8 or 12 bytes per parameter, module docstring), then each
+    `tracked` row ({params, gpus, fsdp, optimizer_bytes, master_bytes} from torch's tracker) within 1 %."""
+    k = convention_of(student) or 8
+    ref = reference_optimizer_bytes_zero if k == 12 else reference_optimizer_bytes
+    cases = [({"params": N, "gpus": g, "fsdp": f}, ref(N, g, f))
              for N, g, f in ((1_000_000, 1, True), (544_256, 2, True), (8e9, 64, True), (8e9, 64, False),
                              (10**6, 3, True))]
     if not _grade_numbers("AdamW bytes per GPU", student, cases, 1e-9,
-                          "count AdamW's state per parameter (bytes each in fp32), then what FSDP divides by"):
+                          "count the optimizer's state per parameter (bytes each in fp32), then what FSDP divides by"):
         return False
+    print(f"  (the convention you used: {k} bytes per parameter, {CONVENTIONS[k]})")
     if tracked:
-        live = [({"params": r["params"], "gpus": r["gpus"], "fsdp": r["fsdp"]}, r["optimizer_bytes"]) for r in tracked]
+        live = [({"params": r["params"], "gpus": r["gpus"], "fsdp": r["fsdp"]},
+                 r["optimizer_bytes"] + (r["master_bytes"] if k == 12 else 0)) for r in tracked]
         _grade_numbers("AdamW bytes per GPU vs torch's tracker", student, live, 0.01,
-                       "within 1 % of the optimizer state torch's tracker saw on each GPU")
+                       "within 1 % of the optimizer state torch's tracker saw on each GPU"
+                       + (" (with the fp32 weights it keeps as parameters, for ZeRO's convention)" if k == 12 else ""))
     return True
 
 
@@ -136,12 +174,12 @@ def _check_policy_case(name: str, student, ops: list[OpChoice], need: float, n_b
     if got is NOT_DONE:
         return None
     if isinstance(got, str) or not isinstance(got, (list, tuple, set, frozenset)):
-        raise LabCheckError(f"{name}: return a list of operator names (got {type(got).__name__})")
+        raise fail(name, f"return a list of operator names (got {type(got).__name__})")
     names = [str(x) for x in got]
     known = {o.name for o in ops}
     unknown = sorted(set(names) - known)
     if unknown:
-        raise LabCheckError(f"{name}: {', '.join(unknown)} is not an operator of the block: choose names from ops")
+        raise fail(name, f"{', '.join(unknown)} is not an operator of the block: choose names from ops")
     freed, secs = policy_cost(names, ops, n_blocks)
     _, best = policy_cost(reference_recompute_policy(ops, need, n_blocks), ops, n_blocks)
     enough = sum(o.bytes_per_block for o in ops) * n_blocks >= need
@@ -149,8 +187,8 @@ def _check_policy_case(name: str, student, ops: list[OpChoice], need: float, n_b
         hint = _policy_hint(student, [(ops, need, n_blocks)] + [(_ops(r), nd, nb) for r, nd, nb in POLICY_CASES])
         why = (f"it frees {freed:.6g} bytes of the {need:.6g} needed" if enough and freed < need else
                f"it costs {secs:.3g} s of recompute where {best:.3g} s is enough")
-        raise LabCheckError(f"{name}: your policy {sorted(set(names))}: {why}. Hint: "
-                            + (hint or "free at least what is needed, choosing by bytes freed per second of recompute"))
+        raise fail(name, f"your policy {sorted(set(names))}: {why}. Hint: "
+                   + (hint or "free at least what is needed, choosing by bytes freed per second of recompute"))
     return True
 
 
@@ -164,9 +202,10 @@ POLICY_CASES = [  # (ops: name, bytes per block, seconds per block; need; blocks
 
 
 def check_recompute_policy(student, live: dict[str, Any] | None = None) -> bool:
-    """The cases above, then (with `live`: {ops, need_bytes, n_blocks, fits(names) -> (fits, peak_bytes)})
-    the policy applied to the step: right when torch's tracker says it fits, or when it does no worse than
-    torch's greedy choice (which the estimate can also leave over the budget)."""
+    """The cases above, then (with `live`: {ops, need_bytes, n_blocks, fits(names) -> (fits, peak_bytes),
+    budget_bytes}) the step's own operators by the same rule (frees enough at no more time than torch's
+    greedy order); the policy is then applied to the step and torch's tracker's peak shown beside the
+    budget, without deciding: the task is the estimate's knapsack, which the tracker can disagree with."""
     name = "recompute policy"
     for raw, need, n in POLICY_CASES:
         if _check_policy_case(name, student, _ops(raw), need, n) is None:
@@ -175,30 +214,29 @@ def check_recompute_policy(student, live: dict[str, Any] | None = None) -> bool:
     print(f"✓ {name}: frees enough at no more time than torch's greedy order on {len(POLICY_CASES)} cases")
     if live:
         ops = _ops(live["ops"])
-        if _check_policy_case(name + " on the step", student, ops, live["need_bytes"], live["n_blocks"]) is None:
+        on_step = name + " on the step"
+        if _check_policy_case(on_step, student, ops, live["need_bytes"], live["n_blocks"]) is None:
             return False
         names = list(student(ops=ops, need_bytes=live["need_bytes"], n_blocks=live["n_blocks"]))
+        freed, secs = policy_cost(names, ops, live["n_blocks"])
+        record(on_step, True)
+        print(f"✓ {on_step}: frees {freed / 1e6:.3g} MB of the {live['need_bytes'] / 1e6:.3g} MB needed, for "
+              f"{secs * 1e6:.3g} µs of recompute per step")
         fits, peak = live["fits"](names)
-        ref = reference_recompute_policy(ops, live["need_bytes"], live["n_blocks"])
-        ref_fits, ref_peak = live["fits"](ref) if sorted(set(ref)) != sorted(set(names)) else (fits, peak)
-        if not fits and ref_fits:
-            raise LabCheckError(f"{name} on the step: with {sorted(names)} recomputed torch's tracker saw a peak of "
-                                f"{peak / 1e6:.3g} MB, over the budget, where torch's greedy choice {sorted(ref)} fits "
-                                f"({ref_peak / 1e6:.3g} MB)")
-        record(name + " on the step", True)
-        if fits:
-            print(f"✓ {name} on the step: torch's tracker saw a peak of {peak / 1e6:.3g} MB, within the budget")
-        else:
-            print(f"✓ {name} on the step: as good as torch's greedy choice ({peak / 1e6:.3g} MB against "
-                  f"{ref_peak / 1e6:.3g} MB), and neither fits by the tracker: the estimate books an operator's output "
-                  "as freed even when the next operator saves the same tensor as its input. `perflab plan --ac auto` "
-                  "adds operators in the greedy order until the tracker agrees")
+        budget = live.get("budget_bytes")
+        where = f"the budget of {budget / 1e6:.3g} MB" if budget else "the budget"
+        print(f"  applied to the step, torch's tracker sees a peak of {peak / 1e6:.3g} MB: "
+              + (f"within {where}" if fits else f"over {where}: the estimate books each operator's output as freed, "
+                 "while the policy's cache keeps the outputs of the operators it saves, and an input another saved "
+                 "operator reads stays alive. `perflab plan --ac auto` checks each policy with the tracker and saves "
+                 "one operator fewer until it fits"))
     return True
 
 
 # --- for `perflab grade` (perflab/classroom/judge.py): graded apart from the learner's notebook -------
 LEARNER_ANSWERS = ("optimizer_bytes", "recompute_policy")
 REFERENCES = {"optimizer_bytes": reference_optimizer_bytes, "recompute_policy": reference_recompute_policy}
+# ZeRO's convention is right too (module docstring): the judge grades a learner in the convention it follows
 
 
 def _forbidden() -> tuple:
@@ -220,8 +258,8 @@ def _forbidden() -> tuple:
             tools.append(getattr(importlib.import_module(f"torch.distributed._tools.{module}"), name))
         except Exception:  # noqa: BLE001 - a torch without it: nothing of it to call
             continue
-    return (recompute.choose, recompute.greedy_order, run.plan, run._one, run._auto, run._suggestions, step.run_step,
-            step._run, estimate.bytes_per_param, estimate.optimizer_of, estimate.model_state_bytes, estimate.estimate,
+    return (reference_optimizer_bytes_zero, recompute.choose, recompute.greedy_order, recompute.need_for_room,
+            run.plan, run._one, run._auto, run._suggestions, step.run_step, step._run, estimate.bytes_per_param, estimate.optimizer_of, estimate.model_state_bytes, estimate.estimate,
             estimate.step_phases, ("perflab.shard.lab12", "reference_fsdp_bytes"), *tools)
 
 
@@ -248,8 +286,9 @@ def judge(answers, rng) -> None:
 
     drawn = grading_inputs(rng)
     if check_optimizer_bytes(answers["optimizer_bytes"]):
-        hidden("optimizer_bytes on the grading inputs", answers["optimizer_bytes"], reference_optimizer_bytes,
-               drawn["optimizer_bytes"])
+        ref = reference_optimizer_bytes_zero if convention_of(answers["optimizer_bytes"]) == 12 else \
+            reference_optimizer_bytes
+        hidden("optimizer_bytes on the grading inputs", answers["optimizer_bytes"], ref, drawn["optimizer_bytes"])
     if check_recompute_policy(answers["recompute_policy"]):
         name = "recompute_policy on the grading inputs"
         for case in drawn["recompute_policy"]:
@@ -262,24 +301,30 @@ def judge(answers, rng) -> None:
 # --- the lab's live cases: torch's tracker on a fake cluster -----------------------------------------
 def tracked_optimizer(gpus: Sequence[int]) -> list[dict[str, Any]]:
     """perflab's tiny GPT (2 × 32 tokens, fp32) planned with FSDP on each cluster size: the optimizer state
-    torch's FSDPMemTracker saw on one GPU."""
+    torch's FSDPMemTracker saw on one GPU at the optimizer step, and the fp32 parameter shard it keeps
+    there (ZeRO's master weights)."""
     from perflab.plan.run import plan, preset_target
     from perflab.workload.models import param_count, preset
 
     n = param_count(preset("tiny-gpt"))
     build = preset_target("tiny-gpt", 2, 32)
-    return [{"params": n, "gpus": g, "fsdp": True,
-             "optimizer_bytes": plan(build, gpus=g, fsdp=True, dtype="fp32", suggest=False).parts["optimizer state"]}
-            for g in gpus]
+    rows = []
+    for g in gpus:
+        p = plan(build, gpus=g, fsdp=True, dtype="fp32", suggest=False)
+        st = p.phases["optimizer"]
+        rows.append({"params": n, "gpus": g, "fsdp": True, "optimizer_bytes": st["optimizer state"],
+                     "master_bytes": st["parameters"]})
+    return rows
 
 
 def live_policy_case(gpus: int = 2) -> dict[str, Any]:
     """The tiny GPT at 8 × 128 tokens with FSDP on `gpus` GPUs and a budget between its peaks with no
-    recompute and with every block recomputed: the SAC estimator's operators, the bytes to free, and
-    `fits(names)`, which plans the step with `names` recomputed and returns (fits, peak bytes) from
-    torch's tracker."""
+    recompute and with every block recomputed: the SAC estimator's operators, the bytes a policy must free
+    for what it saves to fit above full recompute (`perflab.plan.recompute.need_for_room`), and
+    `fits(names)`, which plans the step with `names` recomputed and returns (fits, peak bytes) from torch's
+    tracker."""
     from perflab.plan.cost import cluster
-    from perflab.plan.recompute import greedy_order
+    from perflab.plan.recompute import greedy_order, need_for_room
     from perflab.plan.run import _one, plan, preset_target
     from perflab.plan.step import Layout
 
@@ -295,4 +340,6 @@ def live_policy_case(gpus: int = 2) -> dict[str, Any]:
         _, p = _one(build, layout, c, 0.1, frozenset(names), budget)
         return p.fits, p.peak_bytes
 
-    return {"ops": ops, "need_bytes": none.peak_bytes - budget, "n_blocks": n_blocks, "fits": fits}
+    step_peak = sum(full.phases["step"].values())  # what a policy changes: the forward and backward's peak
+    return {"ops": ops, "need_bytes": need_for_room(ops, budget - step_peak, n_blocks), "n_blocks": n_blocks,
+            "fits": fits, "budget_bytes": budget}

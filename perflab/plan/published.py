@@ -1,41 +1,45 @@
-"""Published runs beside the plan: what torchtitan measured on 8 H100s, and what `plan` predicts for it.
+"""Published runs beside the plan: what torchtitan measured on 8 H100s, and llm-foundry's MPT rows.
 
 The published figures are torchtitan's (perflab/shard/data/torchtitan_benchmarks.json, lesson 12's data,
 each table with its file, commit and section): Llama 3.1 8B trained with FSDP on 8 H100s, local batch 2,
 sequence 8192 (torchtitan's llama3_8b training config), bf16 mixed precision, selective activation
-checkpointing; tokens/s per GPU and the peak memory in GiB.
+checkpointing; tokens/s per GPU and the peak memory in GiB. `perflab.plan.compare` sets the plan beside
+more published runs (torchtitan's 128-GPU, tensor-parallel and A100 rows, llm-foundry's other rows).
 
-Why the plan differs (`explain`), each gap a named cause:
-* **Throughput.** The plan's roofline gives each operator the datasheet's dense peak and full memory
-  bandwidth; real kernels reach a fraction of both (lesson 04's maximum achievable matmul FLOP/s is
-  about 70–80 % of the H100's peak), and the launch gaps between kernels are not modelled: the plan's
-  tokens/s is an upper bound, its MFU too.
+What is not like for like (`side_by_side` gives the figures):
+* **The GPU.** torchtitan's H100s were 96 GB HBM2e parts at 500 W with 2.4 TB/s (the benchmark file's
+  Hardware section), whose exact peak torchtitan says it does not know ("between SXM and NVL"): the plan
+  uses `h100-hbm2e-96gb`, the SXM5's peaks with that memory and bandwidth (perflab/plan/data/clusters.json).
+* **Recompute.** torchtitan recomputed selectively (its op-level policy keeps some products' outputs):
+  its cost lies between the plan's `--ac full` and `--ac none`, which bracket it.
 * **Memory.** The plan counts tensors; torchtitan's figure is the CUDA caching allocator's peak
-  reserved memory, which adds fragmentation, the CUDA context and NCCL's buffers. torchtitan's run was
-  on the 96 GB H100 of Grand Teton hosts; the plan's fit verdict uses the table's 80 GB part, but the
-  peak compared here does not depend on it. Its selective checkpointing policy (torchtitan's op-level
-  SAC keeps some products' outputs) lies between the plan's `--ac full` and `--ac none`.
+  *reserved* memory (its metrics log `max_reserved`, torchtitan/components/metrics.py), which adds
+  fragmentation, the CUDA context and NCCL's buffers.
+* **The model's code.** The plan runs Hugging Face's Llama with torchtitan's shapes, not torchtitan's
+  own model; and Table 1's other rows add torch.compile and Float8, which the plan does not model.
+* **Throughput.** The plan is an estimate (`perflab.plan.cost`): every kernel at the datasheet's peak and
+  bandwidth (real kernels reach 60–80 % of the matmul peak, lesson 04), but an unfused model's
+  memory-bound work counted in full. The two pull opposite ways; the rows say how they net out.
 
 MosaicML llm-foundry's throughput table (perflab/plan/data/llm_foundry_throughput.json, with its repository,
 path and commit): MPT models trained with FSDP (FULL_SHARD) on 8 H100s, bf16, no activation checkpointing,
 flash attention; tokens/s per GPU and MFU. The MPT shapes are planned as a GPT-2 config with the same
 width, depth, heads, vocabulary and positions (learned position embeddings, tied embedding, MLP ×4,
-GELU): its parameter count is the table's NumParams to the parameter (`foundry_side_by_side` compares
+biases, GELU): MPTConfig keeps biases by default (`no_bias=False`, llmfoundry/models/mpt/configuration_mpt.py),
+and the plan's parameter count is the table's NumParams to the parameter (`foundry_side_by_side` compares
 them).
 
 Why the plan differs from llm-foundry's rows (`foundry_side_by_side` gives the figures):
 * **Throughput.** The plan's roofline books each operator at the datasheet's peak and full memory
-  bandwidth, with no launch gaps: that alone would put it above the published rate. But it plans
-  Hugging Face's GPT-2 as it runs unfused, where MPT runs fused kernels (low-precision LayerNorm,
-  fused cross-entropy, no bias adds): the plan's memory-bound pointwise work is MPT's extra cost, not
-  the real job's. The two errors pull opposite ways; the rows say by how much they cancel.
+  bandwidth, with no launch gaps; but it plans Hugging Face's GPT-2 as it runs unfused, where MPT runs
+  fused kernels (low-precision LayerNorm, FlashAttention, a fused loss): the plan's memory-bound
+  pointwise work is MPT's extra cost, not the real job's. The two errors pull opposite ways.
 * **MFU.** llm-foundry counts attention whole (2·2·d·s² per layer forward, as if not causal) and
   6 FLOPs per parameter per token; the plan counts the operators torch runs. `mfu_foundry` is the
   plan's tokens/s in llm-foundry's convention, so the two MFUs compare like for like.
 * **Memory.** The table gives none; each run fitted an 80 GB H100. The plan's peak for the same
-  micro-batch can be above that (MPT-760m at 24 × 2048 tokens: about 97 GB): it keeps GPT-2's unfused
-  LayerNorm inputs and the fp32 logits of the loss (b·s·50368 values), which MPT's fused kernels
-  (low-precision LayerNorm, fused cross-entropy) do not keep.
+  micro-batch can be above that: it keeps GPT-2's unfused LayerNorm inputs and the fp32 logits of the
+  loss (b·s·50368 values), which MPT's fused kernels (low-precision LayerNorm, fused cross-entropy) do not.
 """
 
 from __future__ import annotations
@@ -58,12 +62,15 @@ LLAMA3_8B = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 
 RUN = {"gpus": 8, "fsdp": True, "micro_batch": 2, "seq": 8192, "dtype": "bf16"}
 
 
+RUN_GPU = "h100-hbm2e-96gb"  # the benchmark's 96 GB HBM2e H100 at 500 W (perflab/plan/data/clusters.json)
+
+
 def make_target():
     """torchtitan's Llama 3.1 8B as a Hugging Face llama config, with its batch (2 × 8192 tokens)."""
-    from perflab.audit.target import from_hf_config
+    from perflab.plan.target import from_hf
 
     over = dict(LLAMA3_8B, bos_token_id=128000, eos_token_id=128001)
-    return from_hf_config("llama", over, batch=RUN["micro_batch"], seq=RUN["seq"], n_batches=1)
+    return from_hf("llama", over, batch=RUN["micro_batch"], seq=RUN["seq"])
 
 
 @dataclass(frozen=True)
@@ -116,16 +123,15 @@ def mpt_overrides(shape: dict[str, int], seq: int) -> dict[str, int | float | st
     dropout: MPT's benchmark configs train without it)."""
     return {"n_embd": shape["d_model"], "n_layer": shape["n_layers"], "n_head": shape["n_heads"], "n_positions": seq,
             "vocab_size": shape["vocab_size"], "n_inner": shape["expansion_ratio"] * shape["d_model"],
-            "activation_function": "gelu", "attn_implementation": "sdpa", "attn_pdrop": 0.0, "resid_pdrop": 0.0,
-            "embd_pdrop": 0.0}
+            "activation_function": "gelu", "attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}
 
 
 def mpt_target(row: dict[str, Any]):
     """A factory of the row's model and micro-batch (random tokens)."""
-    from perflab.audit.target import from_hf_config
+    from perflab.plan.target import from_hf
 
-    over = mpt_overrides(row["shape"], row["seq_len"])
-    return lambda: from_hf_config("gpt2", over, batch=row["micro_batch"], seq=row["seq_len"], n_batches=1)
+    over = dict(mpt_overrides(row["shape"], row["seq_len"]), bos_token_id=0, eos_token_id=0)
+    return lambda: from_hf("gpt2", over, batch=row["micro_batch"], seq=row["seq_len"])
 
 
 def foundry_mfu(tokens_per_s_per_gpu: float, params: float, shape: dict[str, int], seq: int, peak_flops: float) -> float:

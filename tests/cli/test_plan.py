@@ -17,7 +17,7 @@ def test_plan_json_of_a_config_on_fsdp_and_tensor_parallel_ranks():
                 "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["layout"] == {"gpus": 16, "tp": 2, "fsdp": True, "dtype": "bf16", "ac": "none"}
+    assert d["layout"] == {"gpus": 16, "tp": 2, "fsdp": True, "dtype": "bf16", "ac": "none", "sp": False}
     assert d["cluster"]["gpu"] == "h100-sxm" and d["fits"] is True
     assert set(d["memory_bytes"]) == {"parameters", "gradients", "optimizer state", "activations", "temporaries"}
     assert sum(d["memory_bytes"].values()) == d["peak_bytes"] > 0

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+# the tests that read conftest.py's `published_8b` plans run on one xdist worker, which plans them once
+PUBLISHED_GROUP = pytest.mark.xdist_group("plan-published-8b")
+
 
 def tiny_gpt(batch: int = 2, seq: int = 32, preset: str = "tiny-gpt"):
     from perflab.audit.target import target_from

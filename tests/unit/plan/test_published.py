@@ -6,6 +6,8 @@ import pytest
 
 from perflab.plan import published
 
+from .factories import PUBLISHED_GROUP
+
 
 def test_the_published_row_keeps_its_source():
     pub = published.torchtitan_8b()
@@ -14,13 +16,11 @@ def test_the_published_row_keeps_its_source():
 
 
 @pytest.mark.slow
-def test_the_published_run_lies_between_the_plans_without_and_with_full_recompute():
+@PUBLISHED_GROUP
+def test_the_published_run_lies_between_the_plans_without_and_with_full_recompute(published_8b):
     """torchtitan recomputed selectively: its peak lies between the plan with no recompute and with full
     recompute; its throughput is below the plan's roofline bound (ideal kernels, no recompute)."""
-    from perflab.plan.run import plan
-
-    plans = {ac: plan(published.make_target, gpu="h100", gpus=published.RUN["gpus"], fsdp=True, ac=ac,
-                      dtype="bf16", suggest=False) for ac in ("none", "full")}
+    plans = {ac: published_8b(ac, published.RUN["gpus"]) for ac in ("none", "full")}
     rows = {r["plan"]: r for r in published.side_by_side(plans)}
     none, full = rows["none"], rows["full"]
     assert full["plan_peak_gb"] < none["published_memory_gb"] < none["plan_peak_gb"]
