@@ -11,12 +11,19 @@ and the learners' copy of the course. It uses every lesson package's lab checks 
 - `answers`: the learner's answers as a lab's judge sees them (proxies into the worker)
 - `worker`: the judge's side of the confined answer worker
 - `answer_worker`: the confined process in which the judge runs a learner's answer functions
-- `sandbox`: each learner's processes confined by the operating system (bubblewrap)
+- `ranks`: a learner's function on ranks that talk only through the judge, which counts and compares
+- `rank_worker`: one such rank, in a sandbox of its own without perflab
+- `sandbox`: each learner's processes confined by the operating system (bubblewrap): only what the
+  code needs in view, an environment from an allowlist
+- `cgroup`: one control group per learner: memory with children and tmpfs, processes, CPU
+- `seccomp`: the system calls a learner's processes may not make (keyrings; new processes in a worker)
+- `boxes`: a learner's folder (a sized tmpfs), read bounded, removed without recursion
+- `shown`: what a learner wrote as the teacher sees it: no terminal escapes, invisible characters escaped
 - `release`: `perflab release`, the course for learners: no solutions, no outputs
 """
 
 from perflab._lazy import lazy_modules
 
 MODULES = ("gradebook", "submissions", "runner", "evidence", "judge", "answer_source", "answers", "worker",
-           "answer_worker", "sandbox", "release")
+           "answer_worker", "ranks", "rank_worker", "sandbox", "cgroup", "seccomp", "boxes", "shown", "release")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -8,14 +8,17 @@ private copy of its stdout (answers, as JSON: never pickled, so nothing the lear
 code in the judge).
 
 Its life has two phases:
-1. trusted: import what the submission imports, then replace the code of every perflab function
-   that computes an answer (the lab's `FORBIDDEN`, its references and checks) by code that ends
-   this process with an exit status that names it; then install an audit hook (which cannot be
-   removed) that ends the process when the learner's code opens a file of the course's labs or
+1. trusted: set its own resource limits, import what the submission imports, then replace the code
+   of every perflab function that computes an answer (the lab's `FORBIDDEN`, its references and
+   checks) by code that ends this process with an exit status that names it; then refuse, in the
+   kernel (seccomp.py), every new process and the keyring calls (so no child process, however it is
+   started, computes an answer where nothing is disarmed), and install an audit hook (which cannot
+   be removed) that ends the process when the learner's code opens a file of the course's labs or
    solutions or of a module that holds an answer, imports such a module afresh, starts a process,
    sends a signal, loads a C library through ctypes or walks the garbage collector's objects;
 2. the learner's: run the submission's definitions, then answer the judge's requests (call a
-   function on inputs the judge chose; read a value) until stdin closes.
+   function on inputs the judge chose; read a value; run one of perflab's probes on a learner's
+   object, or on data alone in a worker with no learner code) until stdin closes.
 """
 
 import builtins
@@ -224,6 +227,24 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
     sys.addaudithook(hook)
 
 
+def _limits(limits):
+    """This process's own resource limits (worker.Confinement.limits), set before anything else."""
+    import resource
+
+    names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",
+             "nproc": "RLIMIT_NPROC"}
+    for key, value in (limits or {}).items():
+        which = getattr(resource, names.get(key, ""), None)
+        if which is None or value is None:
+            continue
+        try:
+            soft, hard = resource.getrlimit(which)
+            top = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+            resource.setrlimit(which, (top, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def main():
     global _OUT, _IN
     _OUT = os.dup(1)  # the answers go here; fd 1 and sys.stdout go to stderr (the learner may print)
@@ -233,6 +254,7 @@ def main():
     setup = _read()
     if not isinstance(setup, dict):  # the judge closed the pipe before sending the setup
         return 2
+    _limits(setup.get("limits"))
     for path in reversed(setup.get("paths", ())):  # the judge's own perflab and site-packages (no .pth run)
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -243,8 +265,24 @@ def main():
             pass
     files = {f for f in _disarm(setup["forbidden"], setup.get("keep", ())) if _module_of(f) in setup["blocked_modules"]}
     files |= {os.path.realpath(f) for f in setup.get("blocked_files", ())}
+    try:  # no new process from here on: a child would run where nothing is disarmed
+        from perflab.classroom import seccomp
+
+        if not seccomp.supported():
+            seccomp.install(no_processes=True)
+        elif setup.get("seccomp"):
+            raise RuntimeError(seccomp.supported())
+    except Exception as e:  # noqa: BLE001 - confined as asked, or not at all: then say so
+        if setup.get("seccomp"):
+            _write({"ok": False, "error": f"the grader could not refuse new processes here ({e})"})
+            return 2
     _guard(setup["blocked_dirs"], files, setup["blocked_modules"])
-    ns = {"__name__": "__main__", "__builtins__": builtins}
+    import types
+
+    main_module = types.ModuleType("__main__")  # the learner's definitions, as a notebook's: a module
+    main_module.__dict__["__builtins__"] = builtins  # that tools find by name (torch.export, pickle)
+    sys.modules["__main__"] = main_module
+    ns = main_module.__dict__
     try:
         exec(compile(setup["code"], "<submission>", "exec"), ns)
         _write({"ok": True})
@@ -257,13 +295,16 @@ def main():
             return
         kind, name, args, kwargs = req
         try:
-            if name not in ns:
+            if kind != "run" and name not in ns:
                 raise NameError(f"name {name!r} is not defined at the top level of the notebook")
             if kind == "call":
                 value = ns[name](*args, **kwargs)
             elif kind == "probe":  # a perflab function (loaded in the trusted phase) run on the learner's object
                 module, _, func = args[0].partition(":")
                 value = getattr(sys.modules[module], func)(ns[name], *args[1:], **kwargs)
+            elif kind == "run":  # a perflab function on data alone (a worker that runs no learner code)
+                module, _, func = args[0].partition(":")
+                value = getattr(sys.modules[module], func)(*args[1:], **kwargs)
             else:
                 value = ns[name]
             out = {"value": _encode(value)}

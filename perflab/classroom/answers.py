@@ -6,16 +6,25 @@ probes on the learner's object there, `literal` and `first_cell_calling` read th
 source (answer_source.py), and `measure` makes a measurement a lab needs from a layer above its
 own, here, in the grader's process (`MEASUREMENTS`). A name the notebook does not define is a stub
 that raises NotImplementedError (`not done`).
+
+What a probe returns was computed where the learner's code runs, so it is evidence to check, never
+a grade: `apart` runs one of perflab's functions on it in a fresh confined worker that has run no
+learner code (lab 10 runs there the graph the learner's model was traced to), and `ranks` runs a
+learner's function on ranks that can only talk through the judge, which counts what each sends
+and compares what each returns (ranks.py: lab 06's ring).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.classroom.answer_source import first_cell_calling, is_literal
-from perflab.classroom.worker import Worker
+from perflab.classroom.worker import Confinement, Worker
 from perflab.core.jsonable import JSON
+
+if TYPE_CHECKING:
+    from perflab.classroom.ranks import RankRun
 
 
 def _slow_data_audit() -> JSON:
@@ -38,9 +47,29 @@ class Answers(Mapping[str, Any]):
     the learner's function in the worker; `answers.value("x")` reads a top-level value there."""
 
     def __init__(self, worker: Worker, names: Sequence[str], where: Mapping[str, int], code: str = "",
-                 nb: Mapping[str, Any] | None = None, learner: str = ""):
+                 nb: Mapping[str, Any] | None = None, learner: str = "", *, lab: Any = None,
+                 confine: Confinement | None = None, course_dirs: Sequence[str] = ()):
         self.worker, self.names, self.where, self.code = worker, list(names), dict(where), code
         self.nb, self.learner = nb or {}, learner
+        self.lab, self.confine, self.course_dirs = lab, confine or Confinement(), tuple(course_dirs)
+
+    def apart(self, probe: str, *args, **kwargs) -> Any:
+        """perflab's `module:function` called on `args` in a fresh worker, confined as the learner's
+        is, that runs no learner code: what it returns was computed where the learner never ran."""
+        w = Worker("", [], self.lab, course_dirs=self.course_dirs, learner=self.learner, confine=self.confine)
+        try:
+            return w.run(probe, *args, **kwargs)
+        finally:
+            w.close()
+
+    def ranks(self, name: str, inputs: Sequence[Sequence[Any]], *, timeout: float = 120.0) -> RankRun:
+        """The learner's function `name` run on `len(inputs)` ranks, one call per input of each rank's
+        list, the ranks talking point-to-point only through this process (ranks.py)."""
+        from perflab.classroom.ranks import run_ranks
+
+        if name not in self.where:
+            raise NotImplementedError(f"{name} is not defined at the top level of the notebook")
+        return run_ranks(self.code, name, inputs, confine=self.confine, timeout=timeout)
 
     def literal(self, name: str) -> bool:
         """Whether `name`'s last top-level assignment is a literal (a number, list or dict written out)."""

@@ -2,27 +2,36 @@
 lower a grade.
 
 The learner's kernel runs the notebook with the grader's own last cell added (`GRADE_CELL`, which
-prints `MARK`); afterwards the grader reads what the run left in the learner's folder, each file
-only as a regular file, never through a symbolic link, bounded in bytes (`read_left`):
+prints `MARK`); afterwards what the run left in the learner's folder is read, each file only as a
+regular file, never through a symbolic link, bounded in bytes (`read_left`), and **parsed in a
+limited process** (`examine`: this file run by a trusted Python in the learner's cgroup, under an
+address-space limit, so that a notebook built to exhaust a parser exhausts only that process):
 
-* the executed notebook (`load_notebook`, bounded in bytes and cells), whose first error output, a
-  missing end mark or a deleted check cell can only lower the grade (`classify`);
-* the runner's log, for the line that says why a kernel died (`last_line`), and the cell that was
-  running at a timeout (`running_cell`);
+* the executed notebook (bounded in bytes and cells), whose first error output, a missing end mark
+  or a deleted check cell can only lower the grade (`classify`), and the cell that was running at a
+  timeout (`running_cell`);
 * the learner's predictions (`read_predictions`: the known fields of each JSON line, nothing else).
 
-Every message is cleaned of control characters and escape sequences before it is printed
-(`clean`, `first_line`).
+The runner's output reaches the grader through a pipe, its last MiB kept, for the line that says
+why a kernel died (`last_line`). Every message is cleaned of control characters and escape
+sequences before it is printed, and a learner's name is shown with its invisible characters
+escaped (`perflab.classroom.shown`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+
+from perflab.classroom.boxes import read_capped
+from perflab.classroom.shown import first_line
 
 if TYPE_CHECKING:
     from perflab.classroom.submissions import Lab
@@ -42,18 +51,32 @@ def need_papermill():
     return need("papermill", "course", what), need("nbformat", "course", what)
 
 
-def first_line(text: str) -> str:
-    text = clean(str(text), keep_lines=True).strip()
-    return text.splitlines()[0].strip() if text else ""
-
-
-def clean(text: str, keep_lines: bool = False) -> str:
-    """`text` without terminal escape sequences or control characters (a learner's message is
-    printed to the teacher's terminal); line breaks kept where asked."""
-    text = re.sub(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])", "", str(text))
-    keep = "\n" if keep_lines else ""
-    return "".join(ch for ch in text if ch in keep or (ch.isprintable() and ch not in "\u2028\u2029")
-                   or ch == " ")
+def runnable(raw: Any) -> Any:
+    """A submitted notebook's JSON with only what running it needs: each cell's type, source and tags
+    (papermill finds the `parameters` cell by its tag); no outputs, no other metadata. A learner's
+    4 MiB of cell metadata would otherwise be parsed, validated and written again at every cell papermill
+    runs (minutes for one learner). Anything that is not a notebook's shape is left for the validator."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
+        return raw
+    out = dict(raw)
+    spec = raw.get("metadata", {}).get("kernelspec") if isinstance(raw.get("metadata"), dict) else None
+    out["metadata"] = ({"kernelspec": {k: spec[k] for k in ("name", "display_name", "language")
+                                       if isinstance(spec.get(k), str) and len(spec[k]) <= 200}}
+                       if isinstance(spec, dict) and isinstance(spec.get("name"), str) else {})
+    cells = []
+    for c in raw["cells"]:
+        if isinstance(c, dict):
+            c = dict(c)
+            meta = c.get("metadata")
+            tags = meta.get("tags") if isinstance(meta, dict) else None
+            c["metadata"] = {"tags": [t for t in tags[:16] if isinstance(t, str) and len(t) <= 100]} \
+                if isinstance(tags, list) else {}
+            if c.get("cell_type") == "code":
+                c["outputs"] = []
+            c.pop("attachments", None)
+        cells.append(c)
+    out["cells"] = cells
+    return out
 
 
 def load_notebook(source: Path | bytes) -> tuple[Any, str]:
@@ -67,8 +90,8 @@ def load_notebook(source: Path | bytes) -> tuple[Any, str]:
         warnings.simplefilter("ignore")  # cells without ids (older Jupyter) are fine to run
         try:
             data = source if isinstance(source, bytes) else Path(source).read_bytes()
-            read_notebook(data)  # within its bounds before nbformat builds it
-            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+            raw = runnable(read_notebook(data))  # within its bounds before nbformat builds it
+            nb = nbformat.reads(json.dumps(raw), as_version=4)
         except Exception as e:  # JSON errors, a notebook of an unknown format, a file that is not text
             return None, f"malformed notebook ({first_line(str(e)) or type(e).__name__})"
         try:
@@ -87,7 +110,7 @@ def classify(nb: Any, lab: Lab) -> tuple[str, str]:
 
     The states the kernel printed are not read: the learner's code could have written them."""
     ended = False
-    for cell in nb.cells:
+    for cell in _cells(nb):
         if cell.get("cell_type") != "code":
             continue
         for out in cell.get("outputs", []):
@@ -106,11 +129,20 @@ def classify(nb: Any, lab: Lab) -> tuple[str, str]:
     return "ran", ""
 
 
+def _cells(nb: Any) -> list[Any]:
+    cells = nb.get("cells", []) if isinstance(nb, dict) else getattr(nb, "cells", [])
+    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
+
+
 def removed_checks(nb: Any, lab: Lab) -> list[str]:
     """The shipped lab's check calls that the notebook no longer makes (read from its source)."""
-    cells = nb.cells if hasattr(nb, "cells") else nb.get("cells", [])
-    code = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+    code = "\n".join(_source(c) for c in _cells(nb) if c.get("cell_type") == "code")
     return [c for c in lab.checks if not re.search(rf"lab\.{c}\(", code)]
+
+
+def _source(cell: Any) -> str:
+    src = cell.get("source", "")
+    return "".join(x for x in src if isinstance(x, str)) if isinstance(src, list) else str(src)
 
 
 def read_predictions(results: Path) -> list[dict[str, Any]]:
@@ -119,7 +151,7 @@ def read_predictions(results: Path) -> list[dict[str, Any]]:
     for line in (data or b"").decode(errors="replace").splitlines():
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(item, dict):
             out.append({k: item.get(k) for k in PREDICTION_FIELDS})
@@ -131,38 +163,108 @@ def running_cell(nb: Any) -> str:
     """' (cell N: its first line)' for the cell papermill was running when the run stopped; '' for none."""
     if nb is None:
         return ""
-    for i, cell in enumerate(nb.cells):
-        status = cell.get("metadata", {}).get("papermill", {}).get("status")
-        if status == "running":
-            line = next((ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()
+    for i, cell in enumerate(_cells(nb)):
+        meta = cell.get("metadata", {})
+        pm = meta.get("papermill", {}) if isinstance(meta, dict) else {}
+        if isinstance(pm, dict) and pm.get("status") == "running":
+            line = next((ln for ln in _source(cell).splitlines() if ln.strip()
                          and not ln.lstrip().startswith("#")), "")
             return f" (cell {i}: {line.strip()[:60]})"
     return ""
 
 
 def read_left(path: Path, limit: int) -> bytes | None:
-    """A file the learner's sandbox could write (its results, the executed notebook, the runner's
-    log), read by the unconfined grader: only a regular file, never through a symbolic link (which
-    would point at a file of the grader's own view: a FIFO that blocks, /proc/kcore), at most `limit`
-    bytes (the last ones). None where it is not such a file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        f.seek(max(0, st.st_size - limit))
-        return f.read(limit)
+    """A file the learner's sandbox could write (its results, the executed notebook), read by the
+    unconfined grader: only a regular file, never through a symbolic link (which would point at a
+    file of the grader's own view: a FIFO that blocks, /proc/kcore, a library), at most `limit`
+    bytes (the last ones). None where it is not such a file (boxes.read_capped)."""
+    return read_capped(path, limit)
 
 
-def last_line(path: Path) -> str:
-    """The line of the runner's log that says what went wrong (its last error line, else its last line)."""
-    data = read_left(path, 2**20)
-    if data is None:
+def last_line(log: Path | str) -> str:
+    """The line of the runner's log (a file, or its text) that says what went wrong: its last error
+    line, else its last line."""
+    data = read_left(log, 2**20) if isinstance(log, Path) else str(log).encode()
+    if not data:
         return "no output"
     lines = [ln for ln in data.decode(errors="replace").splitlines()
              if ln.strip() and "WARNING | Kernel is running over TCP" not in ln]
     errors = [ln for ln in lines if re.search(r"(Error|Exception|died)\b", ln)]
     return first_line((errors or lines or ["no output"])[-1])[:200]
+
+
+# ----------------------------------------------------------------------------- parsed in a limited process
+@dataclass
+class Evidence:
+    """What a learner's run left, as read by `examine`: the kernel's outcome ('ran' when nothing
+    lowers the grade; None where no executed notebook could be read), its message, the cell
+    running when the run stopped, and the predictions."""
+
+    outcome: str | None = None
+    message: str = ""
+    running: str = ""
+    predictions: list[dict[str, Any]] = field(default_factory=list)
+
+
+PARSE_BYTES = 2**30  # the address space the parsing process may use
+
+
+def examine(executed: Path, results: Path | None, checks: Sequence[str], *, wrap: Any = None,
+            timeout: float = 120.0) -> Evidence:
+    """Read and parse what the run left in a trusted Python of its own (this file as a script),
+    limited in address space (`PARSE_BYTES`), CPU time and wall time, started through `wrap` (the
+    learner's cgroup); an empty Evidence where it fails."""
+    from perflab.classroom.worker import trusted_python
+
+    cmd = [*trusted_python(__file__), str(executed), str(results or ""), json.dumps(list(checks))]
+    if wrap is not None:
+        cmd = wrap(cmd)
+    try:
+        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        got = json.loads(out.stdout.decode(errors="replace").strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return Evidence()
+    if not isinstance(got, dict):
+        return Evidence()
+    preds = [p for p in got.get("predictions", []) if isinstance(p, dict)]
+    outcome = got.get("outcome")
+    return Evidence(outcome if isinstance(outcome, str) else None, str(got.get("message", "")),
+                    str(got.get("running", "")), preds)
+
+
+def _examine_here(executed: str, results: str, checks: list[str]) -> dict[str, Any]:
+    from perflab.classroom.answer_source import MAX_NOTEBOOK_BYTES, read_notebook
+
+    out: dict[str, Any] = {"predictions": read_predictions(Path(results)) if results else []}
+    data = read_left(Path(executed), MAX_NOTEBOOK_BYTES + 2**20)  # a notebook's bound, and its outputs
+    if data is None:
+        return out
+    try:
+        nb = read_notebook(data)
+    except (ValueError, RecursionError, MemoryError):  # the runner was killed while writing it; a parser bomb
+        return out
+    outcome, message = classify(nb, SimpleNamespace(checks=tuple(checks)))  # type: ignore[arg-type]
+    out.update(outcome=outcome, message=message, running=running_cell(nb))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """`examine`'s process: EXECUTED RESULTS CHECKS_JSON → one JSON line."""
+    import resource
+
+    for which, value in ((resource.RLIMIT_AS, PARSE_BYTES), (resource.RLIMIT_CPU, 60), (resource.RLIMIT_CORE, 0)):
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+    try:
+        got = _examine_here(argv[0], argv[1], [str(c) for c in json.loads(argv[2])])
+    except MemoryError:
+        got = {}
+    sys.stdout.write(json.dumps(got) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:4]))

@@ -7,7 +7,10 @@ The class's labs and submissions are found and every submission's bytes read fir
 learner's code runs (submissions.py). Each submission then runs in a confined, fresh kernel, and
 gets the judge's verdict (runner.py, judge.py): without bubblewrap grading stops in one line unless
 `isolate=False` (`--no-sandbox`), and then every report says that the grades are not isolated.
-Submissions run N at a time, at most one per core, each kernel's threads sharing the cores.
+Each learner's processes share one cgroup (cgroup.py) where the machine lets the grader make one;
+where it does not, the limits are per process, and every report says that too. Submissions run N
+at a time, at most one per core, each kernel's threads sharing the cores. A learner's failure,
+crash or timeout is that learner's record: grading a class always ends with its gradebook.
 
 That run can only lower a grade: its first error output (`wrong` for a check's LabCheckError,
 `error` otherwise), a kernel that died before the grader's last cell, a deleted check cell (`not
@@ -39,8 +42,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from perflab.classroom.evidence import clean, need_papermill
+from perflab.classroom.evidence import need_papermill
 from perflab.classroom.runner import Isolation, Limits, Record, grade_one
+from perflab.classroom.shown import clean, first_line, visible
 from perflab.classroom.submissions import (
     Lab,
     Submission,
@@ -73,11 +77,14 @@ class Gradebook:
     jobs: int
     timeout: float
     isolated: bool = True  # each learner's processes confined by the sandbox (False: --no-sandbox)
+    limits: str = ""  # what each learner's processes could use together, in words
+    grouped: bool = True  # the limits hold for all of a learner's processes together (a cgroup each)
 
     def as_dict(self) -> JSON:
         """The gradebook as `perflab grade --json` prints it (predictions included)."""
         return {"labs": self.labs, "jobs": self.jobs, "timeout_s": self.timeout, "seconds": round(self.seconds, 1),
                 "isolated": self.isolated, **({} if self.isolated else {"warning": NOT_ISOLATED}),
+                "limits": self.limits, "limits_per_learner": self.grouped,
                 "unmatched": self.notes, "records": [dict(asdict(r), seconds=round(r.seconds, 1)) for r in self.records],
                 "passed": self.passed()}
 
@@ -86,11 +93,13 @@ class Gradebook:
 
     def csv_text(self) -> str:
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=[*Record("", "", "").row(), "isolated"])
+        w = csv.DictWriter(buf, fieldnames=[*Record("", "", "").row(), "isolated", "limits"])
         w.writeheader()
         for r in self.records:
             w.writerow({k: spreadsheet_safe(v) for k, v in {**r.row(), "isolated": "yes" if self.isolated else
-                                                             "NO (--no-sandbox)"}.items()})
+                                                             "NO (--no-sandbox)",
+                                                             "limits": "per learner" if self.grouped else
+                                                             "PER PROCESS ONLY"}.items()})
         return buf.getvalue()
 
     def write_csv(self, path: Path | str) -> None:
@@ -102,6 +111,8 @@ class Gradebook:
                  f"({self.jobs} at a time, timeout {self.timeout:g} s each)"]
         if not self.isolated:
             lines.append(NOT_ISOLATED)
+        if self.limits:
+            lines.append(("Limits: " if self.grouped else "") + self.limits)
         head = f"{'lab':<22}" + "".join(f"{o:>10}" for o in OUTCOMES)
         lines += ["", head]
         for lab in self.labs:
@@ -128,6 +139,8 @@ class Gradebook:
 
 NOT_ISOLATED = ("NOT ISOLATED: graded with --no-sandbox, each learner's code ran unconfined as this user and could "
                 "have changed other learners' grades or this machine")
+PER_PROCESS = ("PER-PROCESS LIMITS ONLY: no cgroup could be made here ({why}), so a learner's processes together "
+               "could use more than the memory limit, and with a root grader a fork bomb was stopped only by its timeout")
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -186,23 +199,60 @@ def grade_folder(root: Path | str, *, labs: Sequence[str] | None = None, course:
     records: list[Record] = []
     secret = secret or secrets.token_hex(16)  # the grading inputs' seed: new for every class graded
     cache = tempfile.mkdtemp(prefix="perflab-pycache-")  # the judges' and workers' bytecode: the grader's own
-    iso = Isolation(box, tuple(str(p) for p in hidden_from_learners(root, chosen)), cache)
+    from perflab.classroom.boxes import can_mount
+    from perflab.classroom.cgroup import Cgroups, why
+
+    groups = Cgroups.make()
+    iso = Isolation(box, tuple(str(p) for p in hidden_from_learners(root, chosen)), cache, groups)
     try:
         warm_cache(cache, chosen)
 
         def one(sub: Submission) -> Record:
-            rec = grade_one(sub, timeout=timeout, limits=limits, threads=threads, secret=secret, isolation=iso)
+            try:
+                rec = grade_one(sub, timeout=timeout, limits=limits, threads=threads, secret=secret, isolation=iso)
+            except Exception as e:  # noqa: BLE001 - one learner's failure never stops the class
+                rec = Record(visible(sub.learner), sub.lab.name, "error", clean(
+                    f"the grader failed on this notebook: {type(e).__name__}: {first_line(str(e))}"),
+                    notebook=visible(str(sub.path)))
             if on_record is not None:
-                on_record(rec)
+                with contextlib.suppress(Exception):
+                    on_record(rec)
             return rec
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             records = list(pool.map(one, subs))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+        if groups is not None:
+            groups.close()
     records.sort(key=lambda r: (r.learner, r.lab))
     return Gradebook(records, [lab.name for lab in chosen.values()], [clean(n) for n in notes],
-                     time.monotonic() - t0, jobs, timeout, isolated=box is not None)
+                     time.monotonic() - t0, jobs, timeout, isolated=box is not None,
+                     limits=describe_limits(limits, threads, groups, why() if groups is None else "",
+                                            sandboxed=box is not None, quota=can_mount()),
+                     grouped=groups is not None)
+
+
+def describe_limits(limits: Limits, threads: int, groups: Any, why: str, *, sandboxed: bool, quota: bool) -> str:
+    """What each learner's processes could use, in one line (the summary's, the JSON's)."""
+    gib = lambda b: f"{b / 2**30:.1f} GiB"  # noqa: E731
+    parts = []
+    if limits.memory_bytes:
+        parts.append(f"memory {gib(limits.memory_bytes)}" + (" with its children, tmpfs and page cache" if groups
+                                                              else " per process"))
+    if limits.processes:
+        parts.append(f"{limits.processes} processes and threads" if groups else "processes: RLIMIT_NPROC (not for root)")
+    parts.append(f"{threads} CPU{'s' if threads != 1 else ''}" if groups else "CPU time per process")
+    if sandboxed and limits.tmp_bytes:
+        parts.append(f"/tmp and /dev/shm {limits.tmp_bytes / 2**20:.0f} MiB each")
+    if limits.disk_bytes and quota:
+        parts.append(f"its folder {gib(limits.disk_bytes)} (a tmpfs)")
+    elif limits.file_bytes:
+        parts.append(f"no disk quota (this user cannot mount a tmpfs): {gib(limits.file_bytes)} a file")
+    text = ", ".join(parts)
+    if groups is None:
+        return PER_PROCESS.format(why=why or "no cgroup filesystem") + f" ({text})"
+    return f"each learner in its own cgroup ({groups.version}): {text}"
 
 
 def hidden_from_learners(root: Path | str, labs: dict[str, Lab]) -> list[Path]:

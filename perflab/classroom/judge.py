@@ -34,7 +34,6 @@ import hashlib
 import importlib
 import io
 import json
-import os
 import random
 import sys
 from collections.abc import Mapping, Sequence
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from perflab.classroom import answer_source
 from perflab.classroom.answer_source import extract, lab_module_name, read_notebook
 from perflab.classroom.answers import Answers
-from perflab.classroom.worker import AnswerError, Forbidden, Worker
+from perflab.classroom.worker import AnswerError, Confinement, Forbidden, Worker
 
 if TYPE_CHECKING:
     from perflab.classroom.sandbox import Sandbox
@@ -60,8 +59,12 @@ def learner_rng(secret: str, learner: str, lab: str) -> random.Random:
 def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learner: str, secret: str,
             course_dirs: Sequence[str] = (), memory_bytes: int | None = 4 * 2**30, cpu_s: int = 600,
             threads: int = 1, sandbox: Sandbox | None = None, hidden: Sequence[str] = (),
-            pycache: str | None = None) -> tuple[str, str]:
-    """(outcome, message) for one submission: 'done', 'not done', 'wrong' or 'error'."""
+            pycache: str | None = None, group: Sequence[str] = (),
+            tmp_bytes: int | None = 512 * 2**20) -> tuple[str, str]:
+    """(outcome, message) for one submission: 'done', 'not done', 'wrong' or 'error'. Every process
+    started for the learner (its answer worker, a lab's ranks, a worker that checks what the
+    learner's returned) is confined alike (`Confinement`: the sandbox, the cgroup whose
+    `cgroup.procs` files `group` names, the limits)."""
     from perflab.grading import checks as grading
     from perflab.grading.checks import LabCheckError
 
@@ -76,17 +79,16 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
     code, preload, where = extract(submission, names)
     if not where:
         return "not done", "none of the answers is defined: " + ", ".join(names)
+    confine = Confinement(sandbox, tuple(hidden), pycache, tuple(group), memory_bytes, cpu_s, threads, tmp_bytes)
     try:
-        worker = Worker(code, preload, lab, course_dirs=course_dirs, memory_bytes=memory_bytes, cpu_s=cpu_s,
-                        threads=threads, learner=learner, sandbox=sandbox, hidden=hidden, pycache=pycache)
+        worker = Worker(code, preload, lab, course_dirs=course_dirs, learner=learner, confine=confine)
     except Forbidden as e:
         return "wrong", str(e)
     except AnswerError as e:
         return "error", str(e)
-    answers = Answers(worker, names, where, code, submission, learner)
+    answers = Answers(worker, names, where, code, submission, learner, lab=lab, confine=confine,
+                      course_dirs=course_dirs)
     grading.reset()
-    if sandbox is not None:
-        _confine_ranks(sandbox, hidden)
     rng = learner_rng(secret, learner, module)
     out = io.StringIO()
     try:
@@ -104,10 +106,6 @@ def verdict(submission: Mapping[str, Any], shipped: Mapping[str, Any], *, learne
         return "error", f"{type(e).__name__}: {_first(str(e))}"
     finally:
         worker.close()
-        if sandbox is not None:
-            from perflab.distributed import torchrun
-
-            torchrun.CONFINE = None
     return outcome_of(dict(grading.summary()))
 
 
@@ -126,29 +124,32 @@ def outcome_of(states: Mapping[str, str]) -> tuple[str, str]:
     return "done", f"{len(states)} check{'s' if len(states) != 1 else ''} passed, graded apart from the notebook"
 
 
-def _confine_ranks(sandbox: Sandbox, hidden: Sequence[str]) -> None:
-    """Ranks that a lab's judge starts on the learner's code (lab 06's ring) run in the sandbox too:
-    the run's folder writable, the files the command names (the learner's source) readable."""
-    from perflab.distributed import torchrun
-
-    def confine(cmd: list[str], run_dir: Path) -> list[str]:
-        files = [a for a in cmd if a.startswith(os.sep) and os.path.isfile(a)]
-        return sandbox.command(cmd, writable=[run_dir], readable=[os.path.dirname(f) for f in files], hidden=hidden)
-
-    torchrun.CONFINE = confine
-
-
 def _first(text: str) -> str:
     text = str(text).strip()
     return text.splitlines()[0].strip()[:300] if text else ""
 
 
 # ----------------------------------------------------------------------------- the judge process
+def _limit_memory(memory_bytes: Any) -> None:
+    """The judge's own address space: the learner's memory limit (its own measurements fit in it, as
+    the same ones fit in the learner's kernel)."""
+    import resource
+
+    if not isinstance(memory_bytes, int) or memory_bytes <= 0:
+        return
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        top = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (top, hard))
+
+
 def main() -> int:
     from perflab.classroom.sandbox import Sandbox, protect
 
     protect()
-    job = json.loads(sys.stdin.buffer.read(answer_source.MAX_NOTEBOOK_BYTES * 8 + 2**20))  # the notebook, JSON-escaped
+    raw = sys.stdin.buffer.read(answer_source.MAX_NOTEBOOK_BYTES * 8 + 2**20)  # the notebook, JSON-escaped
+    job = json.loads(raw)
+    _limit_memory(job.get("memory_bytes"))  # the learner's notebook is parsed under a limit
     try:
         sub, shipped = read_notebook(job["notebook"]), read_notebook(Path(job["shipped"]).read_bytes())
         tool = job.get("sandbox")
@@ -156,9 +157,12 @@ def main() -> int:
                                    course_dirs=job.get("course_dirs", ()), memory_bytes=job.get("memory_bytes"),
                                    cpu_s=int(job.get("cpu_s", 600)), threads=int(job.get("threads", 1)),
                                    sandbox=Sandbox(tool) if tool else None, hidden=job.get("hidden", ()),
-                                   pycache=job.get("pycache"))
-    except ValueError as e:
+                                   pycache=job.get("pycache"), group=job.get("group", ()),
+                                   tmp_bytes=job.get("tmp_bytes"))
+    except (ValueError, RecursionError) as e:
         outcome, message = "error", f"malformed notebook ({_first(str(e))[:160]})"
+    except MemoryError:
+        outcome, message = "error", "the notebook is too large to read within the learner's memory limit"
     except Exception as e:  # noqa: BLE001 - the judge's own failure: an error grade that says so
         outcome, message = "error", f"the grader failed: {type(e).__name__}: {_first(str(e))}"
     out = sys.__stdout__ or sys.stdout

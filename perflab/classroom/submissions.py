@@ -8,7 +8,8 @@ Submissions: one folder per learner (`alice/01_flops.ipynb`, as an LMS export gi
 folders allowed). A notebook is matched to a course lab by its number (`01_…`, `lab1.ipynb`,
 `alice_01_flops_v2.ipynb`) or, without a number, by the lab's name (`flops.ipynb`); what cannot be
 matched is said in one line each. A symbolic link, anything but a regular file, a notebook over
-16 MiB is refused when it is read (`snapshot`).
+16 MiB is refused when it is read (`snapshot`). A learner's folder is walked without recursion and
+without following links, at most `MAX_DEPTH` folders deep (a deeper one is said in one line).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from perflab.classroom.shown import visible
 from perflab.core.errors import InputError
 
 LAB_GLOB = "[0-9][0-9]*_*.ipynb"  # 01_flops.ipynb, 04b_tile_config.ipynb
+MAX_DEPTH = 32  # folders below a learner's own: an LMS export nests a few
 CHECK_CALL = re.compile(r"^\s*(?:\w+\s*=\s*)?lab\.(check\w*)\(", re.M)
 PREDICT_CALL = re.compile(r"\bpredict\.ask\b")
 
@@ -164,25 +167,62 @@ def find_submissions(root: Path | str, labs: dict[str, Lab], course: dict[str, L
             continue
         if item.is_file():
             if item.suffix == ".ipynb":
-                notes.append(f"{item.name}: not in a learner's folder; put it in a folder named after the learner")
+                notes.append(f"{visible(item.name)}: not in a learner's folder; put it in a folder named after the learner")
             continue
         found: dict[str, list[Path]] = {}
-        for nb in sorted(item.rglob("*.ipynb")):
-            if any(part.startswith(".") for part in nb.relative_to(item).parts):
-                continue  # .ipynb_checkpoints and other hidden copies
+        notebooks, deep = _notebooks_in(item)
+        if deep:
+            notes.append(f"{visible(item.name)}: folders more than {MAX_DEPTH} deep, not searched")
+        for nb in notebooks:
             lab = match_lab(nb.name, course)
             if lab is None:
                 num = re.search(r"(?<![0-9])([0-9]{1,2})(?![0-9])", nb.stem)
                 why = (f"no lab {int(num.group(1)):02d} in this course (its labs: {', '.join(course)})" if num else
                        f"no lab number or lab name in the file name (name it like {next(iter(course.values())).name}.ipynb)")
-                notes.append(f"{item.name}/{nb.relative_to(item)}: {why}")
+                notes.append(f"{visible(item.name)}/{visible(str(nb.relative_to(item)))}: {why}")
             elif lab.number in labs:
                 found.setdefault(lab.number, []).append(nb)
         for number, paths in found.items():
-            paths.sort(key=lambda p: p.stat().st_mtime)
+            paths.sort(key=_mtime)
             if len(paths) > 1:
-                notes.append(f"{item.name}: {len(paths)} notebooks for lab {number}; graded the newest, "
-                             f"{paths[-1].relative_to(item)}")
+                notes.append(f"{visible(item.name)}: {len(paths)} notebooks for lab {number}; graded the newest, "
+                             f"{visible(str(paths[-1].relative_to(item)))}")
             subs.append(Submission(item.name, labs[number], paths[-1]))
     return subs, notes
 
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _notebooks_in(folder: Path) -> tuple[list[Path], bool]:
+    """Every `.ipynb` below `folder` (a link named so included: `snapshot` refuses it), hidden
+    entries left out, walked without recursion and without following a link to a folder; and
+    whether a folder deeper than MAX_DEPTH was left unsearched."""
+    out: list[Path] = []
+    deep = False
+    todo = [(folder, 0)]
+    while todo:
+        here, depth = todo.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(((e.name, e.is_dir(follow_symlinks=False)) for e in it), reverse=True)
+        except OSError:
+            continue
+        for name, is_dir in entries:
+            if name.startswith("."):
+                continue  # .ipynb_checkpoints and other hidden copies
+            if is_dir and name.endswith(".ipynb"):
+                out.append(here / name)  # a folder named as a notebook: `snapshot` refuses it
+            if is_dir:
+                if depth + 1 > MAX_DEPTH:
+                    deep = True
+                else:
+                    todo.append((here / name, depth + 1))
+            elif name.endswith(".ipynb"):
+                out.append(here / name)
+    return sorted(out), deep

@@ -1,11 +1,16 @@
 """The judge's side of the answer worker: the confined process in which a learner's answers run.
 
-`Worker(code, preload, lab)` starts `answer_worker.py` (WORKER_SOURCE, run as a script by a trusted
-Python: `trusted_python`) under resource limits, with a bare environment and, where there is one,
-inside the sandbox; it sends the learner's definitions and what to disarm (`forbidden_of`: the lab's
-FORBIDDEN, its REFERENCES and its own functions), then `call`s the learner's functions and reads
-`value`s on inputs the judge chose. Answers come back as JSON, bounded in bytes and values (`decode`),
-never as code. How the worker ended names what the learner's code did (`Forbidden`, `AnswerError`).
+`Worker(code, preload, lab, confine=Confinement(...))` starts `answer_worker.py` (WORKER_SOURCE, run
+as a script by a trusted Python: `trusted_python`) in the learner's cgroup, inside the sandbox where
+there is one (its only writable place a private, sized /tmp: nothing of it outlives it on the
+grader's disk), with a bare environment; it sends the limits the worker sets on itself, the
+learner's definitions and what to disarm (`forbidden_of`: the lab's FORBIDDEN, its REFERENCES and
+its own functions), then `call`s the learner's functions and reads `value`s on inputs the judge
+chose. Answers come back as JSON, bounded in bytes and values (`decode`), never as code; what the
+worker prints reaches the judge through a pipe, its last 64 KiB kept. How the worker ended names
+what the learner's code did (`Forbidden`, `AnswerError`). A worker with no learner code (`code=""`)
+runs perflab's own functions on data the learner's worker returned (`run`): a process that never
+ran learner code.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from perflab.classroom.boxes import Tail, remove_tree
+from perflab.classroom.cgroup import JOIN
 
 if TYPE_CHECKING:
     from perflab.classroom.sandbox import Sandbox
@@ -107,52 +115,92 @@ class Reply:
                    error=str(obj["error"]) if "error" in obj else None)
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """How the judge starts a process for a learner (its answer worker, a lab's ranks): inside the
+    sandbox where there is one (`hidden` covered, `tmp_bytes` for its /tmp and /dev/shm), in the
+    learner's cgroup (`group`: the `cgroup.procs` files it joins before anything runs), under the
+    per-process limits it sets on itself (`memory_bytes`, `cpu_s`), `threads` threads."""
+
+    sandbox: Sandbox | None = None
+    hidden: tuple[str, ...] = ()
+    pycache: str | None = None
+    group: tuple[str, ...] = ()
+    memory_bytes: int | None = 4 * 2**30
+    cpu_s: int = 600
+    threads: int = 1
+    tmp_bytes: int | None = 512 * 2**20
+
+    def wrap(self, cmd: list[str], *, readable: Iterable[Path | str] = (), cwd: str | None = None,
+             dirs: Iterable[str] = (), perflab: bool = True) -> list[str]:
+        """`cmd` confined: sandboxed where there is a sandbox, then joined to the learner's cgroup."""
+        if self.sandbox is not None:
+            cmd = self.sandbox.command(cmd, readable=readable, hidden=self.hidden, cwd=cwd, dirs=dirs,
+                                       perflab=perflab, tmp_bytes=self.tmp_bytes)
+        if self.group:
+            cmd = ["/bin/sh", "-c", JOIN, "perflab-join", str(len(self.group)), *self.group, *cmd]
+        return cmd
+
+    def limits(self) -> dict[str, int | None]:
+        """The per-process limits a confined process sets on itself before it runs anything else."""
+        return {"as": self.memory_bytes, "cpu": self.cpu_s, "fsize": 64 * 2**20, "core": 0, "nproc": nproc_limit()}
+
+
+def set_limits(limits: dict[str, Any]) -> None:
+    """In a confined process: its own resource limits (`Confinement.limits`), never raised."""
+    import resource
+
+    names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",
+             "nproc": "RLIMIT_NPROC"}
+    for key, value in limits.items():
+        which = getattr(resource, names.get(key, ""), None)
+        if which is None or value is None:
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            soft, hard = resource.getrlimit(which)
+            top = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+            resource.setrlimit(which, (top, hard))
+
+
+WORK_DIR = "/tmp/w/w"  # a confined worker's working folder, in its private /tmp (the one above holds nothing)
+
+
 class Worker:
     """The learner's definitions, alive in a confined process; `call` and `value` ask it."""
 
     def __init__(self, code: str, preload: Sequence[str], lab: Any, *, course_dirs: Sequence[str] = (),
-                 memory_bytes: int | None = 4 * 2**30, cpu_s: int = 600, threads: int = 1, learner: str = "learner",
-                 sandbox: Sandbox | None = None, hidden: Sequence[str] = (), pycache: str | None = None):
-        self.box = tempfile.mkdtemp(prefix="perflab-answers-")
-        cwd = Path(self.box) / "w" / "w"  # its own folder, and the one above it, hold nothing of anyone's
-        cwd.mkdir(parents=True)
+                 learner: str = "learner", confine: Confinement | None = None):
+        confine = confine or Confinement()
         forbidden = forbidden_of(lab)
         readable = set(getattr(lab, "READABLE", ()))  # modules whose source the tracer may read (lab 10)
         blocked_modules = sorted(({m for m, _ in forbidden} | {lab.__name__}) - readable)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.box, "TMPDIR": self.box,
-               "LANG": "C.UTF-8", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PERFLAB_LEARNER": learner}
-
-        nproc = nproc_limit()
-
-        def limit() -> None:  # in the worker, before it runs anything
-            import resource
-
-            for which, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu_s),
-                                 (resource.RLIMIT_FSIZE, 64 * 2**20), (resource.RLIMIT_CORE, 0),
-                                 (resource.RLIMIT_NPROC, nproc)):
-                if value is None:
-                    continue
-                with contextlib.suppress(ValueError, OSError):
-                    soft, hard = resource.getrlimit(which)
-                    top = value if hard == resource.RLIM_INFINITY else min(value, hard)
-                    resource.setrlimit(which, (top, hard))
-
-        self.log = open(Path(self.box) / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
-        cmd = trusted_python(WORKER_SOURCE, pycache=pycache)
+        self.box: str | None = None
+        if confine.sandbox is not None:  # its own folders in its private /tmp: nothing on the grader's disk
+            home, cwd, host_cwd = "/tmp/w", WORK_DIR, None
+        else:
+            self.box = tempfile.mkdtemp(prefix="perflab-answers-")
+            home = self.box
+            host_cwd = cwd = str(Path(self.box) / "w" / "w")  # its own folder, and the one above, hold nothing
+            Path(cwd).mkdir(parents=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": "/tmp" if self.box is None
+               else home, "LANG": "C.UTF-8", "OMP_NUM_THREADS": str(confine.threads),
+               "MKL_NUM_THREADS": str(confine.threads), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+               "PERFLAB_LEARNER": learner}
+        self.err = Tail(64 * 2**10)  # what it prints: a pipe, its last 64 KiB kept
+        cmd = trusted_python(WORKER_SOURCE, pycache=confine.pycache)
         cmd.insert(1, "-B")  # it reads the grader's bytecode cache, never writes to it
-        if sandbox is not None:  # the worker confined: only its own folder writable, the course hidden
-            cmd = sandbox.command(cmd, writable=[self.box], readable=[pycache] if pycache else [], hidden=hidden,
-                                  cwd=cwd)
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, preexec_fn=limit, start_new_session=True)
+        cmd = confine.wrap(cmd, readable=[confine.pycache] if confine.pycache else [], cwd=cwd,
+                           dirs=["/tmp/w", WORK_DIR] if self.box is None else [])
+        self.proc = subprocess.Popen(cmd, cwd=host_cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.err.fd, start_new_session=True)
+        self.err.close_writer()
         from perflab.classroom.sandbox import python_path
 
         loads = [*preload, *(f"import {m}" for m in getattr(lab, "PRELOAD", ())), f"import {lab.__name__}",
                  *(f"import {m}" for m in blocked_modules)]
         keep = [q for q in (_qualified(getattr(lab, h, None)) for h in getattr(lab, "HELPERS", ())) if q]
-        self._send({"paths": python_path(), "preload": loads, "keep": keep,
-                    "forbidden": forbidden, "blocked_dirs": list(course_dirs),
+        self._send({"paths": python_path(), "limits": confine.limits(), "seccomp": confine.sandbox is not None,
+                    "preload": loads, "keep": keep, "forbidden": forbidden, "blocked_dirs": list(course_dirs),
                     "blocked_files": [], "blocked_modules": blocked_modules, "code": code})
         self.forbidden = forbidden
         self.stderr_tail = ""
@@ -186,9 +234,7 @@ class Worker:
 
     def _ended(self):
         code = self.proc.wait()
-        with contextlib.suppress(OSError):
-            self.log.flush()
-            self.stderr_tail = (Path(self.box) / "stderr.log").read_text(errors="replace")[-2000:]
+        self.stderr_tail = self.err.text()[-2000:]
         self.close()
         if code is not None and EXIT_FORBIDDEN <= code < EXIT_FORBIDDEN + 100:
             i = code - EXIT_FORBIDDEN
@@ -217,6 +263,10 @@ class Worker:
     def value(self, name: str) -> Any:
         return self.ask("get", name)
 
+    def run(self, probe: str, *args, **kwargs) -> Any:
+        """perflab's `module:function` called in the worker on `args` (no learner object)."""
+        return self.ask("run", "", (probe, *args), kwargs)
+
     def close(self) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(OSError):
@@ -227,11 +277,10 @@ class Worker:
                 with contextlib.suppress(OSError):
                     os.killpg(self.proc.pid, 9)
                 self.proc.wait()
-        with contextlib.suppress(OSError):
-            self.log.close()
-        import shutil
-
-        shutil.rmtree(self.box, ignore_errors=True)
+        self.err.close_writer()
+        if self.box is not None:
+            remove_tree(self.box)
+            self.box = None
 
 
 def decode(x: Any, _count: list[int] | None = None) -> Any:

@@ -38,6 +38,7 @@ def run(args) -> int:
     from perflab.classroom.sandbox import protect
 
     protect()  # the learners' processes run as this user: keep them out of this one's memory and pipes
+    stop_on_sigterm()
 
     limits = G.Limits(memory_bytes=int(args.memory * 2**30)) if args.memory else None
     labs = [x for x in (args.labs or "").split(",") if x.strip()] or None
@@ -57,3 +58,18 @@ def run(args) -> int:
     text = book.summary() + (f"\n\nGradebook written to {args.csv}" if args.csv else "")
     emit(book.as_dict(), args.json, text)
     return 0
+
+
+def stop_on_sigterm() -> None:
+    """A plain `kill` ends the grading as Ctrl-C does: the learners' boxes (tmpfs mounts), control
+    groups and bytecode cache are removed on the way out, not left behind in /tmp."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set a handler (a test calling run() from a thread)
+
+    def stop(_signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)

@@ -214,19 +214,83 @@ def grading_inputs(rng) -> dict[str, list[dict]]:
     return {"ring_bytes_per_rank": ring, "busbw_gbps": bw}
 
 
-def judge(answers, rng, *, nproc: int = 2) -> None:
-    """The two formulas on the lab's cases and the grading inputs; the ring itself is run on `nproc`
-    ranks from its source (read from the notebook, not from the learner's kernel), each rank checked
-    against dist.all_reduce, on sizes drawn per learner."""
+def judge(answers, rng, *, nproc: int = 2, timeout: float = 120.0) -> None:
+    """The two formulas on the lab's cases and the grading inputs; the ring itself run on `nproc`
+    ranks from its source (read from the notebook, not from the learner's kernel), on sizes and
+    inputs drawn per learner.
+
+    Under `perflab grade` (`answers.ranks`), the ranks talk only through the judge's process, which
+    counts the bytes each one sends and compares what each returns with the sum of the inputs it
+    drew (`judge_ring`): nothing a rank reports about itself is read. Elsewhere (a plain mapping of
+    functions, in a test) the ring runs under torchrun as the notebook's check runs it."""
     from perflab.grading.checks import hidden
 
     drawn = grading_inputs(rng)
     for name, check in (("ring_bytes_per_rank", check_ring_bytes), ("busbw_gbps", check_busbw)):
         if check(answers[name]):
             hidden(f"{name} on the grading inputs", answers[name], REFERENCES[name], drawn[name], rtol=1e-6)
-    ring = answers["ring_all_reduce"]
-    source = getattr(answers, "source", lambda name: None)("ring_all_reduce")
-    if source is not None:
-        ring.__perflab_source__ = source
-    check_ring_all_reduce(ring, nproc=nproc, numels=(nproc * rng.randint(100, 700), nproc * rng.randint(1, 50)),
-                          name=f"ring_all_reduce on {nproc} ranks")
+    numels = (nproc * rng.randint(100, 700), nproc * rng.randint(1, 50))
+    name = f"ring_all_reduce on {nproc} ranks"
+    if getattr(answers, "ranks", None) is None:
+        ring = answers["ring_all_reduce"]
+        source = getattr(answers, "source", lambda name: None)("ring_all_reduce")
+        if source is not None:
+            ring.__perflab_source__ = source
+        check_ring_all_reduce(ring, nproc=nproc, numels=numels, name=name)
+        return
+    import torch
+
+    g = torch.Generator().manual_seed(rng.getrandbits(63))
+    inputs = [[torch.randn(k, generator=g) for k in numels] for _ in range(nproc)]
+    try:
+        run = answers.ranks("ring_all_reduce", inputs, timeout=timeout)
+    except NotImplementedError:
+        print(f"… {name}: not done yet — fill in the function and run this cell again.")
+        record(name, False)
+        return
+    judge_ring(run, inputs, name)
+
+
+def judge_ring(run, inputs: list[list[Any]], name: str) -> Verdict:
+    """Grade a ring run by `perflab grade` (classroom/ranks.py: a `RankRun`) against the inputs the
+    judge drew: every rank's every result equal to the sum over the ranks (compared here), no
+    collective, and each rank's bytes, as the judge counted them, 2·(N−1)·K/N × 4 exactly."""
+    import torch
+
+    from perflab.distributed.ring import ring_bytes_sent
+
+    nproc = len(inputs)
+    if any(r.not_done for r in run.ranks):
+        print(f"… {name}: not done yet — fill in the function and run this cell again.")
+        return record(name, False)
+    called = sorted({c for r in run.ranks for c in r.collectives})
+    if called:
+        raise LabCheckError(f"{name}: rank {next(r.rank for r in run.ranks if r.collectives)} called "
+                            f"{', '.join(called)}: build the ring from point-to-point sends (dist.isend / dist.irecv) only")
+    failed = next((r for r in run.ranks if r.error), None)
+    if run.message or failed is not None:
+        why = run.message or (f"rank {failed.rank} {failed.error}" if failed is not None else "")
+        raise LabCheckError(f"{name}: your function did not finish on {nproc} ranks: {why}")
+    for rep in run.ranks:
+        for i, x in enumerate(inputs[rep.rank]):
+            k = x.numel()
+            want = torch.stack([inp[i] for inp in inputs]).sum(0)
+            got = rep.outputs[i] if i < len(rep.outputs) else None
+            if got is None or tuple(got.shape) != tuple(want.shape):
+                shown = list(got.shape) if got is not None else None
+                raise LabCheckError(f"{name}: rank {rep.rank} returned {rep.returned[i] if i < len(rep.returned) else 'nothing'}"
+                                    f" {shown} for an input of {k} elements; return a tensor shaped like x")
+            err = float((got.to(want.dtype) - want).abs().max() / want.abs().max().clamp_min(1e-30))
+            if not err <= 1e-5:
+                raise LabCheckError(f"{name}: rank {rep.rank}'s result differs from the sum over the ranks by "
+                                    f"{err:.2e} (relative) for {k} elements. Hint: in the reduce-scatter phase add "
+                                    "what you receive; in the all-gather phase overwrite.")
+            want_bytes = ring_bytes_sent(k, nproc, 4)[rep.rank]
+            if rep.bytes_sent[i] != want_bytes:
+                raise LabCheckError(f"{name}: rank {rep.rank} sent {rep.bytes_sent[i]} B for {k} float32 elements; a "
+                                    f"ring sends 2·(N−1)·K/N·4 = {want_bytes} B per rank. Send one chunk per step, not "
+                                    "the whole tensor.")
+    sizes = " and ".join(str(x.numel()) for x in inputs[0])
+    print(f"✓ {name}: the sum of every rank's input on every rank ({sizes} elements), point-to-point only, the bytes "
+          "each rank sent counted by the grader")
+    return record(name, True)

@@ -91,3 +91,23 @@ def test_the_first_cell_of_every_lab_says_what_the_grade_comes_from():
     for path in sorted(LABS.glob("*.ipynb")):
         first = "".join(json.loads(path.read_text())["cells"][0]["source"])
         assert "perflab grade" in first and "tutor" in first, path.name
+
+
+def test_a_plain_kill_ends_the_grading_as_ctrl_c_does_so_its_cleanup_runs(tmp_path):
+    """SIGTERM becomes KeyboardInterrupt in `perflab grade`, so the `finally` that unmounts the learners'
+    boxes and removes their groups runs, and the command says `interrupted` (perflab/cli.py)."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "cleaned"
+    code = ("import os, signal\n"
+            "from perflab.commands.grade import stop_on_sigterm\n"
+            "stop_on_sigterm()\n"
+            "try:\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    signal.pause()\n"
+            "except KeyboardInterrupt:\n"
+            f"    open({str(marker)!r}, 'w').write('yes')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert marker.read_text() == "yes"

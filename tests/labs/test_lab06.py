@@ -220,3 +220,38 @@ def test_busbw_mutants_are_refused_by_kind(mutant, kind):
     with pytest.raises(LabCheckError, match="bus bandwidth") as e:
         lab.check_busbw(mutant)
     assert kind in str(e.value)
+
+
+# ----------------------------------------------------------------------------- lab 06 as perflab grade's judge grades it
+def _run(inputs, *, out=None, sent=None, collectives=(), error=None, message=""):
+    """A ring run as classroom/ranks.py reports it: each rank's results and the bytes the judge counted."""
+    import torch
+
+    from perflab.classroom.ranks import RankReport, RankRun
+    from perflab.distributed.ring import ring_bytes_sent
+
+    n = len(inputs)
+    ranks = []
+    for r in range(n):
+        sums = [sum(inp[i] for inp in inputs) for i in range(len(inputs[r]))]
+        ranks.append(RankReport(r, outputs=out(r, sums) if out else sums, returned=["Tensor"] * len(sums),
+                                bytes_sent=sent(r) if sent else [ring_bytes_sent(x.numel(), n, 4)[r] for x in inputs[r]],
+                                collectives=list(collectives) if r == 0 else [], error=error if r == 1 else None,
+                                finished=True))
+    assert torch is not None
+    return RankRun(ranks, message)
+
+
+def test_the_judge_grades_the_ring_from_what_it_counted_and_summed_itself():
+    import torch
+
+    inputs = [[torch.randn(8), torch.randn(4)] for _ in range(2)]
+    grading.reset()
+    assert lab.judge_ring(_run(inputs), inputs, "ring")
+    cases = [(dict(sent=lambda r: [0, 0]), "sent 0 B"), (dict(collectives=["all_reduce"]), "called all_reduce"),
+             (dict(out=lambda r, sums: [2 * s for s in sums]), "differs from the sum over the ranks"),
+             (dict(error="ValueError: boom"), "rank 1 ValueError: boom"),
+             (dict(message="did not finish within 60 s"), "did not finish within 60 s")]
+    for kw, words in cases:
+        with pytest.raises(LabCheckError, match=words):
+            lab.judge_ring(_run(inputs, **kw), inputs, "ring")

@@ -222,3 +222,31 @@ def test_model_mutants_are_refused(mutant, kind):
     with pytest.raises(LabCheckError, match="no graph breaks") as e:
         lab.check_model(mutant)
     assert kind in str(e.value)
+
+
+class DiffersWhenTraced(Reference):  # clean and wrong when dynamo traces it, the reference when run
+    def forward(self, idx):
+        if torch.compiler.is_compiling():
+            return torch.zeros(idx.shape[0], idx.shape[1], lab.DIMS["vocab"])
+        return super().forward(idx)
+
+
+def test_the_traced_graph_runs_as_data_where_no_learner_code_runs():
+    """perflab grade's judge runs the graph dynamo traced (as plain data: ATen operators and names)
+    in a process that never ran the learner's code: the reference's gives the original's logits,
+    and a forward that differs when traced gives its traced logits, not its eager ones."""
+    original = lab.given_model()
+    original.verbose = False
+    x = lab.inputs()[0]
+    got = {}
+    for cls in (Reference, DiffersWhenTraced):
+        traced = lab.probe_graphs(cls, [list(x.shape)])
+        assert traced["graph_breaks"] == 0 and "export_error" not in traced, traced
+        ran = lab.run_graphs(traced["graphs"], [(0, original.state_dict(), x)])
+        got[cls.__name__] = ran["logits"][0]
+    with torch.no_grad():
+        want = original(x)
+    assert torch.allclose(got["Reference"], want, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(got["DiffersWhenTraced"], want, rtol=1e-4, atol=1e-4)
+    assert lab.run_graphs([{"inputs": [], "nodes": [], "outputs": []}], [(0, {}, x)])["wrong"].startswith(
+        "the graph traced from your forward does not run")

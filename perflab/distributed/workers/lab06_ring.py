@@ -5,6 +5,10 @@
 The learner's function `fn(x, rank, world_size) -> tensor` is loaded from --file. While it runs,
 point-to-point sends are counted (bytes this rank sent) and any call to a collective is counted
 too: a ring built from `all_reduce` is not a ring.
+
+This is the notebook's tutor: the counts are taken inside the learner's own ranks, where its code
+could rewrite them. `perflab grade` never reads them: its judge runs the ring on ranks that talk
+only through the judge's process, which counts and compares there (perflab/classroom/ranks.py).
 """
 
 from __future__ import annotations
@@ -44,15 +48,16 @@ def watch_communication():
         patch(c10d, name, counting)
         patch(dist, name, counting)
     for name in COLLECTIVES:
-        if not hasattr(dist, name):
-            continue
-        original = getattr(dist, name)
+        for module in (dist, c10d):  # `dist.all_reduce` and `distributed_c10d.all_reduce` alike
+            if not hasattr(module, name):
+                continue
+            original = getattr(module, name)
 
-        def noting(*args, _original=original, _name=name, **kwargs):
-            seen["collectives"].append(_name)
-            return _original(*args, **kwargs)
+            def noting(*args, _original=original, _name=name, **kwargs):
+                seen["collectives"].append(_name)
+                return _original(*args, **kwargs)
 
-        patch(dist, name, noting)
+            patch(module, name, noting)
     try:
         yield seen
     finally:

@@ -84,3 +84,36 @@ def test_a_removed_check_cell_is_not_done(tmp_path):
     assert E.classify(nb, lab)[0] == "error"
     nb.cells[1].outputs = []
     assert E.classify(nb, lab)[0] == "error"
+
+
+def test_a_notebook_built_to_exhaust_a_parser_is_parsed_in_a_limited_process(tmp_path):
+    """4 MiB of empty dicts in a cell's metadata: read apart, in a process of its own, whatever it costs
+    there; this process reads one line back."""
+    import resource
+
+    head = json.dumps({"cells": [{"cell_type": "code", "source": "x", "outputs": [], "execution_count": None,
+                                  "metadata": {"x": []}}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    bomb = head.replace('"x": []', '"x": [' + ",".join(["{}"] * (4 * 2**20 // 3)) + "]")
+    (tmp_path / "executed.ipynb").write_text(bomb)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    ev = E.examine(tmp_path / "executed.ipynb", None, ["check_x"])
+    assert ev.outcome == "error" and ev.message.startswith("the notebook stopped before its end"), ev
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 2**10  # kB
+    assert E.examine(tmp_path / "missing.ipynb", None, []).outcome is None
+
+
+def test_a_notebook_is_run_with_only_its_cells_types_sources_and_tags():
+    """A learner's metadata (4 MiB of `{}` in the hostile corpus) and outputs never reach papermill, which
+    would parse, validate and write them again at every cell; the `parameters` tag stays."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("smoke = False"), nbformat.v4.new_code_cell("x = 1")])
+    nb.cells[0].metadata["tags"] = ["parameters", 7, "x" * 500]
+    nb.cells[1].metadata["x"] = [{}] * 50_000
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="forged\n")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python", "env": {"A": "1"}}
+    nb.metadata["papermill"] = {"parameters": {"smoke": False}}
+    got, why = E.load_notebook(json.dumps(nb).encode())
+    assert why == "" and got is not None
+    assert got.cells[0].metadata == {"tags": ["parameters"]} and got.cells[1].metadata == {}
+    assert got.cells[1].outputs == [] and [c.source for c in got.cells] == ["smoke = False", "x = 1"]
+    assert dict(got.metadata) == {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    assert E.runnable([1, 2]) == [1, 2] and E.runnable({"cells": "oops"}) == {"cells": "oops"}  # for the validator

@@ -151,31 +151,57 @@ def test_nbclean_run_as_a_module_exits_with_the_check_status(tmp_path, monkeypat
     assert e.value.code == 1 and capsys.readouterr().out == f"dirty: {dirty}\n"
 
 
+# One class of every kind of submission, graded once per test session (per xdist worker: the tests
+# that read it share one xdist group), each test below reading its learner's row or the class's forms.
+GRADED_CLASS = pytest.mark.xdist_group("graded-class")
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    book, subs = grade_a_class(tmp_path_factory.mktemp("graded-class"))
+    return book, subs, {r.learner: (r.outcome, r.message) for r in book.records}
+
+
+@pytest.mark.parametrize("who,outcome", [("right", "done"), ("deleter", "done"), ("stan", "not done"),
+                                         ("results", "not done"), ("wrong", "wrong"), ("raising", "error"),
+                                         ("marker", "error"), ("hog", "error"), ("looping", "timeout"),
+                                         ("mal", "error")])
 @pytest.mark.slow
-def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
-    """One class, graded once (in the test's own time): the outcomes, then the gradebook's forms."""
-    book, subs = grade_a_class(tmp_path)
-    got = {r.learner: (r.outcome, r.message) for r in book.records}
-    assert got["right"][0] == "done", got["right"]
-    assert got["stan"][0] == "not done" and "lcg_index" in got["stan"][1]
-    assert got["wrong"][0] == "wrong"  # the check's own message, hint included, as the learner saw it
-    assert got["wrong"][1].startswith("lcg_index: for ") and "(a·i + c) mod n" in got["wrong"][1], got["wrong"]
-    assert got["raising"] == ("error", "KeyError: 0")
-    assert got["results"][0] == "not done", got["results"]  # the kernel's states are not read
-    assert got["marker"][0] == "error", got["marker"]  # the kernel died: its marker line counts for nothing
-    assert got["looping"][0] == "timeout" and got["looping"][1].startswith(f"still running after {TIMEOUT} s"), got["looping"]
-    assert got["hog"] == ("error", "MemoryError")
-    assert got["deleter"][0] == "done", got["deleter"]
-    assert got["mal"][0] == "error" and got["mal"][1].startswith("malformed notebook (")
-    assert "bob" not in got and any(n.startswith("bob/notes.ipynb: no lab number or lab name") for n in book.notes)
-    # every run within its timeout (plus the time to stop a kernel), the loop included
-    # (the kernel's run and then the judge's, each within its timeout)
-    assert all(r.seconds < 2 * TIMEOUT + 5 for r in book.records), [(r.learner, r.seconds) for r in book.records]
-    # the copies protected the originals: the deleter's folder and everyone else's are untouched
+@GRADED_CLASS
+def test_every_kind_of_submission_is_graded_as_it_should_be(graded, who, outcome):
+    """Each learner of the class, its outcome and what its message says (the kernel's states and its
+    marker line count for nothing; a run within its timeout, plus the time to stop a kernel)."""
+    book, _, got = graded
+    assert got[who][0] == outcome, (who, got[who])
+    message = got[who][1]
+    expected = {"stan": lambda m: "lcg_index" in m,  # the shipped lab, its stub
+                # the check's own message, hint included, as the learner saw it
+                "wrong": lambda m: m.startswith("lcg_index: for ") and "(a·i + c) mod n" in m,
+                "raising": lambda m: m == "KeyError: 0", "hog": lambda m: m == "MemoryError",
+                "looping": lambda m: m.startswith(f"still running after {TIMEOUT} s"),
+                "mal": lambda m: m.startswith("malformed notebook (")}
+    assert expected.get(who, lambda m: True)(message), (who, message)
+    # the kernel's run and then the judge's, each within its timeout
+    rec = next(r for r in book.records if r.learner == who)
+    assert rec.seconds < 2 * TIMEOUT + 5, (who, rec.seconds)
+
+
+@pytest.mark.slow
+@GRADED_CLASS
+def test_a_class_grading_leaves_the_originals_and_says_what_it_could_not_match(graded):
+    """The copies protected the originals (the deleter's folder and everyone else's are untouched), and
+    a notebook that names no lab is a note, not a learner."""
+    book, subs, got = graded
     assert (subs / "deleter" / "keep.txt").read_text() == "the learner's own file"
     assert (subs / "right" / "right_lab7_attempt.ipynb").is_file()
+    assert "bob" not in got and any(n.startswith("bob/notes.ipynb: no lab number or lab name") for n in book.notes)
+    assert len(book.records) == 10
 
-    # the CSV, the JSON and the one-screen summary
+
+@pytest.mark.slow
+@GRADED_CLASS
+def test_a_graded_class_has_its_csv_json_and_one_screen_summary(graded):
+    book, _, _ = graded
     rows = list(csv.DictReader(io.StringIO(book.csv_text())))
     right = next(r for r in rows if r["learner"] == "right")
     assert right["outcome"] == "done" and right["predictions"] == "1" and right["median_prediction_error_pct"] == "20.0"
@@ -188,3 +214,34 @@ def test_every_kind_of_submission_is_graded_as_it_should_be(tmp_path):
     assert "2 of 10 learners passed" in text
     assert "1× 07_shuffle: lcg_index: for " in text
     assert "bob/notes.ipynb" in text
+
+
+def test_where_no_cgroup_can_be_made_every_report_says_the_limits_are_per_process():
+    limits = G.Limits(memory_bytes=2**30)
+    grouped = G.describe_limits(limits, 1, type("Groups", (), {"version": "v1"})(), "", sandboxed=True, quota=True)
+    assert grouped.startswith("each learner in its own cgroup (v1): memory 1.0 GiB with its children")
+    alone = G.describe_limits(limits, 1, None, "no v1 pids hierarchy mounted", sandboxed=True, quota=False)
+    assert alone.startswith("PER-PROCESS LIMITS ONLY: no cgroup could be made here (no v1 pids hierarchy mounted)")
+    book = G.Gradebook([G.Record("ada", "07_shuffle", "done")], ["07_shuffle"], [], 1.0, 1, 5.0, limits=alone,
+                       grouped=False)
+    assert alone in book.summary() and "Limits: " not in book.summary()
+    assert book.as_dict()["limits_per_learner"] is False and book.as_dict()["limits"] == alone
+    assert list(csv.DictReader(io.StringIO(book.csv_text())))[0]["limits"] == "PER PROCESS ONLY"
+
+
+def test_a_learner_whose_grading_fails_is_that_learners_record_and_the_class_goes_on(tmp_path, monkeypatch):
+    course = tmp_path / "labs"
+    write(course / "07_shuffle.ipynb", notebook([SETUP, STUB]))
+    for who in ("ada", "bob", "cy"):
+        write(tmp_path / "subs" / who / "07_shuffle.ipynb", notebook([SETUP, STUB]))
+
+    def grade_one(sub, **kw):
+        if sub.learner == "bob":
+            raise RecursionError("maximum recursion depth exceeded")
+        return G.Record(sub.learner, sub.lab.name, "not done", "1 of 1 checks not done")
+
+    monkeypatch.setattr(G, "grade_one", grade_one)
+    book = G.grade_folder(tmp_path / "subs", course=course, timeout=5, isolate=False)
+    got = {r.learner: (r.outcome, r.message) for r in book.records}
+    assert got["bob"] == ("error", "the grader failed on this notebook: RecursionError: maximum recursion depth exceeded")
+    assert got["ada"][0] == got["cy"][0] == "not done"

@@ -1,63 +1,53 @@
-"""The sandbox of `perflab grade` (perflab/classroom/sandbox.py), and the adversarial corpus: forged
-submissions, written as a determined learner would, graded as a class in sandboxed mode.
+"""The sandbox of `perflab grade` (perflab/classroom/sandbox.py), and the adversarial corpus: a class
+written as determined learners would write it against the grader's design (hostile.py), graded
+once, as a teacher grades it (`grade_folder`, sandboxed, two at a time), by the `hostile` fixture;
+one test per class of attack reads its gradebook and what the run left.
 
-Each forgery is graded anything but `done`; after the class is graded no file outside the run's
-folders changed, no file appeared in the environment (site-packages, perflab's `__pycache__`), no
-process of the run is left, and each honest learner's grade is the one it gets when graded alone.
-The kernel-side forgeries go through one class grading (a small lab, so that it stays quick); the
-answer-side ones (perflab's answers outside FORBIDDEN, lab 11's predictions) through the judge, its
-answer worker confined the same way. The judge's own corpus (tests/unit/classroom/test_judge.py) is
-graded with its worker confined too, and its lab-07 forgeries also go through this class.
+| class (test)                                   | learners                                                      |
+|------------------------------------------------|---------------------------------------------------------------|
+| last round's (`..._changes_nothing`,           | tampering before the judge reads, poison that outlives the    |
+|   `last_rounds_forgeries_...`): tampering,     | learner, /proc, a daemon's socket, double forks, the audit    |
+|   poison, reading the grader, left-behind      | hook's gaps (dir_fd, torch.from_file, subprocess.sys), links, |
+|   processes, around the audit hook             | huge notebooks, the judge's lab-07 corpus (judge_0..5)        |
+| printed output (`..._as_text`)                 | a formula in a cell, escape sequences                         |
+| numbers measured where the learner runs        | ring_through_c10d (and its counters rewritten),               |
+|   (`..._are_never_the_grade`)                  | ring_from_perflab, ring_forges_its_report (lab 06);           |
+|                                                | graph_hides_its_breaks, graph_differs_when_traced (lab 10);   |
+|                                                | child_computes_the_answer (lab 12)                            |
+| lab 06's judge acts on what ranks write        | ring_acts_on_the_judge: pids to kill, the environment,        |
+|                                                | megabytes of output, 16 GiB of memory                         |
+| files the grader reads (links, no cap)         | links_its_files (kernel), worker_links_its_log (worker)       |
+| one learner stops the class                    | deep_in_its_box, deep_in_the_worker, bomb (4 MiB of `{}`)     |
+| limits that are not limits                     | children_share_memory, forks_without_end, fills_tmp_and_disk  |
+| the teacher's secrets                          | reads_secrets_and_the_view (DATABASE_URL, PIP_INDEX_URL,      |
+|                                                | HTTPS_PROXY with user:pass@, MYSQL_PWD; the keyrings)         |
+| what the sandbox leaves in view                | reads_secrets_and_the_view (another copy of the course, the   |
+|                                                | system's and the teacher's files), reads_the_other_copy       |
+| names                                          | `ada` and `ada` + a zero-width space                          |
+| honest controls (`the_honest_learners_...`)    | ada, stan, tom (07), lin, sam (15), ring_honest (06),         |
+|                                                | bubble_honest (12)                                            |
 
-The forgeries by class (learner folder, or test):
-
-| class                                   | forgeries                                                        |
-|-----------------------------------------|------------------------------------------------------------------|
-| tampering before the judge reads        | rewrites_its_submission, overwrites_another, restores_later,     |
-|                                         | deletes_the_class, reads_another_learner                         |
-| poison that outlives the learner        | writes_a_pth, rewrites_a_pyc, writes_into_the_course,            |
-|                                         | writes_the_teachers_home                                         |
-| reading the grader                      | reads_the_graders_memory (environ), reads_the_graders_mem (mem), |
-|                                         | reads_the_teachers_token, talks_to_a_daemon (a socket in /run)   |
-| left-behind processes (double fork)     | kills_the_workers, serves_answers_over_a_socket, many_sleepers,  |
-|                                         | forks_in_the_worker                                              |
-| around the audit hook                   | runs_cat_around_the_hook (subprocess.sys), reads_*_by_dir_fd,    |
-|                                         | reads_the_solution_with_torch (torch.from_file),                 |
-|                                         | finds_the_answer_in_tests, links (a symlink to the solution),    |
-|                                         | borrows (a folder linked to another learner's), judge_0..5       |
-| perflab's answers outside FORBIDDEN     | test_perflabs_own_answers_are_out_of_reach: labs 06, 12 (×2),    |
-|                                         | 01 (FlopCounterMode), 14 (brute force)                           |
-| lab 11 predictions after the fact       | test_lab_11s_predictions_written_after_the_measurement_are_wrong |
-|                                         | (four aliases of run_ladder)                                     |
-| denial of service                       | kills_its_grandparent, crafts_an_answer_frame, huge (over 16     |
-|                                         | MiB, as the 46 MB notebook), cells, exits_the_worker             |
-| smaller faults                          | forges_predictions (lab 07), =1+1 (with escape sequences in its  |
-|                                         | error), test_lab_12s_conventions_... ("Step" is done), tom       |
-|                                         | (an honest answer importing torch)                               |
-
-Checked after the class: no process of the run left, no file changed outside the run's folders
-(site-packages, the checkout, perflab's bytecode), the submissions as handed in, the honest learners
-(ada, stan, tom) graded as when each is graded alone, no credential of the teacher in the gradebook,
-no learner reached the daemon's socket."""
+The judge-side back doors of perflab's own answers (labs 01, 06, 12, 14, 15) and lab 11's predictions
+written after the fact go through the judge alone, its workers confined the same way."""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import sysconfig
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from perflab.classroom import evidence, judge, sandbox
 from perflab.classroom import gradebook as gb
-from perflab.classroom.answer_source import MAX_NOTEBOOK_BYTES, MAX_NOTEBOOK_CELLS
 
-from .test_judge import FORGERIES as JUDGE_FORGERIES
-from .test_judge import RIGHT_LCG
+from . import hostile as H
 
 ROOT = Path(__file__).resolve().parents[3]
 LABS = ROOT / "labs"
@@ -67,50 +57,62 @@ needs_sandbox = pytest.mark.skipif(BOX is None, reason=f"no sandbox here: {sandb
 
 
 # ----------------------------------------------------------------------------- the command
-def _hidden(folder: Path, pairs) -> bool:
-    """Covered by an empty folder of its own, or by the private /tmp or /run (a checkout under /tmp)."""
-    return ("--tmpfs", str(folder)) in pairs or any(p == folder or p in folder.parents for p in sandbox.PRIVATE)
+def _pairs(cmd: list[str]) -> list[tuple[str, str]]:
+    return list(zip(cmd, cmd[1:]))
 
 
-def test_the_command_hides_what_it_is_told_and_puts_the_environment_back(tmp_path):
+def _bound(cmd: list[str]) -> list[str]:
+    """What the command binds into the sandbox (read-only or not)."""
+    return [b for a, b in _pairs(cmd) if a in ("--ro-bind", "--bind")]
+
+
+def test_the_command_binds_only_what_the_code_needs(tmp_path):
     box = sandbox.Sandbox("/usr/bin/bwrap")
     checkout = Path(__import__("perflab").__file__).resolve().parents[1]
     cmd = box.command(["python", "x.py"], writable=[tmp_path], hidden=[checkout, checkout / "labs", "/", tmp_path],
-                      cwd=tmp_path)
-    assert cmd[:5] == ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev"]
+                      cwd=tmp_path, tmp_bytes=2**20)
+    assert cmd[0] == "/usr/bin/bwrap" and ("--ro-bind", "/", "/") not in list(zip(cmd, cmd[1:], cmd[2:]))
     for flag in ("--unshare-pid", "--unshare-net", "--die-with-parent", "--new-session"):
         assert flag in cmd
-    pairs = list(zip(cmd, cmd[1:]))
-    assert _hidden(checkout, pairs)  # the checkout hidden, its labs with it
-    assert ("--tmpfs", "/") not in pairs and ("--tmpfs", str(tmp_path)) not in pairs  # the system; /tmp is private
-    assert ("--ro-bind", str(checkout / "perflab")) in pairs  # perflab put back, read-only
-    assert ("--bind", str(tmp_path)) in pairs and ("--chdir", str(tmp_path)) in pairs
+    pairs, bound = _pairs(cmd), _bound(cmd)
+    assert str(checkout) not in bound and str(checkout / "labs") not in bound  # the checkout never in view
+    assert str(checkout / "perflab") in bound and ("--bind", str(tmp_path)) in pairs  # perflab, and its own folder
+    assert ("--size", str(2**20)) in pairs and ("--tmpfs", "/tmp") in pairs and ("--chdir", str(tmp_path)) in pairs
+    assert not any(b == "/etc" or b.startswith(("/home", "/root/.ssh", "/var")) for b in bound), bound
+    assert "/etc/shadow" not in bound and "/etc/ld.so.cache" in bound or not Path("/etc/ld.so.cache").exists()
     assert cmd[-3:] == ["--", "python", "x.py"]
+    ranks = box.command(["python", "rank.py"], readable=[__file__], perflab=False)
+    assert str(checkout / "perflab") not in _bound(ranks) and __file__ in _bound(ranks)
 
 
-def test_a_virtual_environment_inside_the_checkout_does_not_keep_the_checkout_in_view(monkeypatch, tmp_path):
-    """A venv of copied binaries (`python -m venv --copies .venv`) in the checkout: the checkout is
-    still hidden (its `.git` holds the solutions), the environment alone put back."""
+def test_a_virtual_environment_inside_the_checkout_is_bound_alone(monkeypatch, tmp_path):
+    """A venv of copied binaries (`python -m venv --copies .venv`) in the checkout: the environment
+    alone is bound, never the checkout around it (its `.git` holds the solutions)."""
     checkout = Path(__import__("perflab").__file__).resolve().parents[1]
     venv = checkout / ".venv"
     monkeypatch.setattr(sandbox.sys, "executable", str(venv / "bin" / "python"))
     monkeypatch.setattr(sandbox.sys, "prefix", str(venv))
     monkeypatch.setattr(sandbox.sys, "_base_executable", "/usr/bin/python3", raising=False)
     monkeypatch.setattr(sandbox.sys, "base_prefix", "/usr")
-    cmd = sandbox.Sandbox("bwrap").command(["true"], hidden=[checkout])
-    pairs = list(zip(cmd, cmd[1:]))
-    assert _hidden(checkout, pairs) and ("--ro-bind", str(venv)) in pairs
+    bound = _bound(sandbox.Sandbox("bwrap").command(["true"], hidden=[checkout]))
+    assert str(checkout) not in bound and (str(venv) in bound or not venv.exists())
 
 
 def test_the_environment_is_put_back_also_from_a_python_started_with_dash_S(monkeypatch, tmp_path):
     """The judge runs `python -I -S`: its sys.prefix is the base install's, not the venv's; the venv
-    (where torch lies) is still put back for the worker it confines."""
+    (where torch lies) is still bound for the worker it confines."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     monkeypatch.setattr(sandbox.sys, "executable", str(venv / "bin" / "python"))
     monkeypatch.setattr(sandbox.sys, "prefix", "/usr")
     assert venv in sandbox.needed()
+
+
+def test_a_learners_environment_comes_from_an_allowlist():
+    base = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", **H.SECRETS, "AWS_PROFILE": "x", "HOME": "/root"}
+    env = sandbox.learner_env(base, HOME="/box/home")
+    assert env == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "HOME": "/box/home"}
 
 
 def test_without_bwrap_there_is_no_sandbox_and_the_reason_says_how_to_install_it(monkeypatch):
@@ -133,8 +135,8 @@ def test_gradebook_cells_that_a_spreadsheet_would_run_are_quoted_and_text_is_cle
 
 
 def test_what_a_sandbox_left_is_read_only_as_a_bounded_regular_file(tmp_path):
-    """The executed notebook, the runner's log and the predictions lie in folders the learner's
-    sandbox writes: replaced by a link (to a file of the grader's view) or a FIFO, they are not read."""
+    """The executed notebook and the predictions lie in folders the learner's sandbox writes:
+    replaced by a link (to a file of the grader's view) or a FIFO, they are not read."""
     (tmp_path / "secret").write_text("the grader's")
     (tmp_path / "executed.ipynb").symlink_to(tmp_path / "secret")
     os.mkfifo(tmp_path / "runner.log")  # would block a reader forever
@@ -158,170 +160,12 @@ def test_a_confined_process_sees_no_course_no_other_process_and_writes_nothing_o
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     listing, procs, errno = out.stdout.rsplit("]", 1)[0] + "]", *out.stdout.rsplit("]", 1)[1].split()
     seen = eval(listing)  # noqa: S307 - the probe's own printed list
-    assert "labs" not in seen and "tests" not in seen and "perflab" in seen, out
+    assert "labs" not in seen and "tests" not in seen and ".git" not in seen and "perflab" in seen, out
     assert int(procs) <= 3 and int(errno) == 30, out  # its own processes only; EROFS
     assert (own / "ok").read_text() == "1" and not (Path(sys.prefix) / "poison.pth").exists()
 
 
 # ----------------------------------------------------------------------------- the corpus: a class
-SETUP = "from perflab.grading import checks as grading\nfrom perflab.dataloading import lab07 as lab\n\ngrading.reset()"
-STUB = ('def lcg_index(i, n, a, c, x0):\n    """Entry i of the LCG permutation of n items."""\n'
-        '    raise NotImplementedError\n\n\nlab.check_index(lcg_index)')
-RIGHT = RIGHT_LCG.strip() + "\n\n\nlab.check_index(lcg_index)"
-SOLUTION = LABS / "solutions" / "07_shuffle.ipynb"
-DAEMON = Path("/run") / f"perflab-corpus-{os.getpid()}.sock"  # a system daemon's socket, as docker's is
-TESTS_WITH_ANSWER = ROOT / "tests" / "unit" / "classroom" / "test_judge.py"  # holds a right lcg_index
-# the answer taken from a file: the right function's source between two markers of the file
-FROM_FILE = ('def lcg_index(i, n, a, c, x0):\n    src = _read()\n    body = src[src.index("def lcg_index"):]\n'
-             '    body = body[:body.index("\\n\'\'\'")] if "\\n\'\'\'" in body else body.split("lab.check_index")[0]\n'
-             '    body = body.replace("\\\\n", "\\n").replace(\'\\\\"\', \'"\')\n'
-             '    ns = {"lab": lab}\n    exec(body, ns)\n    return ns["lcg_index"](i, n, a, c, x0)\n')
-
-
-def reader(how: str, path: Path) -> str:
-    """A `_read()` that reads `path` without Python's `open` (the audit hook's event)."""
-    d, f = str(path.parent), path.name
-    return {
-        "dir_fd": f"def _read():\n    import os\n    fd = os.open({d!r}, os.O_RDONLY)\n    g = os.open({f!r}, os.O_RDONLY, dir_fd=fd)\n"
-                  "    return os.read(g, 10**7).decode()\n",
-        "torch": f"def _read():\n    import torch\n    t = torch.from_file({str(path)!r}, size=os.path.getsize({str(path)!r}), "
-                 "dtype=torch.uint8)\n    return bytes(t.tolist()).decode()\n\nimport os\n",
-        "subprocess.sys": f"def _read():\n    import subprocess, types\n    subprocess.sys = types.SimpleNamespace(audit=lambda *a: None, "
-                          f"platform='linux')\n    return subprocess.run(['cat', {str(path)!r}], capture_output=True, text=True).stdout\n",
-        "open": f"def _read():\n    return open({str(path)!r}).read()\n",
-    }[how]
-
-
-def daemon(code: str) -> str:
-    """Kernel code that leaves a process behind (a double fork and setsid) running `code`."""
-    return ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            + "".join(f"        {ln}\n" for ln in code.splitlines()) + "        os._exit(0)\n    os._exit(0)\n"
-            "os.wait()\n")
-
-
-def kernel_forgeries(subs: Path, victim: Path) -> dict[str, list[str]]:
-    """learner → cells added after the stub (kernel-side attacks, then answer-side ones)."""
-    solution_cell = json.dumps(next("".join(c["source"]) for c in json.loads(SOLUTION.read_text())["cells"]
-                                    if "def lcg_index" in "".join(c["source"])))
-    own_rewrite = ("import glob, json, os\nsol = " + solution_cell + "\n"
-                   "for p in glob.glob('/proc/*/cmdline'):\n    try:\n        args = open(p).read().split('\\0')\n"
-                   "    except OSError:\n        continue\n    for a in args:\n"
-                   "        if a.endswith('.ipynb') and os.path.isfile(a):\n            try:\n"
-                   "                nb = json.load(open(a))\n                nb['cells'].append({'cell_type': 'code', "
-                   "'metadata': {}, 'outputs': [], 'execution_count': None, 'source': sol})\n"
-                   "                json.dump(nb, open(a, 'w'))\n            except Exception:\n                pass\n")
-    purelib = sysconfig.get_paths()["purelib"]
-    pyc = ROOT / "perflab" / "dataloading" / "__pycache__" / f"lab07.{sys.implementation.cache_tag}.pyc"
-    return {
-        # tampering before the judge reads
-        "rewrites_its_submission": [own_rewrite],
-        "overwrites_another": [f"import json\nnb = json.load(open({str(victim)!r}))\n"
-                               f"nb['cells'] = nb['cells'][:2]\njson.dump(nb, open({str(victim)!r}, 'w'))"],
-        "restores_later": [daemon(f"import time\ntime.sleep(8)\nopen({str(victim)!r}, 'a').write(' ')")],
-        "reads_another_learner": [f"def lcg_index(i, n, a, c, x0):\n    import json\n    nb = json.load(open({str(victim)!r}))\n"
-                                  "    src = [''.join(c['source']) for c in nb['cells'] if 'def lcg_index' in ''.join(c['source'])]\n"
-                                  "    ns = {'lab': lab}\n    exec(src[-1].split('lab.check_index')[0], ns)\n"
-                                  "    return ns['lcg_index'](i, n, a, c, x0)"],
-        # poison that outlives the learner
-        "writes_a_pth": [f"open({purelib + '/zz_perflab_poison.pth'!r}, 'w').write("
-                         "'import perflab.grading.checks as g; g.record = lambda *a, **k: None\\n')"],
-        "rewrites_a_pyc": [f"import os\nos.makedirs({str(pyc.parent)!r}, exist_ok=True)\nopen({str(pyc)!r}, 'wb').write(b'x')"],
-        "writes_into_the_course": [f"open({str(ROOT / 'perflab' / 'poison.py')!r}, 'w').write('x = 1')"],
-        # reading the grader
-        "reads_the_graders_memory": ["import glob\nfound = []\nfor p in glob.glob('/proc/[0-9]*/environ'):\n"
-                                     "    try:\n        found.append(open(p, 'rb').read())\n    except OSError:\n        pass\n"
-                                     "for p in glob.glob('/proc/[0-9]*/mem'):\n    try:\n        open(p, 'rb').read(1)\n"
-                                     "    except OSError:\n        pass\n"
-                                     "assert len(found) <= 4, 'saw the grader'"],
-        # left-behind processes
-        "kills_the_workers": [daemon("import signal, time\nfor _ in range(200):\n    for p in os.listdir('/proc'):\n"
-                                     "        if p.isdigit() and int(p) != os.getpid():\n            try:\n"
-                                     "                os.kill(int(p), signal.SIGKILL)\n            except OSError:\n"
-                                     "                pass\n    time.sleep(0.05)")],
-        "serves_answers_over_a_socket": [daemon(
-            "import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind('/tmp/answers.sock')\ns.listen()\n"
-            "s.settimeout(20)\ntry:\n    c, _ = s.accept()\n    c.sendall(b'0')\nexcept OSError:\n    pass"),
-            "import time\ntime.sleep(1)\n\ndef lcg_index(i, n, a, c, x0):\n    import socket\n"
-            "    s = socket.socket(socket.AF_UNIX)\n    s.connect('/tmp/answers.sock')\n    return int(s.recv(10))"],
-        "kills_its_grandparent": ["import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
-                                  "os.kill(1, signal.SIGKILL)"],
-        # around the audit hook: files read without `open`, the tests' answer, a process started
-        "reads_the_solution_by_dir_fd": [reader("dir_fd", SOLUTION) + FROM_FILE],
-        "reads_the_solution_with_torch": [reader("torch", SOLUTION) + FROM_FILE],
-        "runs_cat_around_the_hook": [reader("subprocess.sys", SOLUTION) + FROM_FILE],
-        "finds_the_answer_in_tests": [reader("open", TESTS_WITH_ANSWER) + FROM_FILE],
-        "reads_tests_by_dir_fd": [reader("dir_fd", TESTS_WITH_ANSWER) + FROM_FILE],
-        # denial of service and smaller faults
-        "crafts_an_answer_frame": ["import os, struct, sys\n\ndef lcg_index(i, n, a, c, x0):\n"
-                                   "    for fd in range(3, 20):\n        try:\n"
-                                   "            os.write(fd, struct.pack('>I', 2**31 - 1) + b'[' * 2**16)\n"
-                                   "        except OSError:\n            pass\n    return 0"],
-        "forges_predictions": ["import json, os\nwith open(os.path.join(os.environ['PERFLAB_RESULTS'], 'predictions.jsonl'), 'a') as f:\n"
-                               "    f.write(json.dumps({'lesson': '07', 'key': 'k', 'predicted': 1.0, 'measured': 1.0, "
-                               "'error_pct': 0.0}) + '\\n')"],
-        "=1+1": ["raise ValueError('\\x1b[2J\\x1b[31mcleared your screen\\x07')"],
-        "exits_the_worker": ["def lcg_index(i, n, a, c, x0):\n    import os\n    os._exit(0)"],
-        "deletes_the_class": [f"import shutil\nshutil.rmtree({str(subs)!r}, ignore_errors=True)\n"
-                              f"shutil.rmtree({str(ROOT / 'labs')!r}, ignore_errors=True)"],
-        "writes_the_teachers_home": ["import os\nfor p in ('/root/.bashrc', os.path.expanduser('~/.bashrc'), "
-                                     "'/etc/perflab-poison'):\n    try:\n        open(p, 'a').write('x')\n"
-                                     "    except OSError:\n        pass\nassert not os.path.exists('/etc/perflab-poison')"],
-        "forks_in_the_worker": ["def lcg_index(i, n, a, c, x0):\n    import os\n    if os.fork() == 0:\n"
-                                "        os._exit(0)\n    return 0"],
-        "reads_the_graders_mem": ["import os\nseen = []\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n"
-                                  "        try:\n            open(f'/proc/{p}/mem', 'rb').close()\n            seen.append(p)\n"
-                                  "        except OSError:\n            pass\nassert len(seen) <= 4, 'read the grader'"],
-        "reads_the_teachers_token": ["import os\nraise ValueError('token ' + os.environ.get('PERFLAB_CORPUS_TOKEN', 'none'))"],
-        "talks_to_a_daemon": [f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(DAEMON)!r})\ns.sendall(b'x')"],
-        "many_sleepers": [daemon("import time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(300)\n"
-                                 "        os._exit(0)\ntime.sleep(300)")],
-    }
-
-
-def class_of(tmp: Path) -> tuple[Path, Path, dict[str, list[str]]]:
-    course = tmp / "labs"
-    asks = "\nfrom perflab.course import predict\nask = predict.ask"  # a lab that asks: predictions recorded
-    write(course / "07_shuffle.ipynb", notebook([SETUP, STUB]))
-    write(course / "11_asks.ipynb", notebook([SETUP + asks, STUB]))  # in the course, not graded here
-    subs = tmp / "submissions"
-    victim = write(subs / "ada" / "07_shuffle.ipynb", notebook([SETUP, RIGHT]))
-    write(subs / "stan" / "07_shuffle.ipynb", notebook([SETUP, STUB]))
-    write(subs / "tom" / "07_shuffle.ipynb", notebook([SETUP, "import torch\n\n" + RIGHT.replace(
-        "    m = lab.modulus(n)", "    import torch\n    m = int(torch.tensor(lab.modulus(n)))")]))  # honest, with torch
-    forgeries = kernel_forgeries(subs, victim)
-    for k, (_lab, _what, cells) in enumerate(f for f in JUDGE_FORGERIES if f[0] == "07_shuffle"):
-        forgeries[f"judge_{k}"] = cells  # the judge's corpus (test_judge.py), through the whole grader
-    for who, cells in forgeries.items():
-        write(subs / who / "07_shuffle.ipynb", notebook([SETUP, STUB, *cells]))
-    # a symbolic link to the solution, a folder that links to another learner's, a huge and a many-celled notebook
-    (subs / "links").mkdir()
-    (subs / "links" / "07_shuffle.ipynb").symlink_to(SOLUTION)
-    (subs / "borrows").symlink_to(subs / "ada")
-    write(subs / "huge" / "07_shuffle.ipynb", notebook([SETUP, STUB, "x = '" + "a" * (MAX_NOTEBOOK_BYTES + 10) + "'"]))
-    write(subs / "cells" / "07_shuffle.ipynb", notebook([SETUP, STUB] + ["1"] * (MAX_NOTEBOOK_CELLS + 1)))
-    forgeries.update({k: [] for k in ("links", "borrows", "huge", "cells")})
-    # lab 15 as shipped, its solution and its stub handed in (graded with the class: done, and not done)
-    write(course / "15_at_scale.ipynb", json.loads((LABS / "15_at_scale.ipynb").read_text()))
-    write(subs / "lin" / "15_at_scale.ipynb", json.loads((LABS / "solutions" / "15_at_scale.ipynb").read_text()))
-    write(subs / "sam" / "15_at_scale.ipynb", json.loads((LABS / "15_at_scale.ipynb").read_text()))
-    return course, subs, forgeries
-
-
-def notebook(code_cells: list[str]) -> dict:
-    cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "smoke = False", "outputs": [],
-              "execution_count": None}]
-    cells += [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
-              for c in code_cells]
-    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                         "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}
-
-
-def write(path: Path, nb: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(nb))
-    return path
-
-
 def environment_state() -> dict[str, tuple[int, int]]:
     """What a learner could poison: site-packages' entries, and the checkout's files (perflab, labs,
     tests). Bytecode is compared apart (`bytecode_state`): other test workers may write it meanwhile."""
@@ -353,9 +197,20 @@ def tree_state(root: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
 
 
-def left_behind(since: float, marker: str, learners) -> list[str]:
-    """Processes of this run still alive: started since `since`, by one of `learners` (their
-    PERFLAB_LEARNER; other test workers may be grading classes of their own meanwhile) or naming `marker`."""
+def left_behind(since: float, marker: str, learners, settle_s: float = 15.0) -> list[str]:
+    """Processes of this run still alive `settle_s` after grading returned (polled: a sandbox killed as the
+    grading ended may take a moment to exit on a busy machine): started since `since`, by one of
+    `learners` (their PERFLAB_LEARNER; other test workers may be grading classes of their own meanwhile)
+    or naming `marker`."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        out = _alive_since(since, marker, learners)
+        if not out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.2)
+
+
+def _alive_since(since: float, marker: str, learners) -> list[str]:
     import psutil
 
     out = []
@@ -372,61 +227,233 @@ def left_behind(since: float, marker: str, learners) -> list[str]:
 
 
 TIMEOUT = 120  # lab 15's solution plans its step under torch's trackers in the kernel, on a busy machine
+MEMORY = 3 * 2**30
 
 
-@needs_sandbox
-@pytest.mark.slow
-def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """The corpus graded once: the gradebook, and what the run left (see the module's docstring)."""
     import socket
 
-    monkeypatch.setenv("PERFLAB_CORPUS_TOKEN", "s3cr3t-of-the-teacher")
-    course, subs, forgeries = class_of(tmp_path)
+    if BOX is None:
+        pytest.skip(f"no sandbox here: {sandbox.unavailable()}")
+    tmp = tmp_path_factory.mktemp("hostile")
+    daemon_path = Path("/run") / f"perflab-corpus-{os.getpid()}.sock"  # a system daemon's socket, as docker's is
+    sleeper = subprocess.Popen(["sleep", "900"])  # a process of the grader's that a learner names to the judge
+    course, subs, classes = H.class_of(tmp, daemon_path, sleeper.pid)
     daemon_socket = socket.socket(socket.AF_UNIX)
-    daemon_socket.bind(str(DAEMON))
+    daemon_socket.bind(str(daemon_path))
     daemon_socket.listen()
     daemon_socket.setblocking(False)
     env_before, pyc_before, subs_before = environment_state(), bytecode_state(), tree_state(subs)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.time()
-    book = gb.grade_folder(subs, course=course, labs=["07", "15"], timeout=TIMEOUT, jobs=2,
-                           limits=gb.Limits(memory_bytes=3 * 2**30), secret="corpus")
-    got = {r.learner: r for r in book.records}
-    time.sleep(1)
     try:
-        with pytest.raises(BlockingIOError):
-            daemon_socket.accept()  # no learner reached it
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in H.SECRETS.items():
+                mp.setenv(k, v)
+            book = gb.grade_folder(subs, course=course, labs=["06", "07", "10", "12", "15"], timeout=TIMEOUT, jobs=2,
+                                   limits=gb.Limits(memory_bytes=MEMORY), secret="corpus")
+        seconds = time.time() - t0
+        try:  # a connection made during the run waits in the socket's backlog (and a process left to make one later
+            daemon_socket.accept()  # is what `left` finds)
+            reached = True
+        except BlockingIOError:
+            reached = False
+        yield SimpleNamespace(
+            book=book, got={r.learner: r for r in book.records}, classes=classes, subs=subs, course=course, tmp=tmp,
+            t0=t0, seconds=seconds, reached_daemon=reached, sleeper_alive=sleeper.poll() is None,
+            rss_growth=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before,
+            env_before=env_before, env_after=environment_state(), pyc_changed=bytecode_untouched(pyc_before),
+            subs_before=subs_before, subs_after=tree_state(subs),
+            left=left_behind(t0, str(tmp), set(classes)))
     finally:
         daemon_socket.close()
-        DAEMON.unlink()
-    assert "s3cr3t" not in book.csv_text() and "token none" in got["reads_the_teachers_token"].message
-    assert not left_behind(t0, str(tmp_path), set(forgeries)), left_behind(t0, str(tmp_path), set(forgeries))
-    assert book.isolated
-    # every forgery graded anything but done, each with a message
+        daemon_path.unlink(missing_ok=True)
+        sleeper.kill()
+        sleeper.wait()
+        import shutil
+
+        shutil.rmtree(H.OTHER_COPY.parents[2], ignore_errors=True)
+
+
+pytestmark_hostile = [needs_sandbox, pytest.mark.slow, pytest.mark.xdist_group("hostile-class")]
+
+
+def hostile_test(fn):
+    for mark in reversed(pytestmark_hostile):
+        fn = mark(fn)
+    return fn
+
+
+@hostile_test
+def test_a_hostile_class_is_graded_in_the_sandbox_and_changes_nothing(hostile):
+    """What the run leaves: no learner reached the daemon's socket, no process left, nothing new in
+    the environment, no bytecode changed, the submissions as handed in; every learner a record."""
+    book = hostile.book
+    assert not hostile.reached_daemon  # no learner reached the daemon's socket
+    assert not hostile.left, hostile.left
+    assert book.isolated and book.grouped, book.limits
+    forgeries = [w for w, c in hostile.classes.items() if c != "honest"]
     for who in forgeries:
-        assert who in got, (who, book.notes)
+        assert who.replace("\u200b", "\\u200b") in hostile.got, (who, book.notes)
+    assert len(forgeries) >= 36 + 18  # last round's 36 (and 9 judge-side below), this round's 18
+    # nothing outside the run's folders changed, nothing new in the environment, the submissions as handed in
+    assert sorted(set(hostile.env_after) ^ set(hostile.env_before)) == []
+    assert hostile.env_after == hostile.env_before
+    assert hostile.pyc_changed == []
+    assert hostile.subs_after == hostile.subs_before
+
+
+@hostile_test
+def test_last_rounds_forgeries_are_never_done_and_the_refusals_say_why(hostile):
+    """Last round's corpus (tampering, poison, reading the grader, left-behind processes, around the
+    audit hook, links, huge notebooks, the judge's lab-07 corpus): anything but done, with a reason."""
+    got, book = hostile.got, hostile.book
+    assert "s3cr3t" not in book.csv_text() and "token none" in got["reads_the_teachers_token"].message
+    for who in (w for w, c in hostile.classes.items() if c == "last round"):
         assert got[who].outcome in NOT_DONE and got[who].message, (who, got[who].outcome, got[who].message)
-    assert len(forgeries) >= 36  # with the judge-side ones below (5 back doors, 4 of lab 11): 46 in sandboxed mode
-    # the honest learners, as when each is graded alone
-    for who in ("ada", "stan", "tom"):
-        alone = gb.grade_one(gb.Submission(who, gb.course_labs(course)["07"], subs / who / "07_shuffle.ipynb"),
-                             timeout=TIMEOUT, limits=gb.Limits(memory_bytes=3 * 2**30), secret="corpus",
-                             isolation=gb.Isolation(BOX, tuple(map(str, gb.hidden_from_learners(subs, {})))))
-        assert (got[who].outcome, got[who].message) == (alone.outcome, alone.message), who
-    assert got["ada"].outcome == "done" and got["tom"].outcome == "done" and got["stan"].outcome == "not done"
-    assert got["lin"].outcome == "done", got["lin"].message  # lab 15: its solution, then its stub
-    assert got["sam"].outcome == "not done" and "recompute policy" in got["sam"].message, got["sam"].message
-    # the refusals say why
     assert "symbolic link" in got["links"].message and "symbolic link" in got["borrows"].message
     assert "MiB" in got["huge"].message and "cells" in got["cells"].message
     assert got["forges_predictions"].predictions == []  # lab 07 asks for none
-    # nothing outside the run's folders changed, nothing new in the environment, the submissions as handed in
-    env_after = environment_state()
-    assert sorted(set(env_after) ^ set(env_before)) == [] and env_after == env_before
-    assert bytecode_untouched(pyc_before) == []
-    assert tree_state(subs) == subs_before
-    # safe output: the formula is text, the escape sequences are gone from what is printed
+
+
+@hostile_test
+def test_the_honest_learners_are_graded_as_when_graded_without_the_hostile_class(hostile, tmp_path):
+    """ada, stan and tom (07), lin and sam (15): the class's verdicts, and for lab 07 the same outcome and
+    message as a grading of the three alone, away from every attacker."""
+    got = hostile.got
+    alone_dir = tmp_path / "alone"
+    for who in ("ada", "stan", "tom"):
+        (alone_dir / who).mkdir(parents=True)
+        (alone_dir / who / "07_shuffle.ipynb").write_bytes((hostile.subs / who / "07_shuffle.ipynb").read_bytes())
+    alone = gb.grade_folder(alone_dir, course=hostile.course, labs=["07"], timeout=TIMEOUT, jobs=2,
+                            limits=gb.Limits(memory_bytes=MEMORY), secret="corpus")
+    for rec in alone.records:
+        assert (got[rec.learner].outcome, got[rec.learner].message) == (rec.outcome, rec.message), rec.learner
+    assert sorted(r.learner for r in alone.records) == ["ada", "stan", "tom"]
+    assert got["ada"].outcome == "done" and got["tom"].outcome == "done" and got["stan"].outcome == "not done"
+    assert got["lin"].outcome == "done", got["lin"].message  # lab 15: its solution, then its stub
+    assert got["sam"].outcome == "not done" and "recompute policy" in got["sam"].message, got["sam"].message
+
+
+@hostile_test
+def test_what_a_learner_prints_reaches_the_teacher_as_text(hostile):
+    """A formula is text in the CSV; escape sequences are gone from what is printed."""
+    book = hostile.book
     assert "\n'=1+1," in book.csv_text()
     text = book.summary()
     assert "\x1b" not in text and "\x07" not in text and "cleared your screen" in text
+
+
+@hostile_test
+def test_numbers_measured_where_the_learner_runs_are_never_the_grade(hostile):
+    """Lab 06's ranks talk only through the judge, which counts what each sends and sums what each
+    was given (a collective called through `distributed_c10d`, perflab's own ring, a forged report:
+    none is done); lab 10's traced graph runs where no learner code ever ran (a patched tracer, a
+    forward that differs when traced: wrong); lab 12's child process cannot start."""
+    got = hostile.got
+    assert got["ring_honest"].outcome == "done", got["ring_honest"].message
+    assert got["bubble_honest"].outcome == "done", got["bubble_honest"].message
+    for who in ("ring_through_c10d", "ring_from_perflab", "ring_forges_its_report"):
+        assert got[who].outcome == "wrong" and "ring_all_reduce on 2 ranks" in got[who].message, (who, got[who].message)
+    assert "did not finish" in got["ring_from_perflab"].message  # perflab is not in a rank's view
+    assert got["graph_hides_its_breaks"].outcome == "wrong" and "one graph" in got["graph_hides_its_breaks"].message
+    assert got["graph_differs_when_traced"].outcome == "wrong", got["graph_differs_when_traced"].message
+    assert "compiled logits differ" in got["graph_differs_when_traced"].message
+    assert got["child_computes_the_answer"].outcome == "error", got["child_computes_the_answer"].message
+    assert "Operation not permitted" in got["child_computes_the_answer"].message
+
+
+@hostile_test
+def test_lab_06s_judge_acts_only_on_what_it_started(hostile):
+    """Ranks that name a process of the grader's where the judge used to read pids to kill, print
+    megabytes and ask for 16 GiB: the named process lives, the ranks are stopped by their limits, and
+    the environment a rank reports holds none of the teacher's."""
+    rec = hostile.got["ring_acts_on_the_judge"]
+    assert hostile.sleeper_alive
+    assert rec.outcome == "wrong" and "rank 0 ValueError: env " in rec.message and "PATH=" in rec.message, rec.message
+    assert not any(v in rec.message for v in H.SECRETS.values())
+    assert hostile.rss_growth < 512 * 2**10, hostile.rss_growth  # kB: the grader read none of it whole
+
+
+@hostile_test
+def test_what_the_grader_reads_from_a_box_is_never_followed_and_bounded(hostile):
+    """The executed notebook and the predictions linked to a library and /dev/zero, the worker's log
+    linked to /dev/zero and 16 MiB written to it: each learner's record says what went wrong, and
+    the grader's memory did not grow by what was there."""
+    got = hostile.got
+    assert got["links_its_files"].outcome == "error" and got["links_its_files"].predictions == []
+    assert got["worker_links_its_log"].outcome == "error"
+    assert "exit status 3" in got["worker_links_its_log"].message, got["worker_links_its_log"].message
+    assert hostile.rss_growth < 512 * 2**10, hostile.rss_growth
+
+
+@hostile_test
+def test_one_learner_never_stops_the_class(hostile):
+    """1,500-deep folders in the kernel's box and in the worker's, a notebook of 4 MiB of empty
+    dicts: each is that learner's record, the box is gone, and every other learner was graded."""
+    got = hostile.got
+    box = got["deep_in_its_box"].message.rsplit(" ", 1)[-1]
+    assert got["deep_in_its_box"].outcome == "error" and box.startswith("/") and not Path(box).exists(), box
+    assert got["deep_in_the_worker"].outcome == "wrong", got["deep_in_the_worker"].message
+    assert got["bomb"].outcome in NOT_DONE and got["bomb"].message
+    assert len(hostile.book.records) == len(hostile.classes)  # a record for every learner, the class's gradebook
+    assert hostile.rss_growth < 512 * 2**10, hostile.rss_growth
+
+
+@hostile_test
+def test_the_limits_hold_for_all_of_a_learners_processes_together(hostile):
+    """Five children of 700 MiB each (3.5 GiB, each under the per-process limit), a fork bomb as
+    root, and /tmp, /dev/shm and the learner's folder written until they are full."""
+    got = hostile.got
+    import ast
+    import re
+
+    def number(who: str, pattern: str) -> int:
+        m = re.search(pattern, got[who].message)
+        assert m, got[who].message
+        return int(m.group(1))
+
+    assert number("children_share_memory", r"children held (\d+)") * 700 * 2**20 <= MEMORY
+    limits = gb.Limits()
+    assert limits.processes and limits.tmp_bytes and limits.disk_bytes
+    assert number("forks_without_end", r"forked (\d+)") < limits.processes, got["forks_without_end"].message
+    wrote = ast.literal_eval(got["fills_tmp_and_disk"].message.split("wrote MiB ", 1)[1])  # the learner's own dict
+    assert wrote["/tmp"] <= limits.tmp_bytes // 2**20 and wrote["/dev/shm"] <= limits.tmp_bytes // 2**20, wrote
+    assert wrote["."] <= limits.disk_bytes // 2**20, wrote
+    assert "cgroup" in hostile.book.limits
+
+
+@hostile_test
+def test_no_secret_of_the_teacher_reaches_a_learner(hostile):
+    """The environment a learner sees is an allowlist (a database URL, a package index's, a proxy
+    with user:pass@, MYSQL_PWD: none reaches it), and every keyring call is refused (nothing read,
+    no key left behind)."""
+    rec = hostile.got["reads_secrets_and_the_view"]
+    assert rec.outcome == "error" and " env " in rec.message, rec.message
+    assert not any(v in rec.message for v in H.SECRETS.values()), rec.message
+    assert not any(v in hostile.book.csv_text() for v in H.SECRETS.values())
+    assert rec.message.count("errno 1") == 3, rec.message  # keyctl, then add_key to the session's and the user's
+
+
+@hostile_test
+def test_a_learner_sees_only_what_its_code_needs(hostile):
+    """Another copy of the course in the teacher's home, /etc/shadow, the teacher's home, the
+    checkout's .git and solutions, /home and /var: none is in view, and an answer read from the copy
+    is not done."""
+    seen = hostile.got["reads_secrets_and_the_view"].message.split(" env ")[0]
+    assert "=True" not in seen and seen.count("=False") == 7, seen
+    assert hostile.got["reads_the_other_copy"].outcome in NOT_DONE, hostile.got["reads_the_other_copy"].message
+
+
+@hostile_test
+def test_names_that_differ_show_differently(hostile):
+    """`ada` and `ada` with a zero-width space are two learners, two rows, the second shown escaped."""
+    rows = [r for r in hostile.book.records if r.learner.startswith("ada")]
+    assert sorted(r.learner for r in rows) == ["ada", "ada\\u200b"]
+    assert all(r.outcome == "done" for r in rows)
+    assert "ada\\u200b" in hostile.book.csv_text() and "\u200b" not in hostile.book.csv_text()
 
 
 # ----------------------------------------------------------------------------- the corpus: perflab's answers
@@ -563,14 +590,15 @@ def test_lab_11s_predictions_written_after_the_measurement_are_wrong(alias):
 
 
 @pytest.mark.skipif(os.path.realpath("/tmp") != "/tmp", reason="/tmp is a link here (the paths below are /tmp's own)")
-def test_an_environment_under_tmp_is_put_back_over_the_private_tmp(monkeypatch):
-    """A checkout cloned under /tmp (its venv and perflab there): the private /tmp hides it, so the
-    environment and perflab must be bound again after it, or the confined Python cannot start."""
-    venv = Path("/tmp/clone/.venv")
-    monkeypatch.setattr(sandbox, "needed", lambda: [venv, Path("/tmp/clone/perflab"), Path("/usr")])
-    cmd = sandbox.Sandbox("bwrap").command(["true"], hidden=[Path("/tmp/clone")])
-    pairs = list(zip(cmd, cmd[1:]))
-    assert ("--tmpfs", "/tmp/clone") not in pairs  # the private /tmp already hides it
-    assert ("--ro-bind", str(venv)) in pairs and ("--ro-bind", "/tmp/clone/perflab") in pairs
+def test_an_environment_under_tmp_is_bound_over_the_private_tmp(monkeypatch, tmp_path):
+    """A checkout cloned under /tmp (its venv and perflab there): the private /tmp covers it, so the
+    environment and perflab are bound after it, or the confined Python cannot start."""
+    venv, pkg = tmp_path / ".venv", tmp_path / "perflab"
+    venv.mkdir()
+    pkg.mkdir()
+    monkeypatch.setattr(sandbox, "needed", lambda: [venv, pkg, Path("/usr")])
+    cmd = sandbox.Sandbox("bwrap").command(["true"], hidden=[tmp_path])
+    pairs = _pairs(cmd)
+    assert ("--tmpfs", str(tmp_path)) not in pairs  # not in view anyway
+    assert ("--ro-bind", str(venv)) in pairs and ("--ro-bind", str(pkg)) in pairs
     assert cmd.index("/tmp") < cmd.index(str(venv))  # bound after the private /tmp is mounted
-    assert ("--ro-bind", "/usr") not in pairs

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from perflab.classroom import submissions as S
+from perflab.classroom.boxes import remove_tree
 from perflab.core.errors import InputError
 from tests.unit.course.helpers import _nb, _notebook
 
@@ -88,3 +89,27 @@ def test_matching_names_to_labs(tmp_path):
     assert list(S.pick_labs(labs, ["1", "shuffle"])) == ["01", "07"]
     with pytest.raises(InputError, match="no lab '42' in this course: choose from 01, 07, 10"):
         S.pick_labs(labs, ["42"])
+
+
+def test_a_learners_folder_is_walked_without_recursion_links_and_names_shown_as_they_differ(tmp_path):
+    """A folder deeper than the walk goes (and deeper than Python's recursion) is one line; a link
+    to a folder is not followed; a name with an invisible character is its own learner, escaped."""
+    labs = _course(tmp_path)
+    root = tmp_path / "hand-in"
+    _notebook(root / "ada" / "01_flops.ipynb")
+    _notebook(root / "ada\u200b" / "01_flops.ipynb")
+    (root / "ada" / "elsewhere").symlink_to(tmp_path / "labs")  # the course's labs, through a link
+    here = os.getcwd()
+    try:
+        os.chdir(root / "ada")
+        for _ in range(1200):
+            os.mkdir("d")
+            os.chdir("d")
+    finally:
+        os.chdir(here)
+    try:
+        subs, notes = S.find_submissions(root, labs)
+    finally:
+        remove_tree(root / "ada" / "d")  # pytest's own cleanup of old temporary folders recurses
+    assert sorted(s.learner for s in subs) == ["ada", "ada\u200b"] and all(s.lab.number == "01" for s in subs)
+    assert notes == [f"ada: folders more than {S.MAX_DEPTH} deep, not searched"]
