@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,18 +21,8 @@ from perflab.core.jsonable import JSON, to_json
 FORMAT = 1  # the report.json format
 
 
-class _ReadByKey:
-    """Read by key too (`part["notes"]` is `part.notes`), as the dicts these types replaced were, so
-    that callers elsewhere which still index them keep working."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in {f.name for f in dataclasses.fields(self)}:  # type: ignore[arg-type]
-            raise KeyError(key)
-        return getattr(self, key)
-
-
-@dataclass(frozen=True, eq=False)
-class Figure(_ReadByKey):
+@dataclass(frozen=True)
+class Figure:
     """One comparable number: `better` is 'higher', 'lower' or None (a fact, not a score); `value`
     is None where nothing finite was measured."""
 
@@ -49,16 +38,6 @@ class Figure(_ReadByKey):
         return cls(str(d.get("key", "")), str(d.get("label", "")), d.get("value"), str(d.get("unit", "")),
                    d.get("better"))
 
-    def __eq__(self, other: object) -> bool:  # equal to another Figure, or to its JSON form
-        if isinstance(other, Figure):
-            return dataclasses.astuple(self) == dataclasses.astuple(other)
-        if isinstance(other, Mapping):
-            return to_json(self) == dict(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(dataclasses.astuple(self))
-
 
 def figure(key: str, label: str, value: float | None, unit: str, better: str | None = "higher") -> Figure:
     """One comparable number (see `Figure`): an infinite or NaN value is None; a fact that is a
@@ -73,7 +52,7 @@ def figure(key: str, label: str, value: float | None, unit: str, better: str | N
 
 
 @dataclass
-class PartResult(_ReadByKey):
+class PartResult:
     """What one part measured: its figures, its data (as report.json holds them), its notes, a summary."""
 
     figures: list[Figure]

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
+from perflab.core.jsonable import to_json
 from perflab.course import report_types as R
 
 
@@ -28,15 +27,11 @@ def test_a_report_reads_back_from_its_json_as_it_was_written():
     assert [f for p in R.Report.from_json(data).parts.values() for f in p.figures] == entry.figures
 
 
-def test_a_part_and_its_figures_read_by_key_as_the_dicts_they_replaced():
-    """Callers elsewhere still index a part's result (`out["notes"]`) and compare a figure with a dict."""
+def test_a_figure_is_a_value_its_json_is_the_dict_report_json_holds():
     fig = R.figure("k", "label", 1.5, "GB/s")
-    part = R.PartResult([fig], {"rows": []}, ["a note"], "one line")
-    assert part["notes"] == part.notes and part["figures"][0]["value"] == 1.5
-    assert fig == {"key": "k", "label": "label", "value": 1.5, "unit": "GB/s", "better": "higher"}
-    assert fig != {"key": "k"} and fig == R.Figure("k", "label", 1.5, "GB/s") and len({fig, fig}) == 1
-    with pytest.raises(KeyError):
-        part["nope"]
+    assert fig == R.Figure("k", "label", 1.5, "GB/s") and len({fig, fig}) == 1
+    assert fig != R.Figure("k", "label", 1.5, "GB/s", "lower")
+    assert to_json(fig) == {"key": "k", "label": "label", "value": 1.5, "unit": "GB/s", "better": "higher"}
 
 
 def test_a_figure_that_is_not_finite_has_no_value_and_a_count_is_whole():

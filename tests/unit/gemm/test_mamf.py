@@ -136,15 +136,15 @@ def test_the_full_mamf_part_searches_the_default_ranges_and_shows_the_stored_cei
     (kw,) = calls
     assert kw["save_ceiling"] is True and kw["name"] == "report_mamf_fp32"
     assert (kw["rep_ms"], kw["warmup_ms"]) == (60, 20)
-    data = out["data"]
+    data = out.data
     assert {ax: data["best"][ax] for ax in "mnk"} == {"m": 1024, "n": 1024, "k": 1536}
     assert data["ranges"] == {ax: [256, 2048, 8] for ax in "mnk"} and data["grid_points"] == 512
     # the full search saved its ceiling for this device, and the report shows it as a figure
     assert data["stored_ceiling"] == pytest.approx(0.01) == mamf.measured_ceiling(info, "fp32")
-    stored = next(f for f in out["figures"] if f["key"] == "mamf.fp32.stored")
-    assert stored["label"] == "measured ceiling fp32 (perflab mamf, stored)" and stored["value"] == pytest.approx(0.01)
-    assert out["notes"] == []
-    assert out["summary"].startswith("MAMF fp32 0.01 TFLOP/s at 1024×1024×1536"), out["summary"]
+    stored = next(f for f in out.figures if f.key == "mamf.fp32.stored")
+    assert stored.label == "measured ceiling fp32 (perflab mamf, stored)" and stored.value == pytest.approx(0.01)
+    assert out.notes == []
+    assert out.summary.startswith("MAMF fp32 0.01 TFLOP/s at 1024×1024×1536"), out.summary
 
 
 @pytest.mark.gpu
@@ -348,3 +348,37 @@ def test_a_mamf_search_above_the_peak_is_kept_as_questioned_not_stored(monkeypat
     assert mamf.measured_ceiling("cpu", "fp32") is None and "estimated peak" in (r.stored_note() or "")
     note = mamf.ceiling_note("cpu", "fp32")
     assert note.startswith("no measured ceiling stored") and "was not stored" in note and "estimated peak" in note
+
+
+def test_a_search_in_words_names_its_best_its_quietness_and_the_peaks(monkeypatch, tmp_path):
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    r = _search(_tiny)
+    pub = {"accelerator": "NVIDIA H100 SXM", "tflops": 794.5, "source": "Bekman's table"}
+    text = r.text(1.0, "estimate", pub, "cpu")
+    first = text.splitlines()[0]
+    assert first.startswith(f"MAMF fp32 on {r.device_name}: {r.best['tflops']:.4g} TFLOP/s (mean) at 64×64×64 (machine quiet)")
+    assert f"{r.evaluated} of {r.grid_points} shapes looked at" in first
+    assert f"  peak: 1 TFLOP/s (estimate) → {r.best['tflops']:.0%} of it" in text
+    assert "  published MAMF for NVIDIA H100 SXM: 794.5 TFLOP/s (Bekman's table)" in text
+    assert "stored as this device's measured ceiling" in text
+    bare = r.text()
+    assert "  peak unknown" in bare and "no published MAMF for this device" in bare
+    busy = _search(lambda p: _tiny(p, BUSY), name="busy")
+    assert "(disturbed: other programs used 50 % of 2 cores)" in busy.text(1.0, "estimate")
+
+
+def test_the_published_and_recorded_mamf_tables_read_as_a_person_reads_them():
+    import types
+
+    from perflab.course.reference import published
+
+    t = mamf.published_table(published("mamf"))
+    assert list(t.columns) == ["accelerator", "dtype", "MAMF TFLOP/s", "spec TFLOP/s", "share of spec", "best shape",
+                               "torch"]
+    h100 = t[(t["accelerator"] == "NVIDIA H100 SXM") & (t["dtype"] == "bf16")].iloc[0]
+    assert (h100["MAMF TFLOP/s"], h100["spec TFLOP/s"], h100["share of spec"]) == ("794", "989", "80%")
+    ref = types.SimpleNamespace(provenance={"device": "NVIDIA H200"}, label="recorded 2026-11-27",
+                                summary={"best": {"tflops": 801.23, "m": 4096, "n": 8192, "k": 4096},
+                                         "peak_tflops": 989.4, "published": None})
+    row = mamf.reference_table([ref]).iloc[0]
+    assert (row["MAMF TFLOP/s"], row["best shape"], row["published TFLOP/s"]) == ("801", "4096×8192×4096", "–")

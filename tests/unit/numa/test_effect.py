@@ -30,8 +30,8 @@ def test_the_full_numa_part_measures_local_vs_remote_where_there_are_two_nodes(m
     monkeypatch.setattr(effect, "memory_local_vs_remote",
                         lambda topo, nbytes: seen.append(nbytes) or {"local_gbps": 10.0, "remote_gbps": 6.0})
     out = R.part_numa(_cpu_ctx(quick=False))
-    assert seen == [256 * 2**20] and out["notes"] == []
-    assert out["data"]["local_vs_remote"] == {"local_gbps": 10.0, "remote_gbps": 6.0}
+    assert seen == [256 * 2**20] and out.notes == []
+    assert out.data["local_vs_remote"] == {"local_gbps": 10.0, "remote_gbps": 6.0}
 
 
 def test_local_vs_remote_measures_each_memory_node(fake_numactl):
@@ -73,3 +73,29 @@ def test_measured_tables_label_each_row_and_say_why_one_failed():
                    "cores on node 0, memory on node 1 (remote)": "failed: numactl: node 1 has no memory"}
     assert bw["cores on node 0, memory on node 0 (local)"] == "12 GB/s copy (read + write), one core"
     assert effect.measured_tables([]) == ({}, {})
+
+
+def test_the_lessons_effect_measures_both_where_there_are_two_nodes(fake_numactl):
+    got = effect.measure(_two_nodes(), 8 * 2**20)
+    assert got.memory.skipped is None and "memory, local vs remote: measured (table below)" in got.text()
+    t = got.tables()[0]  # the copies need a GPU: only the memory table here (or both on a GPU box)
+    assert list(t.columns) == ["cores on node", "memory on node", "copy (GB/s, read + write)", "ns per random read", "error"]
+    ratio, against, hardware = got.latency_ratio(None)  # measured here: the published figure is not read
+    assert ratio is not None and ratio > 0 and against is None and hardware is None
+
+
+def test_one_node_says_why_and_reveals_against_the_published_matrix():
+    from perflab.numa.topology import Node, Topology
+
+    one = Topology([Node(0, [0, 1], 2**30)], [[10]], [], [0, 1])
+    got = effect.measure(one, 2**20)
+    assert got.tables() == [] and got.text().count("no remote memory to compare") == 2
+
+    class Published:
+        values = [{"cpu_node": 0, "memory_node": 0, "value": 89.2}, {"cpu_node": 0, "memory_node": 1, "value": 142.7}]
+        hardware = "2x Xeon 8360Y"
+
+    ratio, against, hardware = got.latency_ratio(Published())
+    assert ratio == pytest.approx(142.7 / 89.2) and against == "published (Intel MLC)" and hardware == "2x Xeon 8360Y"
+    bw = [{"cpu_node": 0, "memory_node": 0, "value": 175.7}, {"cpu_node": 0, "memory_node": 1, "value": 55.7}]
+    assert effect.published_ratios_text(Published.values, bw) == "published, remote / local: latency 1.60×, read bandwidth 0.32×"

@@ -10,6 +10,7 @@ from clirun import perflab
 
 from perflab.core.errors import PerflabError
 from perflab.tune import measure, runner
+from perflab.tune.ladder import preset as tune_preset
 
 from .helpers import CPU
 
@@ -33,12 +34,13 @@ def _interrupted(seen):
 
 
 QUICK = "baseline,adamw,vocab64,numa"  # seconds on the smoke preset: no compile
+QUICK_BUDGET_S = 0.5  # each rung's timing, at most: these tests read the rows' fields, not a verdict's confidence
 
 
 @pytest.fixture(scope="module")
 def quick_ladder(tmp_path_factory):
     path = tmp_path_factory.mktemp("tune") / "tune_smoke.jsonl"
-    return path, runner.run_ladder("smoke", QUICK, steps=1, device=CPU, path=path, profile=True)
+    return path, runner.run_ladder("smoke", QUICK, steps=1, device=CPU, path=path, profile=True, budget_s=QUICK_BUDGET_S)
 
 
 def test_the_full_tune_part_runs_the_devices_preset_and_says_where_it_stopped(monkeypatch):
@@ -57,8 +59,8 @@ def test_the_full_tune_part_runs_the_devices_preset_and_says_where_it_stopped(mo
     ctx = _cpu_ctx(quick=False)
     out = R.part_tune(ctx)
     assert calls == [(("cpu",), {"device": ctx.device})]
-    assert out["notes"] == ["stopped: sdpa: loss off by 0.3 (tolerance 0.01)"]
-    assert out["summary"] == "cpu preset: stopped (sdpa: loss off by 0.3 (tolerance 0.01))"
+    assert out.notes == ["stopped: sdpa: loss off by 0.3 (tolerance 0.01)"]
+    assert out.summary == "cpu preset: stopped (sdpa: loss off by 0.3 (tolerance 0.01))"
 
 
 def test_ladder_table_has_one_row_per_rung():
@@ -122,7 +124,7 @@ def test_a_ladder_measures_every_rung_with_every_field(quick_ladder):
 
 def test_a_ladder_resumes_from_saved_rungs(quick_ladder):
     path, first = quick_ladder
-    again = runner.run_ladder("smoke", QUICK, steps=1, device=CPU, path=path)
+    again = runner.run_ladder("smoke", QUICK, steps=1, device=CPU, path=path, budget_s=QUICK_BUDGET_S)
     assert again.measured == 0 and again.resumed == len(first.rows)
     assert [r["step_s"] for r in again.rows] == [r["step_s"] for r in first.rows]
 
@@ -166,3 +168,29 @@ def test_every_measured_row_carries_the_quietness_of_its_steps(quick_ladder):
             if r["verdict"] not in ("reference", "n/a"):
                 assert r["blocks"] and all("quietness" in b for b in r["blocks"])
 
+
+
+def _row(rung, **kw):
+    base = {"rung": rung, "step_s": 0.2, "tokens_per_s": 5120.0, "mfu": 0.25, "mfu_basis_label": "fp32 ceiling",
+            "verdict": "reference" if rung == "baseline" else "adopted", "explain": f"{rung} did this", "note": ""}
+    return {**base, **kw}
+
+
+def test_no_verdict_is_told_from_a_busy_machine():
+    rows = [_row("baseline", quietness={"verdict": "quiet"}), _row("bf16", busy=True, verdict="inconclusive"),
+            _row("adamw"), _row("numa", verdict="n/a", note="one NUMA node here", explain="")]
+    res = runner.LadderResult("smoke", "cpu", rows, None, "t.jsonl")
+    assert [r["rung"] for r in res.told_rungs()] == ["adamw", "numa"]
+    assert runner.told(rows[0]) and not runner.told(_row("baseline", quietness={"verdict": "disturbed"}))
+    table = res.explain_table()
+    assert list(table["rung"]) == ["bf16", "adamw", "numa"] and table.loc[2, "here"] == "one NUMA node here"
+    assert res.baseline_line() == "step 200 ms, 5,120 tokens/s, MFU 25.0 % against the fp32 ceiling"
+
+
+def test_what_the_lesson_climbs_is_said_with_its_rules():
+    from perflab.tune import verdict
+
+    text = runner.describe(tune_preset("cpu")).splitlines()
+    assert text[0].startswith("preset cpu: ") and "memory budget 40 MiB" in text[1]
+    assert text[2] == f"Verdicts: {verdict.rule()}." and text[3] == f"Noise: {verdict.noise_rule()}."
+    assert "`perflab tune --preset cpu` read the same saved measurements" in text[4]
