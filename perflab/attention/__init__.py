@@ -5,13 +5,18 @@ compiler reports (`compiled`, `occupancy`) and its wave model (`shapes`); a kern
 is divided by perflab.flops's `utilization`, where every MFU is.
 
 - `formulas`: standard and FlashAttention bytes and FLOPs per head, by formula (Dao et al. 2022, 2023)
-- `flash`: the Triton kernel run, checked against SDPA, counted in the interpreter and timed
+- `kernel`: the kernel launched (Triton's interpreter on a CPU, natively on a GPU), its inputs and the
+  eager path it is held against
+- `flash`: the kernel checked against SDPA and timed, and the recompute backward (it re-exports
+  `kernel`'s and `counting`'s names)
+- `counting`: the kernel's loads and stores counted in the interpreter, and the eager path's bytes
 - `compiled`: what the compiler made of the kernel for a GPU: registers, spills, shared memory, occupancy
 - `panel`: lesson 13's panel, predicted against counted bytes over s and the compiled kernel's occupancy
 - `lab13`: the lab's checks (the online-softmax update of one K/V block)
+- `sizes`: lesson 13's sizes by kind of run (smoke, a CPU, a GPU), read once by the lesson
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("formulas", "flash", "compiled", "panel", "lab13")
+MODULES = ("formulas", "kernel", "counting", "flash", "compiled", "panel", "lab13", "sizes")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

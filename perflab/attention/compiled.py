@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perflab.attention.flash import check_blocks, check_head_dim, tm_itemsize
+from perflab.attention.kernel import check_blocks, check_head_dim, tm_itemsize
 from perflab.core.errors import InputError
 from perflab.core.jsonable import JSON, fields_json
 from perflab.gemm import triton_matmul as tm
@@ -188,3 +188,34 @@ def compile_attention(block_m: int = 64, block_n: int = 64, d: int = 64, dtype: 
                       target: str | int = "sm_90", **kw) -> CompiledConfig:
     """One configuration: see `compile_configs`."""
     return compile_configs([(block_m, block_n)], d, dtype, target, **kw)[0]
+
+
+@dataclass
+class CompiledGrid:
+    """`compile_configs` over tiles × head dimensions × targets, as lesson 13 shows them."""
+
+    rows: list[CompiledConfig]
+
+    def table(self):
+        return compiled_frame(self.rows)[0]
+
+    def notes(self) -> str:
+        """One line per configuration that cannot run, with why (or that every one can)."""
+        cannot = compiled_frame(self.rows)[1]
+        return "cannot run:\n" + "\n".join(cannot) if cannot else "every configuration compiled here can run"
+
+    def find(self, target: str, block_m: int, block_n: int, head_dim: int) -> CompiledConfig:
+        for r in self.rows:
+            if (r.target, r.block_m, r.block_n, r.head_dim) == (target, block_m, block_n, head_dim):
+                return r
+        raise InputError(f"{target} {block_m}×{block_n}, d {head_dim} was not compiled here")
+
+
+def compile_grid(tiles: list[tuple[int, int]], head_dims=(64,), dtype: str = "fp16", targets=("sm_90", "sm_80"),
+                 **kw) -> CompiledGrid:
+    """`compile_configs` of every tile for each target and head dimension (targets outermost)."""
+    rows: list[CompiledConfig] = []
+    for tgt in targets:
+        for d in head_dims:
+            rows += compile_configs(list(tiles), d, dtype, tgt, **kw)
+    return CompiledGrid(rows)

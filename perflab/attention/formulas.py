@@ -162,6 +162,38 @@ def memory_bytes(b: int, a: int, s: int, d: int, itemsize: int = 2) -> dict[str,
             "qkvo": 4 * b * a * s * d * item}
 
 
+@dataclass(frozen=True)
+class LongSequences:
+    """What each path holds at long sequences (`memory_bytes`), for b sequences of a heads."""
+
+    batch: int
+    heads: int
+    head_dim: int
+    itemsize: int
+    seqs: tuple[int, ...]
+
+    def bytes(self, s: int) -> dict[str, int]:
+        return memory_bytes(self.batch, self.heads, s, self.head_dim, self.itemsize)
+
+    def standard_gib(self, s: int) -> float:
+        """GiB (2^30 bytes) of S and P at sequence length s."""
+        return self.bytes(s)["standard"] / 2**30
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"seq": s, "standard: S and P (GiB)": f"{m['standard'] / 2**30:,g}",
+                              "fused: log-sum-exp (MiB)": f"{m['flash'] / 2**20:,g}",
+                              f"Q, K, V, O at d = {self.head_dim} (GiB)": f"{m['qkvo'] / 2**30:,g}"}
+                             for s, m in ((s, self.bytes(s)) for s in self.seqs)])
+
+
+def long_sequences(seqs=(8192, 32768), b: int = 1, a: int = 32, d: int = 128, itemsize: int = 2) -> LongSequences:
+    """`memory_bytes` at each of `seqs` (lesson 13's section 4: one sequence of 32 heads, fp16)."""
+    return LongSequences(positive_int("batch", b), positive_int("heads", a), positive_int("head_dim", d), _item(itemsize),
+                         tuple(positive_int("seq", s) for s in seqs))
+
+
 def forward_flops(b: int, a: int, s: int, d: int, causal: bool = False, *, exact_causal: bool = False) -> int:
     """4·b·a·s²·d for Q·Kᵀ and P·V; half of it with a causal mask (the convention of FlashAttention's
     benchmarks). `exact_causal`: only the s·(s+1)/2 scores a causal mask keeps, 4·b·a·d·s(s+1)/2."""
@@ -186,6 +218,40 @@ def step_flops(b: int, a: int, s: int, d: int, causal: bool = False) -> dict[str
     f = forward_flops(b, a, s, d, causal)
     return {"forward": float(f), "model": float(f + backward_flops(b, a, s, d, causal, recompute=False)),
             "hardware": float(f + backward_flops(b, a, s, d, causal, recompute=True))}
+
+
+@dataclass(frozen=True)
+class AttentionFlops:
+    """One attention layer's FLOPs, with and without a causal mask (`step_flops`, `backward_flops`)."""
+
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+
+    def describe(self) -> str:
+        return f"b = {self.batch}, heads = {self.heads}, s = {self.seq}, d = {self.head_dim}"
+
+    def table(self):
+        """GFLOPs (1e9) per causal setting: forward, the recompute backward, and a step's model and
+        hardware FLOPs."""
+        import pandas as pd
+
+        from perflab.core.readout import num
+
+        shape = (self.batch, self.heads, self.seq, self.head_dim)
+        rows = []
+        for causal in (False, True):
+            st = step_flops(*shape, causal=causal)
+            rows.append({"causal": causal, "forward (GFLOPs)": num(st["forward"] / 1e9, 4),
+                         "backward, recompute (GFLOPs)": num(backward_flops(*shape, causal=causal) / 1e9, 4),
+                         "step, model FLOPs (GFLOPs)": num(st["model"] / 1e9, 4),
+                         "step, hardware FLOPs (GFLOPs)": num(st["hardware"] / 1e9, 4)})
+        return pd.DataFrame(rows)
+
+
+def attention_flops(b: int, a: int, s: int, d: int) -> AttentionFlops:
+    return AttentionFlops(*_sizes(b, a, s, d))
 
 
 def fraction_of_peak(flops: float, seconds: float, peak_tflops: float) -> float:

@@ -19,11 +19,15 @@ The audit of a step:
 - `work`: parameters (total, active), 6N·T and the terms of its gap to the counted FLOPs, float64's cost
 - `ops`: each aten op's calls and bytes, the top ops against this device's roofline, the ops the FLOP
   counter has no formula for
+- `fp8`: where fp8 would pay: the step's GEMMs by shape, calls and share of its matmul FLOPs, each
+  predicted in bf16 and in fp8 (casts included) on a chosen GPU, with the gain per GEMM and for the
+  step's matmuls in all, and the datasheets behind it
 - `memory`: memory by part beside lesson 03's estimate
 - `breaks`: the loss's graph breaks (lesson 10)
 - `recommend`: which rungs of the capstone apply, ordered by the time they act on, and `--try`
 - `energy`: joules of the timed steps from NVML or RAPL, or a line saying why not
-- `examples`: a small step to audit (perflab's tiny GPT fed by a slow DataLoader), for lab 11
+- `examples`: small steps to audit (perflab's tiny GPT fed by a slow DataLoader, for lab 11; any of
+  perflab's model configs on random tokens, for lesson 16)
 
 A job that ran, from its ranks' profiler traces (`perflab audit --trace DIR`):
 
@@ -38,13 +42,13 @@ Uses other topics' formulas and measurements, never their figures, widgets or la
 perflab.flops (the attention-aware FLOP counter, per dtype, and MFU's one basis per dtype), perflab.memory (lesson 03's estimate,
 the allocation probe, saved tensors), perflab.gemm (the maximum achievable matmul search),
 perflab.profiling (reading a trace: op self times), perflab.compiler (graph breaks and the one-line
-error of the user's code) and perflab.tune (the rungs and the parts of the step each acts on, the
+error of the user's code), perflab.tune (the rungs and the parts of the step each acts on, the
 waterfall of a profiled step with its categories and labels, bf16 and fused-AdamW availability, parity
-tolerances).
+tolerances) and perflab.numerics (lesson 16's roofline prediction of one GEMM in bf16 and in fp8).
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("target", "run", "report", "work", "ops", "memory", "breaks", "recommend", "energy", "examples", "trace",
-           "job", "rank_trace", "hta", "stragglers")
+MODULES = ("target", "run", "report", "work", "ops", "fp8", "memory", "breaks", "recommend", "energy", "examples",
+           "trace", "job", "rank_trace", "hta", "stragglers")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -95,6 +95,15 @@ class JobReport:
     def summary(self) -> str:
         return render(self)
 
+    def table(self):
+        """One row per rank (`table`), as a notebook's DataFrame: the columns with a figure for some rank
+        (a CPU trace has no idle split, a job without matched collectives no waits), indexed by rank."""
+        import pandas as pd
+
+        rows = table(self)
+        keep = [c for c in rows[0] if c == "rank" or any(r[c] != "—" for r in rows)] if rows else []
+        return pd.DataFrame([{c: r[c] for c in keep} for r in rows]).set_index("rank")
+
     def __str__(self) -> str:
         return self.summary()
 

@@ -21,14 +21,16 @@ if TYPE_CHECKING:
 
 
 class OpStats(TorchDispatchMode):
-    """Per aten op: calls and bytes of its tensor inputs and outputs (a lower bound on its memory traffic),
-    and the (m, n, k) of every 2-D product (for the measured ceiling at the step's own shapes)."""
+    """Per aten op: calls and bytes of its tensor inputs and outputs (a lower bound on its memory traffic);
+    per (m, n, k) of every 2-D product (`mm`, `addmm`: a linear layer's forward and its two backward
+    GEMMs): its FLOPs (`shapes`) and its calls (`gemm_calls`), what `perflab.audit.fp8` predicts fp8 for."""
 
     def __init__(self):
         super().__init__()
         self.calls: dict[str, int] = defaultdict(int)
         self.bytes: dict[str, int] = defaultdict(int)
         self.shapes: dict[tuple[int, int, int], int] = defaultdict(int)
+        self.gemm_calls: dict[tuple[int, int, int], int] = defaultdict(int)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -42,8 +44,9 @@ class OpStats(TorchDispatchMode):
         if name in ("mm", "addmm"):
             a, b = (args[0], args[1]) if name == "mm" else (args[1], args[2])
             if a.dim() == 2 and b.dim() == 2:
-                m, k = a.shape
-                self.shapes[(int(m), int(b.shape[1]), int(k))] += 2 * int(m) * int(b.shape[1]) * int(k)
+                mnk = (int(a.shape[0]), int(b.shape[1]), int(a.shape[1]))
+                self.shapes[mnk] += 2 * mnk[0] * mnk[1] * mnk[2]
+                self.gemm_calls[mnk] += 1
         return out
 
 

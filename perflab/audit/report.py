@@ -19,6 +19,7 @@ from perflab.core.readout import nbytes, num, percent, seconds
 from perflab.tune.waterfall import CATEGORIES, LABELS
 
 if TYPE_CHECKING:
+    from perflab.audit.fp8 import Fp8Gains
     from perflab.core.quietness import Quietness
     from perflab.flops.mfu import Utilization
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 JSON_FIELDS = ("step_s", "step_s_spread", "tokens_per_s", "flops_per_step", "flops_by_dtype", "flops_6n_per_step",
                "params_total", "params_active", "peak_tflops", "mfu", "hfu", "mfu_basis", "mfu_bases", "breakdown_s",
                "top_ops", "memory_bytes", "graph_breaks", "energy_j_per_step", "recommendations", "flops_uncounted",
-               "flops_per_step_causal_halved")
+               "flops_per_step_causal_halved", "fp8_gemms")
 # the waterfall's parts in the audit's order: the data wait (timed around next() in the timed steps), the
 # parts the profiled step names, then compute (the rest of the step)
 BREAKDOWN = ("data_wait", *(c for c in CATEGORIES if c not in ("data_wait", "compute")), "compute")
@@ -222,6 +223,7 @@ class AuditReport:
     ceilings: Ceilings
     notes: list[str] = field(default_factory=list)
     causes: list[str] = field(default_factory=list)  # what makes the step slow that no rung names (float64, …)
+    fp8: Fp8Gains | None = None  # the step's GEMMs, bf16 against fp8 on a GPU (perflab.audit.fp8); None: not looked at
 
     @property
     def peak_tflops(self) -> float | None:
@@ -242,6 +244,7 @@ class AuditReport:
             "memory_bytes": to_json(self.memory), "graph_breaks": to_json(self.breaks.sites),
             "energy_j_per_step": self.energy.j_per_step, "recommendations": to_json(self.recommendations),
             "flops_uncounted": to_json(w.uncounted), "flops_per_step_causal_halved": w.flops_causal_halved,
+            "fp8_gemms": None if self.fp8 is None else self.fp8.to_json(),
         }
         assert tuple(out) == JSON_FIELDS
         return out
@@ -304,6 +307,10 @@ def summary(rep: AuditReport) -> str:
                                                     else "no matmul FLOPs")
             by = "–" if r.bytes_per_s is None else f"{num(r.bytes_per_s / 1e9)} GB/s"
             out.append(f"         {r.name}, {r.count}, {seconds(r.self_s)}, {fl}, {by}, {r.bound or '–'}")
+    if rep.fp8 is not None:
+        first, *rest = rep.fp8.lines()
+        out.append(f"fp8      {first}")
+        out += [f"         {line}" for line in rest]
     m = rep.memory
     out.append(f"memory   peak {nbytes(m.peak)}: weights {nbytes(m.weights)}, grads {nbytes(m.grads)}, "
                f"optimizer {nbytes(m.optimizer)}, activations {nbytes(m.activations)}"

@@ -12,7 +12,8 @@ perflab's FLOP counter (`perflab.flops.counter`: matmul-class FLOPs per phase an
 counted dense, as if the causal mask's upper triangle were computed, which is torch's FlopCounterMode's
 convention, while FlashAttention's benchmark `flops()`, the FlashAttention-2 paper §4.1 and Megatron-LM's
 `attn_layer_flops` halve causal attention: the report gives that figure too, and names every product the
-counter has no formula for, with its time); one step under torch.profiler read as lesson 09 reads a trace
+counter has no formula for, with its time), its GEMMs by shape predicted in bf16 and in fp8 on a GPU
+(`perflab.audit.fp8`, lesson 16's roofline with the cast passes); one step under torch.profiler read as lesson 09 reads a trace
 (`perflab.tune.waterfall.breakdown_of_trace`), except the data wait, timed around `next()` in the
 timed steps as lesson 07 times it; one step for memory (lesson 03); dynamo's explain of the
 loss (lesson 10); the energy meter around the timed steps. It uses other topics' formulas and
@@ -27,6 +28,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,13 +48,18 @@ from perflab.audit.target import (
     Target,
     default_loss,
     samples_in,
+    target_from,
     to_device,
     token_streams,
     tokens_in,
 )
 from perflab.core.stats import spread as relative_spread
 
-__all__ = ["BREAKDOWN", "JSON_FIELDS", "AuditReport", "run_audit", "waterfall_of"]
+if TYPE_CHECKING:
+    from perflab.audit.fp8 import Fp8Gains
+    from perflab.core.hardware import AcceleratorSpec
+
+__all__ = ["BREAKDOWN", "JSON_FIELDS", "AuditReport", "fp8_step", "run_audit", "waterfall_of"]
 
 PROFILED_STEPS = 3  # profiled steps behind the breakdown (each category: its average per step)
 
@@ -77,19 +84,53 @@ def _user_code(what: str, user_file: str | None, point: list[str], samples: int 
 
 
 def run_audit(target: Target, *, device: str | torch.device | None = None, steps: int = 5, warmup: int = 1,
-              try_rungs: bool = False, explain_breaks: bool = True,
+              try_rungs: bool = False, explain_breaks: bool = True, gpu: str | AcceleratorSpec | None = None,
               progress: Callable[[str], None] | None = None) -> AuditReport:
     """Audit one training step (module docstring). `device` is parsed here, once (`perflab.core.device.pick_device`:
-    default $PERFLAB_DEVICE, else the best available). Bad input raises `AuditInputError` with one line.
-    The measurements hold the device's lock (`perflab.core.lock`): other learners' measurements wait."""
+    default $PERFLAB_DEVICE, else the best available). `gpu`: the GPU to predict fp8 against bf16 for, per
+    GEMM of the step (an id of perflab's hardware table; default the device audited, when it is a GPU the
+    table knows: `perflab.audit.fp8.choose_gpu`). Bad input raises `AuditInputError` (or `InputError`) with
+    one line. The measurements hold the device's lock (`perflab.core.lock`): other learners' measurements wait."""
+    from perflab.audit.fp8 import gpu_spec
     from perflab.core.device import pick_device
     from perflab.core.lock import device_lock
     from perflab.core.validate import positive_int
 
     steps = positive_int("steps", steps)
     dev = pick_device(str(device)) if device is not None else pick_device()
+    spec = gpu_spec(gpu) if gpu is not None else None
     with device_lock(dev, label=f"perflab audit of {target.name}"):
-        return _audit(target, dev, steps, warmup, try_rungs, explain_breaks, progress)
+        return _audit(target, dev, steps, warmup, try_rungs, explain_breaks, progress, spec)
+
+
+def fp8_step(built: Any, gpu: str | AcceleratorSpec | None = None,
+             device: str | torch.device | None = None) -> Fp8Gains:
+    """The audit's fp8 section alone (`perflab.audit.fp8`), from one counted step: `built` is a `Target` or
+    what a factory returns (`{'model', 'batches', ...}`). One batch runs forward and backward on `device`
+    (default: the best here) under the op table and perflab's FLOP counter, and the step's GEMMs are
+    predicted for `gpu` (`perflab.audit.fp8.choose_gpu`). Nothing is timed."""
+    from perflab.audit.fp8 import choose_gpu, gains, gpu_spec
+    from perflab.audit.ops import OpStats
+    from perflab.core.device import describe, pick_device
+    from perflab.flops.counter import count_flops
+
+    t = built if isinstance(built, Target) else target_from(built)
+    dev = pick_device(str(device)) if device is not None else pick_device()
+    spec, note = choose_gpu(gpu_spec(gpu) if gpu is not None else None, describe(dev))
+    model = t.model.to(dev)
+    model.train()
+    loss_fn = t.loss_fn or default_loss
+    batch = to_device(BatchSource(t.batches, need=1).next(), dev)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        loss_fn(model, batch).backward()
+
+    stats = OpStats()
+    with _user_code(f"a counted step of {t.name}", t.user_file, ["counting FLOPs"], samples_in(batch)), stats:
+        fc = count_flops(step)
+    model.zero_grad(set_to_none=True)
+    return gains(stats.gemm_calls, fc.hardware, spec, note)
 
 
 def waterfall_of(raw: dict, step_s: float, data_s: float) -> Waterfall:
@@ -106,7 +147,7 @@ def waterfall_of(raw: dict, step_s: float, data_s: float) -> Waterfall:
 
 
 def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs: bool, explain_breaks: bool,
-           progress: Callable[[str], None] | None) -> AuditReport:
+           progress: Callable[[str], None] | None, gpu: AcceleratorSpec | None) -> AuditReport:
     from perflab.core.device import describe, synchronize
 
     say = progress or (lambda _m: None)
@@ -192,6 +233,9 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     with _user_code(f"a counted step of {target.name}", target.user_file, point, samples), stats:
         fc = count_flops(step, batch)
     work = count_work(fc, model, target.hf_config, tokens, streams)
+    from perflab.audit.fp8 import choose_gpu, gains
+
+    fp8 = gains(stats.gemm_calls, fc.hardware, *choose_gpu(gpu, info))  # the step's GEMMs, bf16 against fp8
 
     # 4. one profiled step, read as lesson 09 reads a trace
     from perflab.tune.waterfall import profile_steps
@@ -261,7 +305,7 @@ def _audit(target: Target, dev: torch.device, steps: int, warmup: int, try_rungs
     energy = Energy(joules / steps if joules is not None else None,
                     meter.reason if joules is None else f"energy by {meter.source}")
     return AuditReport(target.name, f"{info.kind}: {info.name}", timed, work, u, waterfall, top, mem, breaks, energy,
-                       recs, ceilings, notes, causes)
+                       recs, ceilings, notes, causes, fp8)
 
 
 def _finite(losses: list, where: str) -> None:

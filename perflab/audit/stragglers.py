@@ -3,10 +3,16 @@
 * **stragglers**: a rank whose median step time, or median compute time per step, stands out from
   the others' by the robust z-score of Iglewicz and Hoaglin, z = 0.6745 (x − median) / MAD > 3.5, the
   MAD (median absolute deviation, `perflab.core.stats.mad`) floored at 1 % of the median so that
-  sub-percent differences never count. It needs at least 3 ranks; with fewer the slowest rank and the
-  spread are given, no verdict. (The modified z-score and its 3.5 limit: B. Iglewicz and D. Hoaglin,
-  "How to Detect and Handle Outliers", ASQC 1993, as the NIST/SEMATECH e-Handbook of Statistical
-  Methods, section 1.3.5.17, gives it.)
+  sub-percent differences never count: when the other ranks agree closely, a rank must be
+  3.5 / 0.6745 × 1 % ≈ 5.2 % above the median to be flagged. It needs at least 3 ranks; with fewer the
+  slowest rank and the spread are given, no verdict. (The modified z-score and its 3.5 limit: B. Iglewicz
+  and D. Hoaglin, "How to Detect and Handle Outliers", ASQC 1993, as the NIST/SEMATECH e-Handbook of
+  Statistical Methods, section 1.3.5.17, gives it.) In a job whose ranks meet in blocking collectives
+  every step, the step times come out equal: the others wait for the straggler inside the collectives.
+  So a straggler shows in its *compute* time and in arriving last at the collectives (the waits below),
+  rarely in its step time. HolisticTraceAnalysis looks at the arrival: its straggler analysis flags the
+  ranks that start the last dominant communication kernel of a step late
+  (`hta/analyzers/straggler.py`, `find_stragglers_with_late_start_comm_kernels`).
 * **waits in collectives**: the k-th communication kernel of one name in one step is taken to be the
   same collective on every rank (only where every rank ran as many of them; point-to-point sends and
   receives, which pair two ranks, are never matched); the rank that started it last held the others
@@ -28,6 +34,12 @@ Z_LIMIT = 3.5  # Iglewicz & Hoaglin's robust z-score limit for an outlier
 MAD_FLOOR = 0.01  # the MAD is at least 1 % of the median
 # point-to-point transfers (pipeline sends, NCCL SendRecv) pair two ranks, not the whole group: never matched
 P2P_RE = re.compile(r"send|recv|p2p", re.I)
+
+
+def min_flagged_excess() -> float:
+    """How far above the median a rank must be to be flagged when the others agree within the MAD floor:
+    Z_LIMIT / 0.6745 × MAD_FLOOR (about 5.2 %)."""
+    return Z_LIMIT / 0.6745 * MAD_FLOOR
 
 
 def robust_z(values: dict[int, float]) -> dict[int, float]:
@@ -58,8 +70,9 @@ def stragglers(step_s: dict[int, float], compute_s: dict[int, float]) -> Straggl
     slowest = max(step_s, key=lambda r: step_s[r])
     med = statistics.median(step_s.values())
     spread = (max(step_s.values()) - min(step_s.values())) / med if med > 0 else None
-    rule = (f"robust z-score 0.6745 (x - median) / MAD > {Z_LIMIT}, MAD at least {MAD_FLOOR * 100:g} % of the median, "
-            "over ranks' median step and compute time")
+    rule = (f"robust z-score 0.6745 (x - median) / MAD > {Z_LIMIT}, MAD at least {MAD_FLOOR * 100:g} % of the median "
+            f"(so at least {100 * min_flagged_excess():.1f} % above it when the others agree), over ranks' median step "
+            "and compute time")
     if len(step_s) < 3:
         return Stragglers(rule, slowest, spread, verdict=f"no verdict with {len(step_s)} rank(s): a straggler stands "
                                                          "out from at least 2 others, so give at least 3 ranks' traces")

@@ -29,11 +29,14 @@ def register(sub) -> None:
     p.add_argument("--try", dest="try_rungs", action="store_true",
                    help="measure each recommended rung on your step, with loss parity")
     p.add_argument("--no-breaks", action="store_true", help="skip the graph-break report (dynamo's trace)")
+    p.add_argument("--gpu", metavar="ID",
+                   help="the GPU to predict fp8 against bf16 on, for each GEMM of the step: an id of perflab's hardware "
+                        "table, e.g. h100-sxm (default: the GPU audited, when the table knows it; a CPU has no fp8 units)")
     p.add_argument("--json", action="store_true",
                    help="print JSON on stdout (progress still goes to stderr): {step_s, step_s_spread, tokens_per_s, flops_per_step, flops_by_dtype, "
                         "flops_6n_per_step, params_total, params_active, peak_tflops, mfu, hfu, mfu_basis, breakdown_s, "
                         "top_ops, memory_bytes, graph_breaks, energy_j_per_step, recommendations, flops_uncounted, "
-                        "flops_per_step_causal_halved}")
+                        "flops_per_step_causal_halved, fp8_gemms}")
     p.add_argument("--html", metavar="FILE", help="also write a one-page HTML report")
     p.add_argument("--trace", metavar="DIR",
                    help="audit a job that ran from its ranks' profiler traces instead (the folder "
@@ -67,6 +70,8 @@ def run_trace(args) -> int:
 
     if args.html or args.try_rungs:
         raise InputError("--html and --try go with a step run here, not with --trace")
+    if args.gpu:
+        raise InputError("--gpu goes with a step run here (its GEMMs are predicted for that GPU), not with --trace")
     flops = six_n = None
     if args.target or args.hf_config:
         if not args.tokens_per_step:
@@ -88,6 +93,9 @@ def run(args) -> int:
 
     if args.trace:
         return run_trace(args)
+    from perflab.audit.fp8 import gpu_spec
+
+    gpu = gpu_spec(args.gpu) if args.gpu else None  # parsed here, before the step is built: one line if unknown
 
     def progress(msg: str) -> None:  # on stderr, with --json too: stdout holds only the report
         sys.stderr.write(f"[audit] {msg}\n")
@@ -97,7 +105,7 @@ def run(args) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         target = build_target(args, progress)
         rep = run_audit(target, device=args.device, steps=args.steps, try_rungs=args.try_rungs,
-                        explain_breaks=not args.no_breaks, progress=progress)
+                        explain_breaks=not args.no_breaks, gpu=gpu, progress=progress)
     if args.html:
         from perflab.course.audit_html import write_html
 

@@ -33,6 +33,7 @@ def run(args) -> int:
     from perflab.core.device import pick_device
     from perflab.core.errors import InputError
     from perflab.dataloading import compute, loader
+    from perflab.dataloading.waits import WorkerSweep
 
     if args.compute_ms <= 0:
         raise InputError("--compute-ms must be > 0: the step needs some work to hide loading behind")
@@ -41,22 +42,23 @@ def run(args) -> int:
     res = loader.sweep_workers(sorted(set(args.workers)), batch=args.batch, batches=args.batches, io_ms=args.io_ms,
                                transform_ms=args.transform_ms, step=step, pin=args.pin,
                                prefetch_factor=args.prefetch, timeout=args.timeout)
-    rows = []
-    for r in res.rows:
-        if r["status"] == "ok":
-            rows.append({k: r[k] for k in ("workers", "step_s", "data_wait_s", "wait_fraction", "predicted_wait_s",
-                                           "first_wait_s", "compute_share")})
-        else:
-            rows.append({"workers": r["params"]["workers"], "status": r["status"], "reason": r["reason"]})
+    sweep = WorkerSweep.from_sweep(res)
+    rows = [p.to_json() for p in sweep.points]
     lines = [f"device {dev} · batch {args.batch} · IO {args.io_ms:g} ms + transform {args.transform_ms:g} ms per sample · "
              f"compute {args.compute_ms:g} ms per step · {loader.available_cores()} cores",
-             f"{'workers':>7} {'step ms':>8} {'wait ms':>8} {'wait %':>7} {'model ms':>9} {'first ms':>9}"]
-    for r in rows:
-        if "reason" in r:
-            lines.append(f"{r['workers']:>7} failed: {r['reason']}")
+             f"{'workers':>7} {'step ms':>8} {'wait ms':>8} {'wait %':>7} {'model ms':>9} {'first ms':>9}  machine"]
+    for p in sweep.points:
+        if not p.ok:
+            lines.append(f"{p.workers:>7} failed: {p.reason}")
         else:
-            lines.append(f"{r['workers']:>7} {r['step_s'] * 1e3:8.1f} {r['data_wait_s'] * 1e3:8.1f} "
-                         f"{r['wait_fraction']:7.0%} {r['predicted_wait_s'] * 1e3:9.1f} {r['first_wait_s'] * 1e3:9.1f}")
+            lines.append(f"{p.workers:>7} {(p.step_s or 0) * 1e3:8.1f} {(p.data_wait_s or 0) * 1e3:8.1f} "
+                         f"{p.wait_fraction or 0:7.0%} {(p.predicted_wait_s or 0) * 1e3:9.1f} "
+                         f"{(p.first_wait_s or 0) * 1e3:9.1f}  {p.quietness.line()}")
     lines.append("wait = median time blocked in next() per step (first step excluded; 'first' is it, worker start included)")
+    if sweep.disturbed:
+        n = len(sweep.disturbed)
+        lines.append(f"{n} of {len(sweep.ok_points)} setting{'s' if len(sweep.ok_points) != 1 else ''} measured while "
+                     "other programs used the cores: their waits are a share of a busy machine, not the loader's own; "
+                     "measure again on a quiet machine before comparing them with the model")
     emit(rows, args.json, "\n".join(lines))
     return 0 if res.failed == 0 else 1

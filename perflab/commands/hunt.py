@@ -33,9 +33,10 @@ def run(args) -> int:
     lines = [f"pool ({len(pool)}): {', '.join(pool)}; k = {k}"]
     costs = None
     if args.costs:
-        from perflab.hunt.step import SIZES, SMOKE, measure_costs
+        from perflab.hunt.sizes import named
+        from perflab.hunt.step import measure_costs
 
-        costs = measure_costs(pool, SMOKE if args.smoke else SIZES)
+        costs = measure_costs(pool, named("smoke" if args.smoke else "lesson"))
         out["costs"] = {n: c.as_dict() for n, c in costs.items()}
         lines.append(f"costs here (extra time over the clean step; kept at ≥ {KEEP_SHARE:.0%}):")
         lines += [f"  {n:<16} {c.share:+.0%}  {'kept' if c.kept else 'left out here'}" for n, c in costs.items()]

@@ -46,10 +46,11 @@ def run(args) -> int:
              + (f" at {base.tflops:.4g} TFLOP/s" if base else ""),
              "timed: 3 GEMMs forward + 6 backward (18·tokens·h·d_ff FLOPs); ranked by TFLOP/s:",
              f"{'rank':>4} {'d_ff':>7} {'TFLOP/s':>9} {'ms/step':>9} {'vs base':>8} {'params Δ vs 8/3·h':>19} {'2^k |':>6}"]
-    marks = {"unstable": "  (did not repeat: cannot win)", "confirmed": "  (repeated: a real step)"}
+    marks = {"unstable": "  (did not repeat: cannot win)", "confirmed": "  (repeated: a real step)",
+             "unconfirmed": "  (stood out, measured once: cannot win)"}
     for r in s.frame.head(args.show).to_dict("records"):
         mark = ("  ← ⌊8/3·h⌋" if r["is_baseline"] else "") + marks.get(r["status"], "") + (
-            "  (disturbed)" if r["disturbed"] else "")
+            "  (machine busy every time)" if r["disturbed"] else "")
         lines.append(f"{r['rank_tflops']:>4} {r['d_ff']:>7} {r['tflops']:>9.4g} {r['seconds'] * 1e3:>9.3f} "
                      f"{r['speedup_vs_baseline']:>7.2f}× {r['params_delta']:>+12,} ({r['params_delta_pct']:+.2f}%) "
                      f"{r['multiple_of']:>5}{mark}")

@@ -15,6 +15,7 @@
 - `panel`: lesson 10's panel (mode, dtype, dynamic shapes → call times and recompiles)
 - `fused`: the fused bias + GeLU in Triton, checked in the interpreter, compiled for sm_90, timed on a
   GPU (its kernel is in `perflab.gemm.triton_kernels`, run by perflab.gemm's Triton runtime)
+- `sizes`: lesson 10's sizes by kind of run (smoke, a CPU, a GPU), read once by the lesson
 
 The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise torch's default
 (`/tmp/torchinductor_$USER`); `speed.cache_dir()` says which and `speed.clear_cache()` empties it.
@@ -22,5 +23,5 @@ The inductor's on-disk cache is `TORCHINDUCTOR_CACHE_DIR` when set, otherwise to
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("models", "breaks", "speed", "parity", "checkpointing", "plots", "lab10", "explain", "panel", "fused")
+MODULES = ("models", "breaks", "speed", "parity", "checkpointing", "plots", "lab10", "explain", "panel", "fused", "sizes")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

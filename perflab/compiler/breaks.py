@@ -432,3 +432,38 @@ def recompiles_over_lengths(model: torch.nn.Module, lengths, *, dynamic: bool | 
         out.append({"seq": s, "graphs_compiled": counter.frames})
     torch._dynamo.reset()
     return out
+
+
+SETTINGS = {"static (dynamic=False)": {"dynamic": False}, "default": {}, "dynamic=True": {"dynamic": True},
+            "mark_dynamic": {"mark": True}}
+
+
+@dataclass
+class Recompiles:
+    """Graphs compiled after each sequence length, per dynamic-shape setting (`SETTINGS`): one row per
+    setting, {"setting", "graphs after s=L" for each length L} (what `explain.explain_recompiles` reads)."""
+
+    lengths: list[int]
+    rows: list[dict[str, Any]]
+
+    def graphs(self, setting: str) -> int:
+        """Graphs `setting` had compiled after the last length."""
+        for r in self.rows:
+            if r["setting"] == setting:
+                return int(r[f"graphs after s={self.lengths[-1]}"])
+        raise InputError(f"unknown setting {setting!r}: use one of {', '.join(SETTINGS)}")
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+
+def recompile_settings(model: torch.nn.Module, lengths=(16, 24, 32)) -> Recompiles:
+    """`recompiles_over_lengths` for each of `SETTINGS` (static, torch's default, dynamic, mark_dynamic)."""
+    lengths = [int(s) for s in lengths]
+    rows = []
+    for label, kw in SETTINGS.items():
+        r = recompiles_over_lengths(model, lengths, **kw)
+        rows.append({"setting": label, **{f"graphs after s={d['seq']}": d["graphs_compiled"] for d in r}})
+    return Recompiles(lengths, rows)

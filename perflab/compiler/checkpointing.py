@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from perflab.core.errors import InputError
+from perflab.core.quietness import UNKNOWN, Quietness
 
 if TYPE_CHECKING:
     from perflab.flops.mfu import Basis
@@ -112,12 +113,13 @@ class CheckpointRun:
     mfu: float | None  # against the basis of the dtype that ran; None without one, or when suspect
     hfu: float | None
     mfu_suspect: str | None = None  # why there is no figure although there is a basis (above 100 %)
+    quietness: Quietness = UNKNOWN  # what else used the device while the steps were timed
 
 
 def measure(cfg, batches, *, steps: int = 3, device=None, kinds=KINDS, backend: str = "inductor",
             autocast: torch.dtype | None = None, bases: Mapping[str, Basis] | None = None) -> list[CheckpointRun]:
     """Each checkpointing kind, eager and compiled: median step seconds (forward, backward, AdamW: the
-    course's step, `perflab.workload.train.StepRunner`), the peak memory of the first forward +
+    course's step, `perflab.workload.train.StepRunner`) with the machine's quietness meanwhile, the peak memory of the first forward +
     backward above its start (where checkpointing acts; the optimizer's update is left out: its
     temporaries are the same in every row), and MFU/HFU against `bases` (one per dtype,
     `perflab.flops.mfu.bases_for`; the step's dtype is `autocast`'s, else fp32) by
@@ -128,6 +130,7 @@ def measure(cfg, batches, *, steps: int = 3, device=None, kinds=KINDS, backend: 
     HFU counts the recomputation of eager checkpointing; a compiled graph's partitioner decides
     its own recomputation, so compiled HFU uses the same count."""
     from perflab.core.dtypes import parse_dtype
+    from perflab.core.quietness import watch
     from perflab.core.validate import positive_int
     from perflab.flops.mfu import utilization
     from perflab.memory.probe import allocated_during
@@ -151,17 +154,19 @@ def measure(cfg, batches, *, steps: int = 3, device=None, kinds=KINDS, backend: 
                 # memory is measured; it is not timed, the profiler would slow it
                 peak = allocated_during(lambda r=runner: r.accumulate([batches[0]]), device)["peak_bytes"]
                 runner.update()
-                s = statistics.median(runner.step([batches[i % len(batches)]]).step_s for i in range(steps))
+                with watch(device) as w:
+                    s = statistics.median(runner.step([batches[i % len(batches)]]).step_s for i in range(steps))
                 u = utilization(s, {dtype: mflops}, bases, {dtype: hflops}) if bases else None
                 rows.append(CheckpointRun(kind, compiled, s, int(peak), mflops, hflops, u.mfu if u else None,
-                                          u.hfu if u else None, u.suspect if u else None))
+                                          u.hfu if u else None, u.suspect if u else None, w.result))
                 del runner
     torch._dynamo.reset()
     return rows
 
 
 def frame(rows: list[CheckpointRun]):
-    """The rows of `measure` as a table a person reads (ms, MiB, %)."""
+    """The rows of `measure` as a table a person reads (ms, MiB, %), each with the machine's quietness
+    while its steps were timed."""
     import pandas as pd
 
     from perflab.core.readout import num, percent
@@ -172,7 +177,7 @@ def frame(rows: list[CheckpointRun]):
         "peak memory, fwd+bwd (MiB)": num(r.peak_bytes / 2**20),
         "model GFLOP/step": num(r.model_flops / 1e9), "hardware GFLOP/step": num(r.hardware_flops / 1e9),
         "MFU": percent(r.mfu) if r.mfu is not None else "n/a",
-        "HFU": percent(r.hfu) if r.hfu is not None else "n/a"} for r in rows])
+        "HFU": percent(r.hfu) if r.hfu is not None else "n/a", "machine": r.quietness.line()} for r in rows])
 
 
 def published():
@@ -200,3 +205,58 @@ def beside_published(rows: list[CheckpointRun], *, model: str, device_name: str,
              "compiled": r.compiled, "MFU": percent(r.mfu) if r.mfu is not None else "n/a (peak unknown)",
              "peak": peak_label} for r in rows]
     return pd.DataFrame(out)
+
+
+def lowest_memory(rows: list[CheckpointRun]) -> str:
+    """The checkpointing kind whose eager run had the lowest peak memory."""
+    return min((r for r in rows if not r.compiled), key=lambda r: r.peak_bytes).checkpointing
+
+
+@dataclass
+class CheckpointStudy:
+    """Lesson 10's section 4: the rows of `measure` for one model, with what they were measured on."""
+
+    rows: list[CheckpointRun]
+    model: str  # the model as the lesson names it: "tiny-llama (2 layers)"
+    batch: int
+    seq: int
+    dtype: str  # what ran: "bf16" (autocast, a GPU) or "fp32"
+    backend: str  # the compiled rows' backend: "inductor" or "eager"
+    basis_label: str  # what MFU divides by (`perflab.flops.mfu.Basis.label`)
+
+    def describe(self) -> str:
+        how = "the inductor" if self.backend == "inductor" else "the eager backend (dynamo only; inductor=True for kernels)"
+        return (f"{self.model}, batch {self.batch} × seq {self.seq}, {self.dtype}, compiled with {how}; "
+                f"MFU against the {self.basis_label}")
+
+    def table(self):
+        return frame(self.rows)
+
+    def lowest_memory(self) -> str:
+        return lowest_memory(self.rows)
+
+    def beside_published(self, device_name: str):
+        """`beside_published` of these rows."""
+        return beside_published(self.rows, model=self.model, device_name=device_name, peak_label=self.basis_label)
+
+
+def study(cfg, size, device, *, backend: str = "eager") -> CheckpointStudy:
+    """Section 4 of lesson 10 at `size` (`perflab.compiler.sizes.Sizes`: its `ck_*` fields): none, full and
+    selective checkpointing of `cfg` (its first `size.ck_layers` blocks, all when None), eager and compiled
+    with `backend`, in bf16 autocast on a GPU and fp32 elsewhere, MFU against that dtype's basis
+    (`perflab.flops.mfu.bases_for`: the spec peak, or the ceiling measured here)."""
+    import dataclasses
+
+    from perflab.flops.mfu import bases_for
+    from perflab.workload.train import make_batches
+
+    device = torch.device(device)
+    on_gpu = device.type == "cuda"
+    ck_cfg = cfg if size.ck_layers is None else dataclasses.replace(cfg, layers=size.ck_layers)
+    batches = make_batches(ck_cfg, size.ck_batch, size.ck_seq, n=2, device=device)
+    dtype = "bf16" if on_gpu else "fp32"
+    bases = bases_for(device, [dtype])
+    rows = measure(ck_cfg, batches, steps=size.ck_steps, device=device, backend=backend,
+                   autocast=torch.bfloat16 if on_gpu else None, bases=bases)
+    name = f"{ck_cfg.name} ({ck_cfg.layers} layer{'s' if ck_cfg.layers > 1 else ''})"
+    return CheckpointStudy(rows, name, size.ck_batch, size.ck_seq, dtype, backend, bases[dtype].label())

@@ -10,22 +10,27 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from perflab.compiler.speed import short_time
 from perflab.core.readout import num
+from perflab.core.verdicts import busy_text
 
-
-def seconds(s: float) -> str:
-    """Two significant digits, no padded zeros (a shared CPU's step times support no more)."""
-    return f"{float(f'{s * 1e3:.2g}'):g} ms" if s < 1 else f"{float(f'{s:.2g}'):g} s"
+seconds = short_time  # two significant digits, no padded zeros (a shared CPU's step times support no more)
 
 
 EVEN = 0.10  # within ±10% the two step times are called equal (a shared CPU's timing noise)
 
 
 def explain_speed(sp: Any, *, backend: str = "inductor") -> str:
-    """Why the compiled step was faster, slower or the same, and when compiling pays off."""
+    """Why the compiled step was faster, slower or the same, and when compiling pays off; from a
+    measurement taken while the machine was busy, no verdict (`perflab.core.verdicts.busy_text`)."""
     s = sp.speedup
     lines = [f"eager {seconds(sp.eager_step_s)} per step, compiled {seconds(sp.compiled_step_s)}: "
              f"{num(s, 2)}× ({backend})."]
+    quietness = getattr(sp, "quietness", None)
+    if quietness is not None and quietness.disturbed:  # no verdict from a busy machine
+        lines.append(busy_text(quietness.cause) + ": run the cell again when it is quiet.")
+        lines.append(f"Compiling took {seconds(sp.compile_s)}.")
+        return "\n".join(lines)
     if backend != "inductor":
         lines.append("The eager backend runs the captured graph with the same eager kernels: there is nothing "
                      "fused, so the steps should match; a difference is the guard checks and timing noise.")

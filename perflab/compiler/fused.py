@@ -19,6 +19,7 @@ intermediate x + bias too, so the two differ by about one unit in the last place
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.errors import InputError
@@ -174,3 +175,71 @@ def inductor_code(rows: int = 64, cols: int = 256, dtype: str = "fp32", device: 
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if "@triton.jit" in ln or "extern \"C\"" in ln or "cpp_fused" in ln), 0)
     return "\n".join(lines[start:start + 40])
+
+
+@dataclass
+class FusedChecks:
+    """`check_all`'s results (one dict per dtype), as the lesson shows them."""
+
+    rows: list[dict[str, Any]]
+
+    def table(self):
+        """One row per dtype: the shape, where it ran, the largest error against eager, what is allowed."""
+        import pandas as pd
+
+        from perflab.core.readout import num
+
+        return pd.DataFrame([{"dtype": c["dtype"], "shape": f"{c['rows']}×{c['cols']}",
+                              "ran on": "interpreter (CPU)" if c["interpreter"] else c["device"],
+                              "max |error| vs eager": num(c["max_abs_err"]),
+                              "allowed": f"{num(c['atol'])} + {num(c['rtol'])}·|y|",
+                              "within": "✓" if c["passed"] else "✗"} for c in self.rows])
+
+    @property
+    def passed(self) -> bool:
+        return all(c["passed"] for c in self.rows)
+
+
+def checks(rows: int = 64, cols: int = 1000, dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"), seed: int = 0) -> FusedChecks:
+    """`check_all`, typed for the lesson's table."""
+    return FusedChecks(check_all(rows, cols, dtypes, seed))
+
+
+def compiled_text(fc: dict[str, Any]) -> str:
+    """One line for `compile_for`'s result: registers, spills, shared memory, warps, blocks per SM and
+    the occupancy with the limit that decides it."""
+    from perflab.core.readout import percent
+
+    line = (f"bias+GeLU {fc['dtype']} for {fc['target']}" + (f" ({fc['gpu']})" if "gpu" in fc else "")
+            + f": {fc['registers']} registers/thread, {fc['spill_bytes']} B spilled, {fc['shared_bytes']} B shared "
+            f"memory per block, {fc['num_warps']} warps")
+    if "blocks_per_sm" in fc:
+        line += (f"; {fc['blocks_per_sm']} blocks/SM, occupancy {percent(fc['occupancy'])} "
+                 f"(limited by {fc['limited_by']})")
+    return line
+
+
+@dataclass
+class FusedTiming:
+    """`time_on_gpu` for a reader: each path's ms and GB/s, or (no GPU) why there is nothing timed."""
+
+    paths: dict[str, dict[str, float]]
+    why: str | None = None
+
+    def text(self) -> str:
+        return self.why or "the stand-alone gelu(x + bias), timed on this GPU (median of the repeats):"
+
+    def table(self):
+        import pandas as pd
+
+        from perflab.core.readout import num
+
+        return pd.DataFrame([{"path": k, "time (ms)": num(v["ms"], 3),
+                              "GB/s (x read + y written)": num(v["GB/s (x read + y written)"], 3)}
+                             for k, v in self.paths.items()]).set_index("path")
+
+
+def timing(rows: int = 8192, cols: int = 8192, dtype: str = "bf16") -> FusedTiming:
+    """`time_on_gpu`, typed: the paths' timings on a GPU, or why there are none."""
+    got = time_on_gpu(rows, cols, dtype)
+    return FusedTiming({}, got) if isinstance(got, str) else FusedTiming(got)

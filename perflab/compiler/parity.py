@@ -5,7 +5,8 @@ Compiled code reorders and fuses floating-point work, so the results are not bit
 must agree within what the dtype can hold. fp32's machine epsilon is 2^-23 ≈ 1.2e-7; a reduction
 of n terms in another order moves the result by ~√n·eps relatively, and a few optimizer steps
 amplify that, so for fp32 we allow a relative difference of 1e-4 (~1000·eps): far above
-reordering noise, far below any real change (a bf16 cast, eps 2^-8 ≈ 3.9e-3, lands near 1e-3).
+reordering noise, far below any real change (a bf16 cast, eps 2^-7, whose rounding errs by up to
+2^-8 ≈ 3.9e-3, lands near 1e-3).
 bf16 and fp16 get 2e-2 (a few eps of their own).
 """
 
@@ -97,3 +98,40 @@ def check(model: torch.nn.Module, batches, steps: int = 5, *, compile_kw: dict |
     ad = [abs(a - b) for a, b in zip(eager, comp)]
     rd = [d / max(abs(a), 1e-12) for d, a in zip(ad, eager)]
     return Parity(eager, comp, ad, rd, tolerance(dtype) if tol is None else tol)
+
+
+@dataclass
+class CastCaught:
+    """The lesson's two parity runs against one eager run: compiled as it is, and compiled with a bf16
+    cast slipped in (which the check must flag)."""
+
+    compiled: Parity
+    cast: Parity
+
+    @property
+    def caught(self) -> bool:
+        """Whether the check flagged the run with the bf16 cast."""
+        return not self.cast.ok
+
+    def table(self):
+        """One row per run: the largest absolute and relative loss differences, the tolerance, ok or not."""
+        import pandas as pd
+
+        return pd.DataFrame([{"run": run, "max abs": f"{p.max_abs:.1e}", "max rel": f"{p.max_rel:.1e}",
+                              "tolerance": f"{p.tol:.0e}", "ok": p.ok}
+                             for run, p in (("compiled", self.compiled), ("compiled, bf16 cast", self.cast))])
+
+    def steps_table(self):
+        """Step by step: both runs' losses and their differences, and the cast run's relative difference."""
+        table = self.compiled.frame()
+        table["rel diff, bf16 cast"] = self.cast.rel_diff
+        return table
+
+
+def compare(model: torch.nn.Module, batches, steps: int = 5, *, backend: str = "inductor") -> CastCaught:
+    """`check` of `model` compiled with `backend` ("inductor", or "eager": dynamo only), then of the same
+    model compiled with a bf16 cast, against one eager run (trained once)."""
+    kw = {} if backend == "inductor" else {"backend": backend}
+    ok = check(model, batches, steps, compile_kw=kw)
+    bad = check(model, batches, steps, compile_kw=kw, unsafe=True, eager=ok.eager)
+    return CastCaught(ok, bad)

@@ -8,7 +8,8 @@ nothing else from perflab.
 - `device`: pick the device, wait for it, describe it
 - `hardware`: spec-sheet facts per accelerator (`data/accelerators.json`, sourced), the one peak
   look-up (`spec_peak`), and a CPU's peak
-- `lock`: one measurement per device at a time, across processes and users (a file lock)
+- `lock`: one measurement per device at a time, across processes and users (a file lock); a wait is one
+  line that rewrites itself
 - `quietness`: how much else used the device while something was measured (quiet / disturbed)
 - `timing`: do_bench-style timing (time budgets, device events, L2 flush, median and spread)
 - `results`: sweeps that survive (per-point append, resume, OOM/invalid rows)
@@ -17,7 +18,11 @@ nothing else from perflab.
 - `ceiling`: one store of a device's measured matmul ceilings and one rule for what it keeps
 - `roofline`: the roofline model and arithmetic intensity
 - `compare`: sentences that compare two measured numbers, computed from them (lesson 00)
-- `denormals`: count denormal floats, and measure what they cost a CPU matmul (lesson 00)
+- `denormals`: count denormal floats, and measure what they cost a CPU matmul and an untrained model's
+  step (lesson 00), each figure with its quietness
+- `machine`: lesson 00's readings of this machine as typed results (spec sheets, the matmul per dtype,
+  copies by size, host→device, the machine in one table)
+- `lesson00`: lesson 00's sizes by where it runs (smoke, a CPU, a GPU)
 - `readout`: numbers and results formatted for a person (rounded, with units and the spread)
 - `stats`: one quantile rule, the IQR, the standard error of a median, two medians compared
 - `verdicts`: the words a measurement lets perflab say (quiet, disturbed; agree, differ; inconclusive)
@@ -31,5 +36,5 @@ from perflab._lazy import lazy_modules
 
 MODULES = ("errors", "extras", "validate", "dtypes", "device", "hardware", "lock", "quietness", "timing", "results",
            "sweepnoise", "measure", "compare", "roofline", "denormals", "readout", "stats", "verdicts",
-           "jsonable", "sizes", "stderr", "ceiling")
+           "jsonable", "sizes", "stderr", "ceiling", "machine", "lesson00")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

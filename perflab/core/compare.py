@@ -54,6 +54,18 @@ class HostSync:
         """The three timings, seconds per call (medians): what the lesson's table shows."""
         return {"no_sync": self.no_sync, "synced": self.synced, "perflab_bench": self.bench_s}
 
+    def table(self):
+        """The three medians in milliseconds per call, one row named for the matmul, and the machine."""
+        import pandas as pd
+
+        from perflab.core.readout import MACHINE, machine, num
+
+        return pd.DataFrame([{"until the call returned (ms)": num(self.no_sync * 1e3),
+                              "until the device finished (ms)": num(self.synced * 1e3),
+                              "perflab's timer (ms)": num(self.bench_s * 1e3),
+                              MACHINE: machine(quietness_of(self.quietness))}],
+                            index=[f"{self.n}³ fp32 matmul on {self.device_type}"])
+
     def sentence(self) -> str:
         """What the first two columns say, computed from them."""
         from perflab.core.readout import num, percent
@@ -62,7 +74,7 @@ class HostSync:
         cmp = self.comparison()
         ratio = cmp.ratio
         busy = quietness_of(self.quietness).disturbed
-        if cmp.verdict == "inconclusive" or (busy and cmp.verdict == "differ"):
+        if cmp.verdict == "inconclusive" or busy:  # a busy machine's timings draw no conclusion, agreeing or not
             why = (f"the machine was busy ({quietness_of(self.quietness).cause})" if busy else
                    f"single calls scattered by more than half their median (±{percent(max(Noise.of(self.no_sync_s).sigma, Noise.of(self.synced_s).sigma), 2)})")
             return (f"Inconclusive: {why}, so the medians ({a} ms and {b} ms per call) say nothing about the "
@@ -131,6 +143,8 @@ class CopyLevels:
     largest_bytes: int
     largest_gbps: float
     cache_bytes: int | None  # the last-level cache the buffers are compared with (None: unknown)
+    best_quietness: Any = None  # the machine while each of the two was timed (a Quietness, or its JSON)
+    largest_quietness: Any = None
 
     @property
     def best_in_cache(self) -> bool:
@@ -149,10 +163,25 @@ class CopyLevels:
         return [{"quantity": best, "measured": self.best_gbps, "unit": "GB/s"},
                 {"quantity": big, "measured": self.largest_gbps, "unit": "GB/s"}]
 
+    @property
+    def busy(self) -> str | None:
+        """The cause, when the best or the largest buffer was timed on a busy machine (the levels then say nothing)."""
+        for q in (self.best_quietness, self.largest_quietness):
+            if quietness_of(q).disturbed:
+                return quietness_of(q).cause or "quietness not measured"
+        return None
+
     def sentence(self) -> str:
         from perflab.core.readout import num
+        from perflab.core.verdicts import busy_text
 
         mib = 2**20
+        if self.busy is not None:
+            both = (f"the fastest copy ({num(self.best_gbps)} GB/s, {self.best_bytes / mib:g} MiB)"
+                    + (f" and the largest buffer's ({num(self.largest_gbps)} GB/s, {self.largest_bytes / mib:g} MiB)"
+                       if self.largest_bytes != self.best_bytes else ", also the largest buffer,"))
+            return (f"{_capital(busy_text(self.busy))}: {both} may be the neighbours', not the memory's; run the cell "
+                    "again when the machine is quiet.")
         s = (f"The fastest copy ({num(self.best_gbps)} GB/s) was the {self.best_bytes / mib:g} MiB buffer"
              + (", which fits in the last-level cache: a cache result, not memory speed. " if self.best_in_cache
                 else ". "))
@@ -167,13 +196,22 @@ class CopyLevels:
         return s
 
 
-def copy_levels(nbytes: Sequence[int], gbps: Sequence[float], cache_bytes: int | None) -> CopyLevels:
-    """Read a copy sweep (buffer sizes in bytes, GB/s each) against the last-level cache size."""
-    pts = sorted((int(b), float(g)) for b, g in zip(nbytes, gbps, strict=True) if g and g > 0)
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def copy_levels(nbytes: Sequence[int], gbps: Sequence[float], cache_bytes: int | None,
+                quietness: Sequence[Any] | None = None) -> CopyLevels:
+    """Read a copy sweep (buffer sizes in bytes, GB/s each, and optionally each one's quietness) against
+    the last-level cache size."""
+    qs = list(quietness) if quietness is not None else [None] * len(nbytes)
+    pts = sorted(((int(b), float(g), q) for b, g, q in zip(nbytes, gbps, qs, strict=True) if g and g > 0),
+                 key=lambda p: p[0])
     if not pts:
         raise ValueError("copy_levels needs at least one measured buffer")
     best = max(pts, key=lambda p: p[1])
-    return CopyLevels(best[0], best[1], pts[-1][0], pts[-1][1], int(cache_bytes) if cache_bytes else None)
+    return CopyLevels(best[0], best[1], pts[-1][0], pts[-1][1], int(cache_bytes) if cache_bytes else None,
+                      best[2], pts[-1][2])
 
 
 def last_level_cache(details: Mapping[str, Any], on_gpu: bool) -> int | None:

@@ -21,15 +21,18 @@ take it.
   CUDA_VISIBLE_DEVICES number the same GPU differently still share one lock.
 * Re-entrant: a measurement inside a measurement (a bench inside a locked torchrun job, or its
   ranks, which inherit `PERFLAB_LOCK_HELD`) does not wait for itself.
-* While it waits, a readout says so, one line per message: "waiting for cuda:0: another learner's
-  measurement is running, 3 s", then "waited 7 s for cuda:0: …; measuring now" and, when the turn
-  ends, "cuda:0: waited 7 s for the device, measured 3.2 s". `turns()` adds up both over the process,
-  and `turns_line()` says it in one line: time spent waiting, apart from time spent measuring.
-* Another user's measurement is only ever "another learner's measurement": the shared lock file
-  records the holder's numeric uid, pid and start time, nothing else, and the text shown is built
-  from fixed words unless the holder is the reader's own uid. Then the label (what is measured)
-  comes from a file only that user can read (`<lock>.<uid>.mine`, mode 0600), so a learner sees
-  "your own measurement (pid 1234: matmul 1024³)" and never anyone else's user name, command or model.
+* While it waits, a readout says so on **one line that rewrites itself**: "waiting for cpu: another
+  measurement of yours is running, 3 s", then "cpu: waited 7.0 s for the device; measuring now" and,
+  when the turn ends, "cpu: waited 7.0 s for the device, measured 3.2 s". In a notebook the line is
+  one output of the cell, updated in place, and every turn the cell waits for adds to it ("cpu:
+  waited 334 s for the device over 21 turns, measured 71 s"); on a terminal it is redrawn with a
+  carriage return; elsewhere (a log, a pipe) it is one line when a wait starts and one when its turn
+  ends. `turns()` adds up both over the process, and `turns_line()` says it in one line: time spent
+  waiting, apart from time spent measuring.
+* Who holds the lock is only ever "another learner's measurement" (another user) or "another
+  measurement of yours" (this user's other kernel, command or job): the shared lock file records the
+  holder's numeric uid, pid and start time, nothing else, and the text shown is built from fixed words
+  alone. No process id, command, program or model is ever shown, not even one's own.
 * `PERFLAB_LOCK=off` turns it off (a box with one user, or measurements meant to collide).
 
 What it cannot do: it gives turns, not isolation. Something that does not go through perflab
@@ -49,13 +52,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, Protocol
 
 from perflab.core.errors import PerflabError
 
 HELD_ENV = "PERFLAB_LOCK_HELD"  # set while this process holds a lock; its children skip locking
 POLL_S = 0.05
 FIRST_NOTE_S = 1.0  # a wait shorter than this says nothing
-NOTE_EVERY_S = 10.0  # while waiting, a line every this many seconds
 
 
 class LockTimeout(PerflabError):
@@ -126,40 +129,10 @@ def _uid() -> int | None:
     return getuid() if getuid is not None else None
 
 
-def _mine(path: Path) -> Path:
-    """The holder's private note of what it measures, readable by its own user only."""
-    return path.with_name(f"{path.name}.{_uid()}.mine")
-
-
-def _write_mine(path: Path, label: str) -> None:
-    note = _mine(path)
-    with contextlib.suppress(OSError):
-        fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            if os.fstat(fd).st_uid == _uid():  # never write into a file someone else planted
-                os.write(fd, json.dumps({"pid": os.getpid(), "label": label}).encode())
-        finally:
-            os.close(fd)
-
-
-def _read_mine(path: Path, pid: object) -> str:
-    with contextlib.suppress(OSError, ValueError):
-        fd = os.open(_mine(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            if os.fstat(fd).st_uid != _uid():
-                return ""
-            info = json.loads(os.read(fd, 4096) or b"{}")
-        finally:
-            os.close(fd)
-        if isinstance(info, dict) and info.get("pid") == pid and isinstance(info.get("label"), str):
-            return info["label"][:120]
-    return ""
-
-
 def holder(path: Path) -> str:
-    """Who holds the lock, as this user may be told: "your own measurement (pid 1234: matmul 1024³)"
-    when the holder runs as this user, else "another learner's measurement" (never their name, command
-    or model: the shared file does not even hold them), "another measurement" when unknown."""
+    """Who holds the lock, in fixed words: "another measurement of yours" when the holder runs as this
+    user, "another learner's measurement" when it does not, "another measurement" when unknown. Never
+    a name, a process id, a command or a model (the shared file does not even hold them)."""
     try:
         info = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
@@ -168,10 +141,7 @@ def holder(path: Path) -> str:
         return "another measurement"
     if info.get("uid") != _uid() or _uid() is None:
         return "another learner's measurement"
-    pid = info.get("pid")
-    pid_text = f"pid {int(pid)}" if isinstance(pid, int) else "another process"
-    label = _read_mine(path, pid)
-    return f"your own measurement ({pid_text}{': ' + label if label else ''})"
+    return "another measurement of yours"
 
 
 _turns = {"waited_s": 0.0, "measured_s": 0.0, "turns": 0}
@@ -202,30 +172,143 @@ def _secs(s: float) -> str:
 def _in_kernel() -> bool:
     """True inside a Jupyter kernel (IPython's ZMQ shell is running), not merely when ipykernel was
     imported: a process that imported it and then runs `perflab ... --json` must keep stdout clean."""
+    return _kernel_shell() is not None
+
+
+def _kernel_shell() -> object | None:
     ipython = sys.modules.get("IPython")
     try:
         shell = ipython.get_ipython() if ipython is not None else None
     except Exception:  # an IPython half imported: not a kernel
-        return False
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+        return None
+    return shell if shell is not None and type(shell).__name__ == "ZMQInteractiveShell" else None
 
 
-def _say_default() -> Callable[[str, bool], None]:
-    """Where the waiting readout goes: the notebook's output (stdout) in a kernel, stderr elsewhere
-    (so that `--json` output stays clean). Every message is a line of its own, never redrawn over an
-    earlier one (a shorter line drawn over a longer one leaves the longer one's end behind); while
-    waiting, one line at the first second and then one every `NOTE_EVERY_S` seconds."""
-    stream = sys.stdout if _in_kernel() else sys.stderr
-    last = [-1e9]
+class Readout(Protocol):
+    """Where a wait is said: `waiting` while it waits (about once a second), `measuring` when the turn
+    begins, `done` when it ends."""
 
-    def say(text: str, final: bool) -> None:
-        now = time.monotonic()
-        if final or now - last[0] >= NOTE_EVERY_S:
-            stream.write(text.replace("\r", " ").replace("\n", " ") + "\n")
-            last[0] = now
-            stream.flush()
+    def waiting(self, name: str, who: str, waited_s: float) -> None: ...
 
-    return say
+    def measuring(self, name: str, who: str, waited_s: float) -> None: ...
+
+    def done(self, name: str, waited_s: float, measured_s: float) -> None: ...
+
+
+class Lines:
+    """A readout for a `say(text, final)` function: each message is one line of text (the caller
+    decides what to do with them; tests collect them)."""
+
+    def __init__(self, say: Callable[[str, bool], None]) -> None:
+        self.say = say
+
+    def waiting(self, name: str, who: str, waited_s: float) -> None:
+        self.say(f"waiting for {name}: {who} is running, {waited_s:.0f} s", False)
+
+    def measuring(self, name: str, who: str, waited_s: float) -> None:
+        self.say(f"{name}: waited {_secs(waited_s)} for the device; measuring now", False)
+
+    def done(self, name: str, waited_s: float, measured_s: float) -> None:
+        self.say(f"{name}: waited {_secs(waited_s)} for the device, measured {_secs(measured_s)}", True)
+
+
+class WaitLine:
+    """The default readout: one line that rewrites itself (module docstring).
+
+    In a notebook the line is a display output of the running cell, updated in place; the waits of one
+    cell (one execution: its parent message) add up on it. On a terminal (stderr is a tty) it is redrawn
+    with a carriage return and ended when the turn ends. Elsewhere (a log, a pipe) a wait is one line
+    when it starts and one when its turn ends. Outside a kernel everything goes to stderr, so that
+    `--json` output stays clean."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self._stream = stream
+        self._cell: object = None  # the cell execution the kernel line belongs to
+        self._handle: Any = None
+        self._cell_waited = 0.0
+        self._cell_measured = 0.0
+        self._cell_turns = 0
+        self._drawn = 0  # characters of the terminal line drawn so far
+        self._started = False  # this wait's first line was written (a log's)
+
+    # -------------------------------------------------------------- where the line goes
+    def _kernel_key(self) -> object | None:
+        shell = _kernel_shell()
+        if shell is None:
+            return None
+        with contextlib.suppress(Exception):
+            parent = getattr(shell, "parent_header", None) or {}
+            msg = (parent.get("header") or {}).get("msg_id")
+            if msg:
+                return msg
+        return getattr(shell, "execution_count", 0)
+
+    def _show(self, text: str, final: bool) -> None:
+        key = self._kernel_key()
+        if key is not None and self._stream is None:
+            self._show_in_kernel(key, text)
+            return
+        stream = self._stream or sys.stderr
+        text = text.replace("\r", " ").replace("\n", " ")
+        if getattr(stream, "isatty", lambda: False)():
+            pad = max(0, self._drawn - len(text))
+            stream.write("\r" + text + " " * pad + ("\n" if final else ""))
+            self._drawn = 0 if final else len(text)
+        elif final or not self._started:
+            stream.write(text + "\n")
+            self._started = not final
+        stream.flush()
+
+    def _show_in_kernel(self, key: object, text: str) -> None:
+        from IPython.display import DisplayHandle
+
+        if key != self._cell or self._handle is None:
+            self._cell, self._handle = key, DisplayHandle()
+            self._cell_waited = self._cell_measured = 0.0
+            self._cell_turns = 0
+            self._handle.display({"text/plain": text}, raw=True)
+        else:
+            self._handle.update({"text/plain": text}, raw=True)
+
+    # -------------------------------------------------------------- what it says
+    def _before(self, key: object | None) -> str:
+        """In a kernel, what this cell waited in its earlier turns: ' (this cell: 80 s over 4 turns)'."""
+        if key is None or key != self._cell or not self._cell_turns:
+            return ""
+        return (f" (this cell so far: waited {_secs(self._cell_waited)} over {self._cell_turns} "
+                f"turn{'s' if self._cell_turns != 1 else ''})")
+
+    def waiting(self, name: str, who: str, waited_s: float) -> None:
+        key = self._kernel_key() if self._stream is None else None
+        self._show(f"waiting for {name}: {who} is running, {waited_s:.0f} s{self._before(key)}", False)
+
+    def measuring(self, name: str, who: str, waited_s: float) -> None:
+        key = self._kernel_key() if self._stream is None else None
+        if key is None and not getattr(self._stream or sys.stderr, "isatty", lambda: False)():
+            return  # a log gets the wait's start and its end, nothing between
+        self._show(f"{name}: waited {_secs(waited_s)} for the device; measuring now{self._before(key)}", False)
+
+    def done(self, name: str, waited_s: float, measured_s: float) -> None:
+        key = self._kernel_key() if self._stream is None else None
+        if key is not None and key == self._cell:
+            self._cell_waited += waited_s
+            self._cell_measured += measured_s
+            self._cell_turns += 1
+            if self._cell_turns > 1:
+                self._show(f"{name}: waited {_secs(self._cell_waited)} for the device over {self._cell_turns} turns, "
+                           f"measured {_secs(self._cell_measured)}", True)
+                return
+        self._show(f"{name}: waited {_secs(waited_s)} for the device, measured {_secs(measured_s)}", True)
+
+
+_readout: WaitLine | None = None
+
+
+def _default_readout() -> WaitLine:
+    global _readout
+    if _readout is None:
+        _readout = WaitLine()
+    return _readout
 
 
 def _held_by_parent() -> bool:
@@ -240,7 +323,9 @@ def _held_by_parent() -> bool:
 def device_lock(device: object = "cpu", *, label: str = "", timeout: float | None = None,
                 say: Callable[[str, bool], None] | None = None) -> Iterator[float]:
     """Hold `device`'s lock for the body; yields the seconds it waited. Several devices: nest them
-    in a fixed order (see `devices_lock`)."""
+    in a fixed order (see `devices_lock`). `label` names what is measured, for the caller's own records:
+    it is never written where another process could read it, nor shown. `say(text, final)` receives
+    the waiting readout's lines instead of the one updating line (`WaitLine`)."""
     if not enabled() or _held_by_parent():
         yield 0.0
         return
@@ -272,6 +357,7 @@ def device_lock(device: object = "cpu", *, label: str = "", timeout: float | Non
     waited = 0.0
     noted = False
     name = str(device)
+    out: Readout = Lines(say) if say is not None else _default_readout()
     try:
         while True:
             try:
@@ -284,17 +370,15 @@ def device_lock(device: object = "cpu", *, label: str = "", timeout: float | Non
                 raise LockTimeout(f"{name} stayed busy for {waited:.0f} s ({holder(path)} is running): "
                                   "try again when it ends")
             if waited >= FIRST_NOTE_S and (not noted or int(waited) != int(waited - POLL_S)):
-                say = say or _say_default()
-                say(f"waiting for {name}: {holder(path)} is running, {waited:.0f} s", False)
+                out.waiting(name, holder(path), waited)  # about once a second: the line rewrites itself
                 noted = True
             time.sleep(POLL_S)
         waited = time.monotonic() - t0
-        if noted and say is not None:
-            say(f"waited {waited:.0f} s for {name}: {holder(path)} was running; measuring now", True)
+        if noted:
+            out.measuring(name, holder(path), waited)
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"uid": _uid(), "pid": os.getpid(), "since": time.time()}).encode(), 0)
-        _write_mine(path, label)
         with _guard:
             _held[key] = 1
         before = os.environ.get(HELD_ENV)
@@ -315,8 +399,8 @@ def device_lock(device: object = "cpu", *, label: str = "", timeout: float | Non
                 _turns["turns"] += 1
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-            if noted and say is not None:
-                say(f"{name}: waited {_secs(waited)} for the device, measured {_secs(measured)}", True)
+            if noted:
+                out.done(name, waited, measured)
     finally:
         os.close(fd)  # closing the descriptor releases the flock
 

@@ -18,6 +18,7 @@ from perflab.core.dtypes import DType, check_supported, parse_dtype
 from perflab.core.errors import UnsupportedError
 from perflab.core.hardware import peaks_for
 from perflab.core.jsonable import JSON
+from perflab.core.quietness import UNKNOWN, Quietness
 from perflab.core.readout import Readout, ReadoutMixin, nbytes, num, percent, seconds, spread_note
 from perflab.core.timing import BenchResult, bench, check_close, default_tolerance
 
@@ -89,8 +90,23 @@ class MatmulResult(ReadoutMixin):
     def _busy_note(self) -> list[str]:
         """One line when the machine was busy while this matmul was timed (its rate is then not this
         device's): the bench's quietness, `perflab.core.quietness`."""
+        q = self.quietness
+        return [f"{q.line()}: this rate may be the neighbours', not the device's"] if q.disturbed else []
+
+    @property
+    def quietness(self) -> Quietness:
+        """The machine while this matmul was timed (its bench's), unknown when it was not recorded."""
         q = getattr(self.bench, "quietness", None)
-        return [f"{q.line()}: this rate may be the neighbours', not the device's"] if q is not None and q.disturbed else []
+        return q if isinstance(q, Quietness) else UNKNOWN
+
+    def rate_sentence(self) -> str:
+        """The count, the time and the rate in one line ('1024³ matmul: 2.15 GFLOPs (a count) in 8.47 ms →
+        0.254 TFLOP/s (a rate)'), and what the machine was doing when it was busy."""
+        work = matmul_flops(self.m, self.n, self.k)
+        size = f"{self.m}³" if self.m == self.n == self.k else f"{self.m}×{self.n}×{self.k}"
+        line = (f"{size} matmul: {num(work / 1e9)} GFLOPs (a count) in {seconds(self.median_s)} → "
+                f"{num(self.tflops)} TFLOP/s (a rate)")
+        return line + "".join(f"; {n}" for n in self._busy_note())
 
 
 def validate_matmul(m: int, n: int, k: int, dtype: str | DType, device: torch.device) -> tuple[int, int, int, DType]:
@@ -191,9 +207,10 @@ class BandwidthResult(ReadoutMixin):
     device: str
     n_reps: int
     iqr_s: float = float("nan")
+    quietness: Quietness = UNKNOWN  # the machine while it was timed
 
     def as_dict(self) -> JSON:
-        return asdict(self)
+        return {**asdict(self), "quietness": self.quietness.to_json()}
 
     @property
     def spread(self) -> float:
@@ -209,7 +226,8 @@ class BandwidthResult(ReadoutMixin):
             ("spread (IQR / median)", percent(self.spread, 2)),
             ("timed samples", num(self.n_reps)),
             ("spec sheet", spec),
-        ], [spread_note(self.spread)])
+        ], [spread_note(self.spread)] + ([f"{self.quietness.line()}: this bandwidth may be the neighbours', not the "
+                                          "device's"] if self.quietness.disturbed else []))
 
 
 def measure_copy_bandwidth(nbytes: int = 256 * 2**20, device: torch.device | str | None = None, *,
@@ -235,7 +253,7 @@ def measure_copy_bandwidth(nbytes: int = 256 * 2**20, device: torch.device | str
         s = lookup(describe(dev).name)
         spec = s.memory_bandwidth_gbps if s else None
     return BandwidthResult("device copy", n * 4, moved, res.median_s, gbps, spec, gbps / spec if spec else None,
-                           str(dev), res.n, res.iqr_s)
+                           str(dev), res.n, res.iqr_s, res.quietness)
 
 
 def measure_host_to_device(nbytes: int = 256 * 2**20, pinned: bool = True, device: torch.device | str | None = None, *,
@@ -257,7 +275,7 @@ def measure_host_to_device(nbytes: int = 256 * 2**20, pinned: bool = True, devic
                 flush_l2=False, label=f"H2D {'pinned' if pinned else 'pageable'}")
     gbps = n * 4 / res.median_s / 1e9
     return BandwidthResult(f"host→device ({'pinned' if pinned else 'pageable'})", n * 4, n * 4, res.median_s, gbps,
-                           None, None, str(dev), res.n, res.iqr_s)
+                           None, None, str(dev), res.n, res.iqr_s, res.quietness)
 
 
 # ---------------------------------------------------------------- sweeps used by the lessons
@@ -277,25 +295,26 @@ def sweep_matmul(points: list[dict], device: torch.device | str | None = None, *
     def one(p):
         r = measure_matmul(p["m"], p["n"], p["k"], p.get("dtype", "fp32"), dev, rep_ms=rep_ms, warmup_ms=warmup_ms)
         itemsize = parse_dtype(r.dtype).itemsize
-        q = getattr(r.bench, "quietness", None)
         return {"median_s": r.median_s, "tflops": r.tflops, "peak_tflops": r.peak_tflops,
                 "peak_fraction": r.peak_fraction, "rel_error": r.rel_error, "iqr_s": r.iqr_s,
                 "intensity": matmul_intensity(r.m, r.n, r.k, itemsize), "spread": r.spread,
-                "quietness": q.to_json() if q is not None else None}
+                "quietness": r.quietness.to_json()}
 
     return run_sweep(name, points, one, device_slug=describe(dev).slug, progress=progress)
 
 
 def sweep_copy(sizes_bytes: list[int], device: torch.device | str | None = None, *, name: str = "copy",
                rep_ms: float = 50, progress: bool = True):
-    """Device-memory copy GB/s for each buffer size, as a resumable sweep."""
+    """Device-memory copy GB/s for each buffer size, as a resumable sweep; each row carries the machine's
+    quietness while it was timed."""
     from perflab.core.results import run_sweep
 
     dev = torch.device(device) if device is not None else pick_device()
 
     def one(p):
         r = measure_copy_bandwidth(p["nbytes"], dev, rep_ms=rep_ms)
-        return {"gbps": r.gbps, "median_s": r.median_s, "moved_bytes": r.moved_bytes, "spec_gbps": r.spec_gbps}
+        return {"gbps": r.gbps, "median_s": r.median_s, "moved_bytes": r.moved_bytes, "spec_gbps": r.spec_gbps,
+                "spread": r.spread, "quietness": r.quietness.to_json()}
 
     return run_sweep(name, [{"nbytes": int(s)} for s in sizes_bytes], one, device_slug=describe(dev).slug,
                      progress=progress)
@@ -315,8 +334,20 @@ def host_sync_demo(n: int = 1024, device: torch.device | str | None = None, reps
     return host_sync_timings(n, device, reps).columns()
 
 
+@dataclass(frozen=True)
+class ElementwiseResult:
+    """c = a + b timed: a memory-bound kernel's rate, its bandwidth and where it sits on the roofline."""
+
+    numel: int
+    median_s: float
+    tflops: float
+    gbps: float  # bytes read + written per second, 1e9 bytes
+    intensity: float  # FLOPs per byte: 1/(3·itemsize)
+    quietness: Quietness = UNKNOWN
+
+
 def measure_elementwise(numel: int, dtype: str = "fp32", device: torch.device | str | None = None, *,
-                        rep_ms: float = 50) -> dict[str, float]:
+                        rep_ms: float = 50) -> ElementwiseResult:
     """Time c = a + b over `numel` elements: a memory-bound kernel (intensity 1/(3·itemsize) FLOP/byte)."""
     from perflab.core.roofline import elementwise_flops_and_bytes
 
@@ -331,5 +362,5 @@ def measure_elementwise(numel: int, dtype: str = "fp32", device: torch.device | 
     check_close(out, a.double() + b.double(), tol=default_tolerance(dt.torch_dtype), what="a + b")
     r = bench(lambda: torch.add(a, b, out=out), device=dev, rep_ms=rep_ms, flush_l2=False, label=f"add {numel}")
     flops, nbytes = elementwise_flops_and_bytes(numel, dt.itemsize)
-    return {"numel": numel, "median_s": r.median_s, "tflops": flops / r.median_s / 1e12, "gbps": nbytes / r.median_s / 1e9,
-            "intensity": flops / nbytes}
+    return ElementwiseResult(numel, r.median_s, flops / r.median_s / 1e12, nbytes / r.median_s / 1e9, flops / nbytes,
+                             r.quietness)

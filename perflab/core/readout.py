@@ -40,11 +40,16 @@ def num(x: float | int | None, sig: int = 3) -> str:
         return "∞" if x > 0 else "-∞"
     if x == 0:
         return "0"
-    mag = math.floor(math.log10(abs(x)))
+    mag = math.floor(math.log10(abs(float(f"{x:.{max(sig, 1) - 1}e}"))))  # of x rounded: 0.9996 is 1.0, not 1.00
     if mag >= 6 or mag < -4:
         return f"{x:.{sig - 1}e}"
     decimals = max(0, sig - 1 - mag)
     return f"{x:,.{decimals}f}"
+
+
+def plain(x: float | int | None, sig: int = 4) -> str:
+    """`num` without padded zeros, for figures typed from a datasheet or a count: 0.8 (not 0.800), 1,979, 27."""
+    return _trim(num(x, sig))
 
 
 def seconds(s: float | None, sig: int = 3) -> str:
@@ -106,6 +111,20 @@ def mib(b: float | int | None) -> str:
         if abs(b) >= scale:
             return f"{b / scale:,.1f} {unit}"
     return f"{int(b)} B"
+
+
+MACHINE = "machine while measured"  # the column a table's quietness goes in
+
+
+def machine(q: object) -> str:
+    """A table cell for a measurement's quietness (a `perflab.core.quietness.Quietness`): 'quiet',
+    'busy: other programs used 79 % of 2 cores' (a disturbed one: its row draws no conclusion) or
+    'unknown: too short to tell (8 ms)'."""
+    verdict, cause = str(getattr(q, "verdict", "unknown")), str(getattr(q, "cause", "") or "")
+    if verdict == "quiet":
+        return "quiet"
+    word = "busy" if verdict == "disturbed" else "unknown"
+    return f"{word}: {cause}" if cause else word
 
 
 def spread_note(spread: float | None, what: str = "timing") -> str | None:

@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perflab.audit.fp8 import HOW
 from perflab.core.readout import nbytes, num, percent, seconds
 from perflab.course.report_html import CSS, _png, _table
 
@@ -74,6 +75,29 @@ def _time_section(rep: AuditReport) -> str:
         + "</section>")
 
 
+def _fp8_section(rep: AuditReport) -> str:
+    """The step's GEMMs, bf16 against fp8 on the chosen GPU (perflab.audit.fp8): every shape, its verdict,
+    the step's matmuls in all and the datasheets behind it."""
+    f = rep.fp8
+    if f is None:
+        return ""
+    head = "<section><h2>Where fp8 would pay</h2>"
+    if f.basis is None:
+        return head + f"<p>{_e(f.lines()[0])}</p></section>"
+    b = f.basis
+    rows = [[x.shape, x.calls, percent(x.share), seconds(x.bf16_s), seconds(x.fp8_s), seconds(x.cast_s),
+             "–" if x.speedup is None else f"{num(x.speedup)}×", "fp8 pays" if x.fp8_wins else "keep bf16"]
+            for x in f.gemms]
+    said = [f.count_line(), f.stay_line(), f.all_line()] if f.gemms else [f.lines()[1]]
+    return (head + f"<p>on {_e(b.gpu)} ({_e(f.note)})</p>"
+            + _table(["m×n×k", "calls per step", "share of the matmul FLOPs", "bf16 per step",
+                      "fp8 per step (casts included)", "casts per step", "fp8 gain", "verdict"], rows)
+            + "".join(f"<p class='note'>{_e(line)}</p>" for line in said if line)
+            + f"<p class='note'>basis: {_e(b.gpu)}'s dense peaks, bf16 {num(b.bf16_tflops)} and fp8 "
+            f"{num(b.fp8_tflops)} TFLOP/s ({_e(b.peaks_source)}); memory bandwidth {num(b.bandwidth_gbps)} GB/s "
+            f"({_e(b.bandwidth_source)}); {_e(HOW)}</p></section>")
+
+
 def _recommendations(rep: AuditReport) -> str:
     if not rep.recommendations:
         return "<p>no rung of the capstone applies</p>"
@@ -105,6 +129,7 @@ def render(rep: AuditReport) -> str:
     e = rep.energy
     parts.append("<section><h2>Energy</h2><p>" + (_e(e.note) if e.j_per_step is None else f"{num(e.j_per_step)} J per "
                                                   f"step ({_e(e.note)})") + "</p></section>")
+    parts.append(_fp8_section(rep))
     parts.append("<section><h2>What to try</h2>" + _recommendations(rep) + "</section></body></html>")
     return "".join(parts)
 

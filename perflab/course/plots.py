@@ -25,12 +25,21 @@ def _known(x: float | None) -> TypeGuard[float]:
     return x is not None and not (isinstance(x, float) and math.isnan(x)) and x > 0
 
 
+BUSY_LABEL = "machine busy: not this device's"  # how a figure marks a figure measured on a busy machine
+
+
 def bars_vs_peak(labels: Sequence[str], measured: Sequence[float], peaks: Sequence[float | None], *, unit: str = "TFLOP/s",
-                 title: str = "", peak_label: str = "peak", ax=None):
-    """Measured bars with each bar's peak drawn as a red tick; value and fraction of peak written on top."""
+                 title: str = "", peak_label: str = "peak", ax=None, disturbed: Sequence[bool] | None = None):
+    """Measured bars with each bar's peak drawn as a red tick; value and fraction of peak written on top.
+    A bar measured on a busy machine (`disturbed`) is hatched grey and says so."""
     fig, ax = _fig(ax)
     x = list(range(len(labels)))
-    ax.bar(x, measured, color="tab:blue", label="measured")
+    busy = list(disturbed) if disturbed is not None else [False] * len(labels)
+    labelled: set[bool] = set()
+    for i, (m, b) in enumerate(zip(measured, busy, strict=True)):
+        ax.bar([i], [m], color="lightgray" if b else "tab:blue", hatch="//" if b else None,
+               label="_nolegend_" if b in labelled else (BUSY_LABEL if b else "measured"))
+        labelled.add(b)
     top = max([m for m in measured] + [p for p in peaks if _known(p)] + [0])
     first = True
     for i, (m, p) in enumerate(zip(measured, peaks)):
@@ -40,6 +49,8 @@ def bars_vs_peak(labels: Sequence[str], measured: Sequence[float], peaks: Sequen
             note = f"{m:.3g} {unit}\n{m / p:.0%} of peak"
         else:
             note = f"{m:.3g} {unit}\npeak unknown"
+        if busy[i]:
+            note += "\n(machine busy)"
         ax.text(i, max(m, p if _known(p) else 0.0) + 0.02 * top, note, ha="center", va="bottom", fontsize=8)
     ax.set_ylim(0, top * 1.25 if top else 1)
     ax.set_xticks(x, labels)
@@ -51,10 +62,15 @@ def bars_vs_peak(labels: Sequence[str], measured: Sequence[float], peaks: Sequen
 
 
 def bandwidth_vs_size(sizes_bytes: Sequence[float], gbps: Sequence[float], *, marks: dict[str, float] | None = None,
-                      spec_gbps: float | None = None, title: str = "", ax=None, label: str = "measured"):
-    """GB/s against buffer size (log x), with cache sizes marked as vertical lines."""
+                      spec_gbps: float | None = None, title: str = "", ax=None, label: str = "measured",
+                      disturbed: Sequence[bool] | None = None):
+    """GB/s against buffer size (log x), with cache sizes marked as vertical lines; a point measured on a
+    busy machine (`disturbed`) is crossed out in red."""
     fig, ax = _fig(ax)
     ax.plot([s / 2**20 for s in sizes_bytes], gbps, "o-", label=label)
+    busy = [(s / 2**20, g) for s, g, b in zip(sizes_bytes, gbps, disturbed or [False] * len(gbps), strict=True) if b]
+    if busy:
+        ax.scatter(*zip(*busy, strict=True), marker="x", s=80, color="tab:red", zorder=3, label=BUSY_LABEL)
     for name, nbytes in (marks or {}).items():
         if nbytes:
             ax.axvline(nbytes / 2**20, color="gray", linestyle=":", linewidth=1)
@@ -94,8 +110,14 @@ def roofline(peak_tflops: float | None, bandwidth_gbps: float | None, points=Non
         ax.axhline(value, linestyle="--", linewidth=1, label=f"{name}: {value:.3g} TFLOP/s")
     if points is not None:
         rows = points.to_dict("records") if hasattr(points, "to_dict") else list(points)
+        first_busy = True
         for r in rows:
-            ax.scatter(r["intensity"], r["tflops"], zorder=3, s=30)
+            if r.get("disturbed"):  # measured on a busy machine: crossed out, and said so once in the legend
+                ax.scatter(r["intensity"], r["tflops"], zorder=3, s=60, marker="x", color="tab:red",
+                           label=BUSY_LABEL if first_busy else "_nolegend_")
+                first_busy = False
+            else:
+                ax.scatter(r["intensity"], r["tflops"], zorder=3, s=30)
             if r.get("label"):
                 ax.annotate(str(r["label"]), (r["intensity"], r["tflops"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xscale("log")
@@ -149,11 +171,40 @@ def measure_on_roofline(n: int, dtype: str, device, info, peaks, *, bandwidth_gb
     r = measure_matmul(n, n, n, dtype, device, rep_ms=rep_ms, warmup_ms=warmup_ms, min_reps=min_reps)
     inten = matmul_intensity(n, n, n, parse_dtype(dtype).itemsize)
     rf, _ = device_roofline(info, peaks, r.dtype, measured_bandwidth_gbps=bandwidth_gbps)
+    busy = r.quietness.disturbed
     fig = roofline(rf.peak_flops / 1e12 if rf else None, rf.bandwidth / 1e9 if rf else None,
-                         [{"intensity": inten, "tflops": r.tflops, "label": f"{n}³ {r.dtype}: {r.tflops:.3g} TFLOP/s"}],
-                         title=f"live: {n}³ {r.dtype} on {info.name}")
+                   [{"intensity": inten, "tflops": r.tflops, "disturbed": busy,
+                     "label": f"{n}³ {r.dtype}: {r.tflops:.3g} TFLOP/s" + (" (machine busy)" if busy else "")}],
+                   title=f"live: {n}³ {r.dtype} on {info.name}")
     if background is not None and len(background):
         fig.axes[0].scatter(background["intensity"], background["tflops"], color="lightgray", zorder=2,
                             label="sweep above")
         fig.axes[0].legend(fontsize=8, loc="lower right")
     return fig, r
+
+
+# ---------------------------------------------------------------- lesson 00's figures, from its typed results
+
+def dtype_bars(matmuls, device_name: str):
+    """Lesson 00's matmul in every dtype (`perflab.core.machine.DtypeMatmuls`) against each dtype's peak."""
+    pts = matmuls.points
+    return bars_vs_peak([p.dtype for p in pts], [p.tflops for p in pts], [p.peak_tflops for p in pts],
+                        title=f"{matmuls.n}³ matmul on {device_name}", peak_label=f"{matmuls.peak_label} peak",
+                        disturbed=[p.quietness.disturbed for p in pts])
+
+
+def copy_curve(copies, device_name: str):
+    """Lesson 00's copy sweep (`perflab.core.machine.CopySweep`) against buffer size, its caches marked."""
+    pts = sorted(copies.points, key=lambda p: p.nbytes)
+    return bandwidth_vs_size([p.nbytes for p in pts], [p.gbps for p in pts], marks=dict(copies.caches),
+                             spec_gbps=copies.spec_gbps, title=f"device-memory copy on {device_name}",
+                             disturbed=[p.quietness.disturbed for p in pts])
+
+
+def sweep_roofline(run, device_name: str):
+    """Lesson 01's roofline (`perflab.flops.rates.RooflineRun`): the roof, its matmuls and a + b, the best matmul
+    as a dashed ceiling; a point measured on a busy machine is crossed out."""
+    roof = run.roof
+    return roofline(roof.peak_flops / 1e12 if roof else None, roof.bandwidth / 1e9 if roof else None, run.frame(),
+                    ceilings={"best matmul measured here": run.best_tflops},
+                    title=f"{run.dtype} roofline of {device_name}")

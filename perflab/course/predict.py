@@ -9,17 +9,26 @@
 A prediction is either a number with its unit, or one of a few `choices`. The learner types it
 into the box that `ask` shows; the measurement cell that follows calls `reveal`, which reads the
 box *as it is then*, so a number typed after the measurement ran is not a prediction of it (the
-record keeps the time at which each was read). A value that first appears, or changes, after its
-result was shown (the measurement cell run again) is marked `late`, said so beside the result, and
-left out of `calibration`.
+record keeps the time at which each was read).
+
+* The prediction that counts is the one entered before its result was first shown. A learner who
+  changes it afterwards and runs the measurement cell again keeps that first prediction; the change
+  is said beside the result ("changed to … after the result was shown") and not scored.
+* A value that first appears after its result was shown is marked `late`, said so beside the
+  result, and left out of `calibration`.
+* With Run All every cell runs before anyone could type: the result says that no prediction was
+  entered and how to predict as you go (one cell at a time), without scoring anything.
+* A measurement taken while the machine was busy (`quietness=` disturbed) is shown, but the
+  prediction is not scored against it: the machine's neighbours moved the number, not the learner.
 
 Under papermill (tests, a teacher's batch run) nobody types: every lesson's parameters cell has
 `predictions = {}`, a dict of key → value, and `ask(..., given=predictions)` takes the value from
-there. A lesson run with none says "no prediction entered" and still shows the measurement.
+there.
 
 Every `reveal` appends one JSON line to `<results>/predictions.jsonl` (the results folder of
 `perflab.core.results`), so a teacher can collect a class's predictions:
-`lesson, key, question, unit, predicted, measured, error_pct, correct, direction, device, time`.
+`lesson, key, question, unit, predicted, measured, error_pct, correct, direction, device, late, time`
+(and `changed_to` when the box changed after the result, `busy` when the machine was).
 `error_pct` is (predicted − measured) / measured × 100 for numbers (positive: over-estimated);
 `correct` is set for choices.
 """
@@ -39,7 +48,10 @@ from perflab.core.readout import num as _num
 
 
 def num(x: float | int | None, sig: int = 3) -> str:
-    """`x` to `sig` significant digits without padded zeros: 1.2 (not 1.20), 0.5, 27."""
+    """`x` to `sig` significant digits without padded zeros: 1.2 (not 1.20), 0.5, 27. A whole number of
+    a million or more (a count, such as a layer's FLOPs) is written in full: 536,870,912, not 5.37e+08."""
+    if isinstance(x, float) and x.is_integer() and 1e6 <= abs(x) < 1e15:
+        return f"{int(x):,}"
     text = _num(x, sig)
     if "." in text and "e" not in text:
         text = text.rstrip("0").rstrip(".")
@@ -49,6 +61,9 @@ ON_THE_MARK = 0.10  # |predicted/measured − 1| within which a numeric predicti
 
 _RECORDS: dict[tuple[str, str], dict[str, Any]] = {}  # (lesson, key) -> latest record, this kernel
 _FIRST_REVEAL: dict[tuple[str, str], Any] = {}  # (lesson, key) -> what was entered when its result was first shown
+
+HOW_TO_PREDICT = ("to predict as you go, run the lesson one cell at a time (Shift-Enter) and type your number in "
+                  "each box before running the cell below it (Run All runs every cell without waiting for you)")
 
 
 def parse_number(text: Any) -> float | None:
@@ -165,9 +180,12 @@ class Reveal:
         unit = f" {r['unit']}" if r["unit"] and r["correct"] is None else ""
         pred = "no prediction entered" if r["predicted"] is None else (
             f"{num(r['predicted'])}{unit}" if isinstance(r["predicted"], float) else str(r["predicted"]))
-        meas = f"{num(r['measured'])}{unit}" if isinstance(r["measured"], float) else str(r["measured"])
+        meas = (f"{num(r['measured'])}{unit}" if isinstance(r["measured"], float) else
+                "not known here" if r["measured"] is None else str(r["measured"]))
         rows = [("your prediction", pred), (r.get("against") or "measured", meas)]
-        if r["error_pct"] is not None:
+        if r.get("busy"):
+            rows.append(("error", f"not scored: the machine was busy ({r['busy']})"))
+        elif r["error_pct"] is not None:
             rows.append(("error", f"{'+' if r['error_pct'] > 0 else ''}{num(r['error_pct'], 2)} % ({r['direction']})"))
         elif r["correct"] is not None:
             rows.append(("verdict", "right" if r["correct"] else "not this time"))
@@ -205,48 +223,77 @@ def _device_name() -> str:
         return "unknown"
 
 
-def reveal(pred: Prediction, measured: float | str, *, tolerance: float = ON_THE_MARK,
-           device: str | None = None, save: bool = True, against: str | None = None) -> Reveal:
+def reveal(pred: Prediction, measured: float | str | None, *, tolerance: float = ON_THE_MARK,
+           device: str | None = None, save: bool = True, against: str | None = None,
+           quietness: Any = None, missing: str = "") -> Reveal:
     """The learner's prediction beside the measurement, with the error; recorded for calibration.
 
     `tolerance` is the relative error that still counts as on the mark (default 10 %). Where this
     machine cannot measure the quantity, `against` names what the prediction is checked against
     instead (a published figure, e.g. "published (2x Xeon 8360Y)"): that label replaces
-    "measured" in the table, and `device` should name the published hardware."""
+    "measured" in the table, and `device` should name the published hardware. `quietness` is the
+    measurement's (`perflab.core.quietness`): a disturbed one is shown but not scored. `measured` None:
+    there is nothing to compare with here, and `missing` says why (nothing is scored). The prediction
+    scored is the one entered before this result was first shown (module docstring)."""
+    from perflab.core.quietness import as_quietness
+
     note = ""
     try:
         predicted = pred.value
     except ValueError as e:
         predicted, note = None, f"{e}: type a plain number (in {pred.unit}) in the box above and run this cell again"
+    k = (pred.lesson, pred.key)
+    first_time = k not in _FIRST_REVEAL
+    if first_time:
+        _FIRST_REVEAL[k] = predicted
+    first = _FIRST_REVEAL[k]
+    changed_to = None
+    late = False
+    if not first_time and first is not None:  # predicted in time: that prediction stays the one scored
+        if predicted is not None and predicted != first:
+            changed_to = predicted
+            note = (f"changed to {_shown(changed_to, pred)} after the result was shown: your prediction stays the one "
+                    f"entered before it, {_shown(first, pred)}")
+        predicted = first
+    elif not first_time and predicted is not None:  # nothing when the result was first shown
+        late = True
+        note = ("entered after the result was shown: not a prediction of it, so it is marked as late and left out "
+                "of your calibration")
     if predicted is None and not note:
-        note = "no prediction entered: type yours in the box above before the next measurement"
+        note = f"no prediction entered before this result: {HOW_TO_PREDICT}"
+    q = as_quietness(quietness) if quietness is not None else None
+    busy = (q.cause or "quietness not measured") if q is not None and q.disturbed else None
     error_pct = direction = correct = None
-    if pred.choices is not None:
+    if measured is None:
+        note = missing or "nothing was measured here to compare your prediction with"
+    elif pred.choices is not None:
         measured = str(measured)
-        if predicted is not None:
+        if predicted is not None and busy is None:
             correct = str(predicted).lower() == measured.lower()
     else:
         measured = float(measured)
-        if predicted is not None and measured != 0:
+        if predicted is not None and measured != 0 and busy is None:
             err = (float(predicted) - measured) / abs(measured)
             error_pct, direction = err * 100, _direction(err, tolerance)
-    k = (pred.lesson, pred.key)
-    late = k in _FIRST_REVEAL and predicted is not None and predicted != _FIRST_REVEAL[k]
-    if k not in _FIRST_REVEAL:
-        _FIRST_REVEAL[k] = predicted
-    if late:
-        note = ("entered after the result was shown: not a prediction of it, so it is marked as late and left out "
-                "of your calibration")
     rec = {"lesson": pred.lesson, "key": pred.key, "question": pred.question, "unit": pred.unit,
            "predicted": predicted, "measured": measured, "error_pct": error_pct, "correct": correct,
            "direction": direction, "device": device or _device_name(), "late": late,
            "time": _dt.datetime.now().isoformat(timespec="seconds")}
+    if changed_to is not None:
+        rec["changed_to"] = changed_to
+    if busy is not None:
+        rec["busy"] = busy
     if against:
         rec["against"] = against
     _RECORDS[(pred.lesson, pred.key)] = rec
     if save:
         _append(rec)
     return Reveal(rec, note)
+
+
+def _shown(value: Any, pred: Prediction) -> str:
+    unit = f" {pred.unit}" if pred.unit and pred.choices is None else ""
+    return f"{num(value)}{unit}" if isinstance(value, float) else str(value)
 
 
 def _append(rec: dict[str, Any]) -> None:
@@ -270,8 +317,15 @@ class Calibration:
 
     @property
     def entered(self) -> list[dict[str, Any]]:
-        """Predictions written before their result was shown (late ones are left out)."""
-        return [r for r in self.records if r["predicted"] is not None and not r.get("late")]
+        """Predictions written before their result was shown and scored (late ones, and those measured on a
+        busy machine, are left out)."""
+        return [r for r in self.records if r["predicted"] is not None and r["measured"] is not None
+                and not r.get("late") and not r.get("busy")]
+
+    @property
+    def busy(self) -> list[dict[str, Any]]:
+        """Predictions whose measurement was taken on a busy machine: shown, not scored."""
+        return [r for r in self.records if r["predicted"] is not None and not r.get("late") and r.get("busy")]
 
     @property
     def late(self) -> list[dict[str, Any]]:
@@ -282,9 +336,12 @@ class Calibration:
         if not self.records:
             return f"lesson {self.lesson}: nothing was predicted yet"
         if not self.entered:
-            return (f"lesson {self.lesson}: no prediction entered before its result ({len(self.records)} asked"
-                    + (f", {len(self.late)} entered after it" if self.late else "")
-                    + ") — predict before you measure, or nothing here is calibrated")
+            asked = f"{len(self.records)} asked"
+            if self.busy:
+                return (f"lesson {self.lesson}: nothing scored: {asked}, and every prediction entered was measured on a "
+                        "busy machine (run those cells again when it is quiet)")
+            return (f"lesson {self.lesson}: nothing to calibrate yet ({asked}, none entered before its result"
+                    + (f", {len(self.late)} after it" if self.late else "") + f"): {HOW_TO_PREDICT}")
         nums = [r for r in self.entered if r["error_pct"] is not None]
         picks = [r for r in self.entered if r["correct"] is not None]
         parts = [f"{len(self.entered)} of {len(self.records)} predicted"]
@@ -300,6 +357,8 @@ class Calibration:
             parts.append(f"choices: {sum(bool(r['correct']) for r in picks)} of {len(picks)} right")
         if self.late:
             parts.append(f"{len(self.late)} entered after the result was shown, left out")
+        if self.busy:
+            parts.append(f"{len(self.busy)} measured on a busy machine, not scored")
         return f"lesson {self.lesson}: " + "; ".join(parts)
 
     def frame(self):
@@ -317,6 +376,8 @@ class Calibration:
                     else ("right" if r["correct"] else "wrong"))
             if r.get("late"):
                 miss = "late: left out"
+            elif r.get("busy") and r["predicted"] is not None:
+                miss = "not scored: machine busy"
             rows.append({"question": r["question"], "prediction": fmt(r["predicted"]),
                          "measured": fmt(r["measured"]) + (f" ({r['against']})" if r.get("against") else ""),
                          "miss": miss})

@@ -83,7 +83,7 @@ def _fault(exc: BaseException, workers: int, timeout: float, step: int) -> Loade
     text = str(exc)
     if "timed out" in text.lower():
         return LoaderFault(f"a DataLoader worker hung: no batch within timeout={timeout:g} s at step {step} "
-                           f"({workers} workers). Look for a sample that blocks (a stuck read, a lock, a deadlock).")
+                           f"({workers} worker{'' if workers == 1 else 's'}). Look for a sample that blocks (a stuck read, a lock, a deadlock).")
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     head = lines[0] if lines else type(exc).__name__
     if len(lines) > 1:  # torch's first line names the worker, its last the worker's own error
@@ -91,7 +91,7 @@ def _fault(exc: BaseException, workers: int, timeout: float, step: int) -> Loade
     return LoaderFault(f"a DataLoader worker raised at step {step}: {head}\n{text}")
 
 
-def make_loader(dataset: PipelineDataset, *, workers: int, batch: int, pin: bool = False, prefetch_factor: int = 2,
+def make_loader(dataset: torch.utils.data.Dataset, *, workers: int, batch: int, pin: bool = False, prefetch_factor: int = 2,
                 persistent: bool = False, timeout: float = 0.0, shuffle: bool = False) -> torch.utils.data.DataLoader:
     if workers < 0 or batch < 1:
         raise InputError(f"need workers ≥ 0 and batch ≥ 1, got workers={workers}, batch={batch}")
@@ -286,6 +286,45 @@ def inline_overhead_s(batch: int, device: torch.device, io_s: float = 0.0, batch
         next(it)
         times.append(time.perf_counter() - t0)
     return statistics.median(times) + batch * sleep_overshoot_s(io_s, n=8)
+
+
+class _ThreadProbe(torch.utils.data.Dataset):
+    """Each sample is the number of intra-op threads torch computes with where the sample is made."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor(torch.get_num_threads())
+
+
+@dataclass(frozen=True)
+class TransformThreads:
+    """The intra-op threads a sample's transform runs on: in the loop's own process (num_workers=0),
+    where the step's ops run on the same threads, and in a DataLoader worker."""
+
+    main: int
+    worker: int
+
+    def text(self) -> str:
+        return (f"a sample's transform ran on {self.main} intra-op thread{'s' if self.main != 1 else ''} with "
+                f"num_workers=0 (the training loop's own process: the threads the step's ops use too) and on "
+                f"{self.worker} in a DataLoader worker")
+
+
+def transform_threads() -> TransformThreads:
+    """Ask a sample where it is made how many threads torch computes with there (no timing involved)."""
+    seen = []
+    for workers in (0, 1):
+        it = iter(make_loader(_ThreadProbe(), workers=workers, batch=1))
+        try:
+            seen.append(int(next(it)[0]))
+        finally:
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            del it
+    return TransformThreads(seen[0], seen[1])
 
 
 def within_tolerance(measured_s: float, predicted_s: float, step_s: float, *, abs_s: float = 0.002,

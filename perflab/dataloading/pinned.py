@@ -335,3 +335,41 @@ def measure_2x2(nbytes: int = 256 << 20, compute_n: int = 4096, reps: int = 10) 
     the published 2×2 is; no side stream, so the device runs copy and compute in turn in all four."""
     rows = measure_variants(nbytes, compute_n, reps, names=[v.name for v in VARIANTS if not v.side_stream])
     return [CopyCase(r.pinned, r.non_blocking, r.h2d_gb_per_s, r.step_s) for r in rows]
+
+
+@dataclass(frozen=True)
+class PinnedDemo:
+    """Lesson 07's section 7: the five copy variants and the cost of pinning, measured on a CUDA GPU;
+    on a CPU nothing to measure, and the published 2×2 stands in (`perflab.dataloading.published`)."""
+
+    rows: tuple[VariantRun, ...] = ()
+    cost: PinCost | None = None
+
+    def text(self) -> str:
+        from perflab.dataloading import published
+
+        if not self.rows:
+            return f"{cpu_explanation()}\nPublished: {published.pin_memory_source()}"
+        return (f"{self.cost.line() if self.cost else 'pinning not timed'}\nPublished, for comparison "
+                f"({published.pin_memory_source()}): "
+                + "; ".join(f"pin_memory={r['pin_memory']}, non_blocking={r['non_blocking']}: {r['avg_time_s']:g} s"
+                            for r in published.pin_memory_rows()))
+
+    def table(self):
+        """The measured variants on a GPU; the published 2×2 on a CPU."""
+        from perflab.dataloading import published
+
+        return measured_table(self.rows) if self.rows else published.pin_memory_table()
+
+    def measured_copies(self) -> dict[str, str] | None:
+        """Each variant's copy rate as text, for `perflab.course.gpu_figures.show` (None on a CPU)."""
+        from perflab.core.readout import num
+
+        return {r.variant: f"{num(r.h2d_gb_per_s)} GB/s" for r in self.rows} or None
+
+
+def demo(nbytes: int, steps: int, pin_bytes: int) -> PinnedDemo:
+    """On a CUDA GPU: `measure_variants(nbytes, steps=steps)` and `pin_cost(pin_bytes)`; elsewhere empty."""
+    if not torch.cuda.is_available():
+        return PinnedDemo()
+    return PinnedDemo(tuple(measure_variants(nbytes, steps=steps)), pin_cost(pin_bytes))

@@ -35,3 +35,24 @@ def published_workers():
 
 def lcg_story() -> dict:
     return json.loads((DATA / "published.json").read_text())["lcg_shuffle"]
+
+
+def pin_memory_table():
+    """The published 2×2 for a person: each setting and its published time per iteration (seconds)."""
+    import pandas as pd
+
+    from perflab.core.readout import seconds
+
+    return pd.DataFrame([{"pin_memory": bool(r["pin_memory"]), "non_blocking": bool(r["non_blocking"]),
+                          "average time per iteration (published)": seconds(float(r["avg_time_s"]))}
+                         for r in pin_memory_rows()])
+
+
+def pin_memory_rows() -> list[dict]:
+    """The published 2×2's rows as the data file holds them: pin_memory, non_blocking, avg_time_s (seconds)."""
+    return list(json.loads((DATA / "published.json").read_text())["pin_memory_non_blocking"]["rows"])
+
+
+def pin_memory_source() -> str:
+    """Where the 2×2 comes from: the GPU and the source."""
+    return str(published_2x2().attrs["source"])

@@ -255,3 +255,64 @@ def measure_whole(kind: str, n: int, seed: int = 0, block: int = 1 << 16) -> dic
     if checksum != n * (n - 1) // 2:
         raise AssertionError(f"{kind}: the generated values are not a permutation of 0..{n - 1}")
     return {"kind": kind, "n": n, "seconds": seconds, "peak_bytes": int(peak + extra)}
+
+
+@dataclass(frozen=True)
+class ShuffleCosts:
+    """`measure_whole` for each method and length (lesson 07, section 8): seconds and peak bytes."""
+
+    records: tuple[dict, ...]  # {"kind", "n", "seconds", "peak_bytes"}, as measure_whole returns them
+    skipped: tuple[str, ...] = ()  # what was left out, and why
+
+    def table(self):
+        import pandas as pd
+
+        from perflab.core.readout import num, seconds
+
+        return pd.DataFrame([{"method": r["kind"], "N": f"{r['n']:.0e}", "time": seconds(r["seconds"], 2),
+                              "peak memory": f"{num(r['peak_bytes'] / 1e6, 2)} MB"} for r in self.records])
+
+
+LIST_LIMIT = 10**5  # a shuffled Python list of 1e5 ints already takes most of a second on a 2-core CPU
+LIST_LIMIT_BIG = 10**7  # with big=True; 1e8 ints in a list would take about 4 GB (40 bytes each) and minutes
+
+
+def measure_costs(sizes, *, big: bool = False, progress: bool = True) -> ShuffleCosts:
+    """Time a whole permutation of each length in `sizes` three ways (LCG blocks, torch.randperm, a
+    shuffled Python list); the list only up to LIST_LIMIT (LIST_LIMIT_BIG when `big`)."""
+    limit = LIST_LIMIT_BIG if big else LIST_LIMIT
+    out, skipped = [], []
+    for n in sizes:
+        for kind in ("lcg", "randperm", "list"):
+            if kind == "list" and n > limit:
+                skipped.append(f"list at N = {n:.0e} (over {limit:.0e}: big_shuffle=True goes further)")
+                continue
+            if progress:
+                print(f"shuffling {n:.0e} items with {kind}…", flush=True)
+            out.append(measure_whole(kind, n))
+    return ShuffleCosts(tuple(out), tuple(skipped))
+
+
+@dataclass(frozen=True)
+class ParityCheck:
+    """How often consecutive entries have opposite parity: the LCG's against a uniform shuffle's."""
+
+    n: int
+    lcg: float
+    uniform: float
+
+    def table(self):
+        import pandas as pd
+
+        from perflab.core.readout import percent
+
+        return pd.DataFrame([{"shuffle": "LCG", "consecutive pairs of opposite parity": percent(self.lcg, 3)},
+                             {"shuffle": "uniform (numpy)", "consecutive pairs of opposite parity": percent(self.uniform, 3)}])
+
+
+def parity_check(n: int, seed: int = 0) -> ParityCheck:
+    """`parity_alternation` over the first `n` entries of an LCG permutation and of numpy's uniform one."""
+    import numpy as np
+
+    return ParityCheck(n, parity_alternation(LCGPermutation(n, seed).block(0, n)),
+                       parity_alternation(np.random.default_rng(seed).permutation(n)))

@@ -116,6 +116,32 @@ def predict(batch: int, io_s: float, transform_s: float, compute_s: float, worke
                       compute_s + med)
 
 
+@dataclass(frozen=True)
+class Predictions:
+    """The model's prediction for each worker count of one setting (lesson 07, section 2)."""
+
+    rows: tuple[Prediction, ...]
+
+    def table(self):
+        """One row per worker count: L, the steady wait and the step, in ms."""
+        import pandas as pd
+
+        from perflab.core.readout import num
+
+        def ms(x: float) -> str:
+            return f"{num(round(x * 1e3, 9), 3)} ms"  # rounded first: 8 ms + 2 ms reads 10.0, not 10.00
+
+        return pd.DataFrame([{"workers": p.workers, "L (one batch)": ms(p.load_s), "steady wait": ms(p.steady_wait_s),
+                              "step": ms(p.step_s)} for p in self.rows]).set_index("workers")
+
+
+def predictions(batch: int, io_s: float, transform_s: float, compute_s: float, worker_counts, batches: int, *,
+                cores: int = 1, compute_on_cpu: bool = True) -> Predictions:
+    """`predict` for each worker count in `worker_counts`."""
+    return Predictions(tuple(predict(batch, io_s, transform_s, compute_s, w, batches, cores=cores,
+                                     compute_on_cpu=compute_on_cpu) for w in worker_counts))
+
+
 @dataclass
 class Recommendation:
     workers: int | None

@@ -10,7 +10,9 @@
 - `collectives`: every primitive verified on N ranks, the lesson's tables and figures
 - `busbw`: algbw/busbw as nccl-tests reports them
 - `overlap`: can communication hide behind computation (`data/interconnects.json`: link figures)
-- `ddp`: DDP in practice, measured inside the ranks
+- `ddp`: DDP in practice, measured inside the ranks, and read back for the lesson
+- `summary`: lesson 06's closing table of what was measured
+- `sizes`: lesson 06's sizes, by the backend its ranks get (smoke, gloo on CPUs, NCCL on GPUs)
 - `workers`: the programs that run inside each rank
 - `lab06`: the lab's checks
 """
@@ -18,5 +20,5 @@
 from perflab._lazy import lazy_modules
 
 MODULES = ("torchrun", "outcome", "ranklogs", "processes", "agent", "primitives", "ring", "collectives", "busbw",
-           "overlap", "ddp", "workers", "lab06")
+           "overlap", "ddp", "summary", "sizes", "workers", "lab06")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

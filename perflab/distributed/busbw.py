@@ -389,6 +389,44 @@ class BusbwRun:
             text += ("\n" if text else "") + self.launch.report()
         return text or "every size measured"
 
+    @property
+    def best(self) -> dict[str, Any] | None:
+        """The measured size with the highest busbw (its row), or None when no size was measured."""
+        ok = [r for r in self.rows if r.get("status", "ok") == "ok" and r.get("busbw_gbps") is not None]
+        return max(ok, key=lambda r: r["busbw_gbps"], default=None)
+
+    @property
+    def best_busbw_gbps(self) -> float | None:
+        b = self.best
+        return None if b is None else float(b["busbw_gbps"])
+
+    def best_text(self) -> dict[str, str] | None:
+        """The best busbw as `perflab.course.gpu_figures.show` takes a measurement (None: nothing measured)."""
+        from perflab.core.readout import num
+
+        b = self.best_busbw_gbps
+        return None if b is None else {f"{self.op}, {self.nproc} ranks, {self.backend}, best": f"{num(b)} GB/s"}
+
+    def table(self):
+        """One row per message size: S (binary units), the time per call, algbw and busbw in GB/s, or why
+        the size was not measured."""
+        import pandas as pd
+
+        from perflab.core.readout import num, seconds
+
+        rows = []
+        for r in self.rows:
+            ok = r.get("status", "ok") == "ok"
+            rows.append({"S": size_label(r["bytes"]), "status": "ok" if ok else f"{r.get('status')}: {r.get('reason')}",
+                         "time per call": seconds(r["seconds"]) if ok else "–",
+                         "algbw (GB/s)": num(r["algbw_gbps"]) if ok else "–",
+                         "busbw (GB/s)": num(r["busbw_gbps"]) if ok else "–"})
+        return pd.DataFrame(rows).set_index("S")
+
+    def figure(self, title: str = ""):
+        """algbw and busbw against the message size (`plot`)."""
+        return plot(self.rows, title=title)
+
     def as_dict(self) -> JSON:
         """What `perflab busbw --json` prints for a measured sweep."""
         return {"op": self.op, "nproc": self.nproc, "backend": self.backend, "factor": bus_factor(self.op, self.nproc),

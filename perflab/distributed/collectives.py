@@ -176,6 +176,77 @@ class CollectivesRun:
         s = self.summary
         return bool(self.launch.ok and len(s) == len(PRIMITIVES) and s["ok"].all() and self.ring_ok is not False)
 
+    # ------------------------------------------------------------------ what the lesson shows
+    def table(self):
+        """The summary for a person: each primitive, whether every rank holds what it must, natively or
+        through its equivalent, and what it does."""
+        s = self.summary
+        if not len(s):
+            import pandas as pd
+
+            return pd.DataFrame(columns=["primitive", "every rank right", "native in this backend",
+                                         "equivalent right too", "what it does", "its equivalent"]).set_index("primitive")
+        yes = {True: "yes", False: "no"}
+        out = s[["primitive", "ok", "native", "equivalent_ok", "what it does", "equivalent"]].copy()
+        for col in ("ok", "native", "equivalent_ok"):
+            out[col] = [yes[bool(v)] for v in out[col]]
+        out.columns = ["primitive", "every rank right", "native in this backend", "equivalent right too", "what it does",
+                       "its equivalent"]
+        return out.set_index("primitive")
+
+    def verdict(self) -> str:
+        """One line: whether every primitive checked out on every rank (the report above says where not)."""
+        n, backend = self.launch.world_size, self.launch.backend.name
+        if self.ok:
+            return f"every primitive checked out on {n} ranks ({backend}), and the ring all-reduce with them"
+        return f"not every primitive checked out on {n} ranks ({backend}): see the report above"
+
+    def native_line(self) -> str:
+        """Which primitives this backend lacks (their equivalents ran instead), or that it lacks none."""
+        import torch
+
+        s = self.summary
+        backend, version = self.launch.backend.name, torch.__version__
+        missing = [r for r in s.to_dict("records") if not r["native"]] if len(s) else []
+        if missing:
+            return (f"{backend} in torch {version} lacks: "
+                    + "; ".join(f"{r['primitive']} (ran its equivalent: {r['equivalent']})" for r in missing))
+        return (f"{backend} in torch {version} has every primitive natively; each equivalent above was run and "
+                "checked too.")
+
+    def longest_wait(self) -> BarrierTiming | None:
+        """The rank that waited longest at the barrier with slow ranks."""
+        return max(self.barrier_rows(), key=lambda r: r.waited_s, default=None)
+
+    def barrier_table(self):
+        """Per rank: the work before the barrier, when it arrived and left, and how long it waited."""
+        import pandas as pd
+
+        from perflab.core.readout import seconds
+
+        return pd.DataFrame([{"rank": r.rank, "work": seconds(r.work_s), "arrived": seconds(r.arrive_s),
+                              "left": seconds(r.leave_s), "waited": seconds(r.waited_s)}
+                             for r in sorted(self.barrier_rows(), key=lambda r: r.rank)]).set_index("rank")
+
+    def ring_view(self):
+        """Per rank: the ring all-reduce's size, its error against dist.all_reduce, its sends and bytes
+        against the formula 2(N−1)K/N × 4 bytes."""
+        import pandas as pd
+
+        from perflab.core.readout import num
+
+        return pd.DataFrame([{"rank": i, "elements": f"{c.numel:,}", "largest relative error": num(c.max_rel_error, 2),
+                              "sends": c.sends, "bytes sent": f"{c.bytes_sent:,}",
+                              "bytes by the formula": f"{round(c.bytes_formula):,}"}
+                             for i, c in self.ring_rows()]).set_index("rank")
+
+    def traffic_figure(self):
+        """Lesson 06's figure of ring against root traffic, with this job's measured bytes on it."""
+        rows = self.ring_rows()
+        if not rows:
+            return None
+        return plot_traffic(rows[0][1].numel, measured={self.launch.world_size: float(max(c.bytes_sent for _, c in rows))})
+
     def as_dict(self) -> JSON:
         """What `perflab collectives --json` prints."""
         s = self.summary

@@ -419,3 +419,105 @@ def roles_table(results: list[dict[str, Any]]):
     return pd.DataFrame([{k: r["roles"][k] for k in ("rank", "node", "local_rank", "is_main", "is_local_main")}
                          | {"did": "; ".join(r["roles"]["did"]) or "-", "dataset cache": r["roles"]["dataset_cache"]}
                          for r in results]).set_index("rank")
+
+
+# ----------------------------------------------------------------------------- lesson 06, section 8 (launcher side)
+def _fmt(frame, digits: int = 3):
+    """`frame` with every float as text to `digits` significant digits (perflab.core.readout.num)."""
+    from perflab.core.readout import num
+
+    out = frame.copy().astype(object)
+    for col in out.columns:
+        out[col] = [num(v, digits) if isinstance(v, float) else v for v in frame[col]]
+    return out
+
+
+class Practice:
+    """Section 8's torchrun job, read for a person: two simulated nodes, DDP on gloo, four experiments."""
+
+    def __init__(self, launch: Any):
+        self.launch = launch  # perflab.distributed.outcome.LaunchResult
+
+    @property
+    def results(self) -> list[Any]:
+        return self.launch.results
+
+    @property
+    def message(self) -> str:
+        return self.launch.message if self.launch.ok else self.launch.report()
+
+    def roles_table(self):
+        return roles_table(self.results)
+
+    def memory_table(self):
+        return _fmt(memory_table(self.results), 4)
+
+    @property
+    def gpu_skipped_reason(self) -> str:
+        return str(self.results[0]["init_memory"].get("gpu_skipped_reason") or "")
+
+    def accumulation_line(self) -> str:
+        from perflab.core.readout import num
+
+        acc = self.results[0]["grad_accumulation"]
+        same = "the same parameters as" if acc["same_update"] else "NOT the same parameters as"
+        return (f"GAS = {acc['gas']}: no_sync gives {same} syncing every micro-batch (largest difference "
+                f"{num(acc['max_param_difference'], 2)}); LocalSGD drifts by {num(acc['LocalSGD_vs_sync_difference'], 2)}")
+
+    def accumulation_table(self):
+        return _fmt(accumulation_table(self.results))
+
+    def hook_notes(self) -> str:
+        notes = [n for n in hooks_table(self.results)["note"] if n]
+        return "\n".join(notes)
+
+    def hooks_table(self):
+        return _fmt(hooks_table(self.results).drop(columns="note"))
+
+    def no_sync_ratio(self) -> float:
+        """Bytes all-reduced per optimizer step with no_sync ÷ syncing every micro-batch."""
+        t = accumulation_table(self.results)
+        return float(t.loc["no_sync", "MB all-reduced per step"] / t.loc["sync every micro-batch", "MB all-reduced per step"])
+
+    def powersgd_ratio(self) -> float:
+        """PowerSGD's bytes per step ÷ the plain fp32 all-reduce's."""
+        return float(hooks_table(self.results).loc["powersgd", "bytes vs fp32 all-reduce"])
+
+
+def run_practice(per_node: int, *, width: int, steps: int, hook_steps: int, timeout: float) -> Practice:
+    """Launch perflab.distributed.workers.ddp as two simulated nodes of `per_node` ranks each, on gloo."""
+    from perflab.distributed.torchrun import launch
+
+    res = launch("perflab.distributed.workers.ddp", per_node, ["--width", str(width), "--steps", str(steps),
+                                                               "--hook-steps", str(hook_steps)],
+                 nnodes=2, timeout=timeout, backend="gloo")
+    return Practice(res)
+
+
+class GpuJoinCost:
+    """What joining an NCCL group costs in GPU memory, measured on `nproc` GPUs, or why it was not."""
+
+    def __init__(self, launch: Any | None, reason: str = ""):
+        self.launch, self.reason = launch, reason
+
+    def text(self) -> str:
+        if self.launch is None:
+            return f"GPU memory of init_process_group: not measured — {self.reason}"
+        if not self.launch.ok:
+            return f"GPU memory of init_process_group: the job failed\n{self.launch.report()}"
+        return f"GPU memory of init_process_group, {self.launch.world_size} ranks on NCCL:"
+
+    def table(self):
+        if self.launch is None or not self.launch.ok:
+            return None
+        return _fmt(memory_table(self.launch.results), 4)
+
+
+def gpu_join_cost(nproc: int, backend: str, timeout: float, why_not: str) -> GpuJoinCost:
+    """Measure the memory of joining on NCCL ranks (one GPU each); on gloo say `why_not` instead."""
+    if backend != "nccl":
+        return GpuJoinCost(None, why_not)
+    from perflab.distributed.torchrun import launch
+
+    return GpuJoinCost(launch("perflab.distributed.workers.ddp", nproc, ["--experiments", "init_memory"], timeout=timeout,
+                              backend="nccl"))

@@ -252,14 +252,98 @@ def all_four(h: int, layers: int, seq: int, mbs: int, dp_degree: int, tp_degree:
 
 
 def table(results: list[Overlap]):
-    """A DataFrame: one row per strategy, times in ms, the ratio and whether it can hide."""
+    """A DataFrame for a person: one row per strategy, bytes in MB, times in ms, the ratio and whether it
+    can hide (numbers as text, three significant digits)."""
     import pandas as pd
 
-    return pd.DataFrame([{"strategy": o.strategy, "communication": o.comm, "MB per rank": o.comm_bytes / 1e6,
-                          "t_comm (ms)": o.t_comm_s * 1e3, "computation": o.compute,
-                          "t_compute (ms)": o.t_compute_s * 1e3, "t_comm / t_compute": o.ratio,
+    from perflab.core.readout import num
+
+    return pd.DataFrame([{"strategy": o.strategy, "communication": o.comm, "MB per rank": num(o.comm_bytes / 1e6),
+                          "t_comm (ms)": num(o.t_comm_s * 1e3), "computation": o.compute,
+                          "t_compute (ms)": num(o.t_compute_s * 1e3), "t_comm / t_compute": num(o.ratio),
                           "hidden?": "yes" if o.hidden else "no", "closed form": o.closed_form}
                          for o in results]).set_index("strategy")
+
+
+@dataclass(frozen=True)
+class LinkComparison:
+    """The four ratios of one shape on one accelerator over several links (lesson 06, section 7)."""
+
+    shape: dict
+    hardware: tuple[Hardware, ...]
+    link_names: tuple[str, ...]
+    results: tuple[tuple[Overlap, ...], ...]  # per link, the four strategies
+
+    def table(self):
+        """Rows: strategies; a ratio column per link, then the closed form."""
+        import pandas as pd
+
+        from perflab.core.readout import num
+
+        cols = {f"{name} {hw.link_gbps:g} GB/s": [num(o.ratio) for o in res]
+                for name, hw, res in zip(self.link_names, self.hardware, self.results, strict=True)}
+        return pd.DataFrame({**cols, "closed form": [o.closed_form for o in self.results[0]]},
+                            index=pd.Index([o.strategy for o in self.results[0]], name="strategy"))
+
+    def figure(self, which: int = -1, title: str = ""):
+        """The bars of one link's four ratios (the last link by default)."""
+        hw = self.hardware[which]
+        return plot(list(self.results[which]), title=title or f"{self.link_names[which]}, {hw.link_gbps:g} GB/s per direction")
+
+    def thresholds(self, degree: int = 8) -> str:
+        """Where DP's and TP's communication starts to hide, over the first and the last link."""
+        first, last = self.hardware[0], self.hardware[-1]
+        return (f"DP hides its all-reduce once each rank processes ≥ {min_tokens_dp(degree, last):,.0f} tokens per step "
+                f"over {self.link_names[-1]} (≥ {min_tokens_dp(degree, first):,.0f} over {self.link_names[0]}); TP hides "
+                f"its all-gather only for h ≥ {min_hidden_tp(degree, first):,.0f} even on {self.link_names[0]}.")
+
+
+def compare_links(shape: dict, accelerator: str = "h100-sxm",
+                  link_ids: tuple[str, ...] = ("nvlink4-h100", "ib-ndr-400"),
+                  names: tuple[str, ...] = ("NVLink", "IB NDR")) -> LinkComparison:
+    """`all_four(**shape)` on `accelerator` over each link of `link_ids` (shown under `names`)."""
+    hws = tuple(hardware(accelerator, lk) for lk in link_ids)
+    return LinkComparison(dict(shape), hws, tuple(names), tuple(tuple(all_four(**shape, hw=hw)) for hw in hws))
+
+
+@dataclass(frozen=True)
+class HereAndThere:
+    """The same ratios with this machine's peak and its measured busbw, beside an H100's FLOPs per byte."""
+
+    here: Hardware | None
+    reason: str  # why nothing was computed (empty when `here` is set)
+    results: tuple[Overlap, ...] = ()
+    references: tuple[tuple[str, float], ...] = ()  # (label, FLOPs per byte)
+    peak_source: str = ""  # where this device's peak comes from
+
+    def text(self) -> str:
+        from perflab.core.readout import num
+
+        if self.here is None:
+            return self.reason
+        refs = ", ".join(f"{label}: {fpb:,.0f}" for label, fpb in self.references)
+        return (f"this machine: {num(self.here.peak_tflops)} TFLOP/s ({self.peak_source}) over {num(self.here.link_gbps)} GB/s = "
+                f"{self.here.flops_per_byte:,.0f} FLOPs per byte; {refs}")
+
+    def table(self):
+        """The four ratios here, and whether each hides (an empty table when nothing was computed)."""
+        t = table(list(self.results)) if self.results else None
+        return t[["t_comm / t_compute", "hidden?"]] if t is not None else None
+
+
+SMALL_SHAPE = dict(h=1024, layers=12, seq=1024, mbs=4)  # the small model of lesson 06's "on this machine", fp32
+
+
+def on_this_machine(peak_tflops: float | None, peak_source: str, busbw_gbps: float | None, name: str, ranks: int,
+                    references: dict[str, Hardware] | None = None) -> HereAndThere:
+    """The four ratios of SMALL_SHAPE in fp32 with `ranks`-way DP and TP, using this device's peak and the
+    best busbw measured here; `references` (label → Hardware) are printed beside for their FLOPs per byte."""
+    if not peak_tflops or not busbw_gbps:
+        return HereAndThere(None, "peak FLOP/s unknown for this device, or no bandwidth measured: nothing to compute")
+    here = Hardware(float(peak_tflops), float(busbw_gbps), f"{name} (measured busbw)")
+    res = all_four(**SMALL_SHAPE, dp_degree=ranks, tp_degree=ranks, pp_layers=2, hw=here, bytes_per_element=4)
+    refs = tuple((label, hw.flops_per_byte) for label, hw in (references or {}).items())
+    return HereAndThere(here, "", tuple(res), refs, peak_source)
 
 
 # ----------------------------------------------------------------------------- thresholds

@@ -12,6 +12,7 @@ Conventions (the course uses them everywhere):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from perflab.core.validate import positive_int
@@ -84,11 +85,53 @@ def torch_flop_count(fn: Callable[[], Any], *, display: bool = False) -> tuple[i
     return int(counter.get_total_flops()), per_op
 
 
-def hand_vs_counter(device=None) -> list[dict[str, Any]]:
-    """Hand counts next to FlopCounterMode's for a few layers (run on `device`).
+@dataclass(frozen=True)
+class HandCount:
+    """One layer counted by hand (`by_hand`) and by torch's FlopCounterMode (`counted`), in FLOPs."""
 
-    Returns rows {layer, shape, by_hand, counted, equal}: the notebook shows them as a table.
-    """
+    layer: str
+    shape: str
+    by_hand: int
+    counted: int
+
+    @property
+    def equal(self) -> bool:
+        return self.by_hand == self.counted
+
+
+@dataclass(frozen=True)
+class HandCounts:
+    """A few layers counted both ways (`hand_vs_counter`)."""
+
+    rows: tuple[HandCount, ...]
+
+    def row(self, layer: str) -> HandCount:
+        return next(r for r in self.rows if r.layer == layer)
+
+    @property
+    def linear_forward(self) -> HandCount:
+        """nn.Linear(1024, 4096) forward on 64 rows: the layer lesson 01 asks a prediction of."""
+        return self.row("nn.Linear forward")
+
+    @property
+    def all_equal(self) -> bool:
+        return all(r.equal for r in self.rows)
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"layer": r.layer, "shape": r.shape, "by hand (FLOPs)": f"{r.by_hand:,}",
+                              "counted by torch (FLOPs)": f"{r.counted:,}", "equal": "yes" if r.equal else "no"}
+                             for r in self.rows])
+
+    def example_line(self) -> str:
+        """One layer's count in FLOPs and in MACs."""
+        r = self.linear_forward
+        return f"{r.layer} ({r.shape}): {r.by_hand:,} FLOPs = {r.by_hand // 2:,} MACs"
+
+
+def hand_vs_counter(device=None) -> HandCounts:
+    """Hand counts next to FlopCounterMode's for a few layers (run on `device`)."""
     import torch
     from torch import nn
 
@@ -99,7 +142,7 @@ def hand_vs_counter(device=None) -> list[dict[str, Any]]:
 
     def add(layer: str, shape: str, hand: int, fn):
         counted, _ = torch_flop_count(fn)
-        rows.append({"layer": layer, "shape": shape, "by_hand": hand, "counted": counted, "equal": hand == counted})
+        rows.append(HandCount(layer, shape, hand, counted))
 
     a, b = torch.randn(512, 256, device=dev), torch.randn(256, 128, device=dev)
     add("matmul", "512×256 · 256×128", matmul_flops(512, 128, 256), lambda: a @ b)
@@ -117,7 +160,7 @@ def hand_vs_counter(device=None) -> list[dict[str, Any]]:
     img = torch.randn(8, 3, 224, 224, device=dev)
     add("nn.Conv2d forward", "8×3×224×224, 64 filters 7×7 stride 2", conv2d_flops(8, 3, 64, 224, 224, 7, stride=2, padding=3),
         lambda: conv(img))
-    return rows
+    return HandCounts(tuple(rows))
 
 
 def count_flops(fn: Callable[..., Any], *args, **kwargs):

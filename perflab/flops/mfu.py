@@ -50,11 +50,12 @@ from perflab.flops.basis import (
 
 __all__ = [
     "CEILING_ATTEMPTS", "CEILING_SHAPE_CPU", "CEILING_SHAPE_GPU", "CHECKLIST", "Basis", "Ceiling", "HandbookEstimate",
-    "Reproduction", "RunUtilization", "Utilization", "achieved_tflops", "bases_for", "ceiling_shape", "comparability",
-    "describe_report", "handbook_estimate_example", "hfu", "implied_recompute_fraction", "matmul_ceiling",
-    "measured_basis", "mfu", "mfu_basis", "narayanan_table1", "narayanan_table1_mfu", "percent_text", "printed",
-    "published_frame", "published_runs", "reproduce", "resolve_peak", "run_description", "run_utilization",
-    "shown_utilization", "spec_basis", "utilization",
+    "Reproduction", "RunUtilization", "Utilization", "achieved_tflops", "bases_for", "ceiling_shape", "checklist_table",
+    "comparability", "describe_report", "handbook_estimate_example", "hfu", "implied_recompute_fraction",
+    "implied_recompute_text", "matmul_ceiling", "measured_basis", "mfu", "mfu_basis", "narayanan_table1",
+    "narayanan_table1_mfu", "narayanan_table1_table", "percent_text", "printed", "published_frame", "published_runs",
+    "published_table", "reproduce", "resolve_peak", "run_description", "run_utilization", "shown_utilization",
+    "spec_basis", "utilization",
 ]
 
 
@@ -311,6 +312,53 @@ def published_frame():
     return pd.DataFrame(rows)
 
 
+def published_table():
+    """`published_frame` as a person reads it: utilizations in percent (days as days), perflab's figure to one
+    more digit than the paper printed, and whether the paper's figure is reproduced."""
+    import pandas as pd
+
+    from perflab.core.readout import plain
+
+    def show(v, unit, digits):
+        if unit == "days":
+            return f"{plain(v, digits)} days"
+        return f"{plain(100 * v, digits)} %"
+
+    rows = []
+    for r in published_frame().to_dict("records"):
+        implied = r["unit"] == "share of forward"  # PaLM's HFU: perflab gives the recompute it implies
+        rows.append({"run": r["run"], "quantity": r["quantity"],
+                     "published": show(r["published"], "fraction" if implied else r["unit"], 3),
+                     "perflab, from the paper's inputs": f"{r['perflab']:.0%} of a forward" if implied else
+                     show(r["perflab"], r["unit"], 4),
+                     "reproduced": {True: "yes", False: "no", None: "–"}.get(r["reproduced"], "–")})
+    return pd.DataFrame(rows)
+
+
+def implied_recompute_text(run_id: str = "palm-540b") -> str:
+    """What a published HFU beside its MFU implies about the recomputation (`implied_recompute_fraction`), and
+    the HFU full rematerialization would have given."""
+    run = next(r for r in published_runs() if r["id"] == run_id)
+    pub = run["published"]
+    f = implied_recompute_fraction(pub["mfu"], pub["hfu"])
+    return (f"implied recompute: {f:.0%} of a forward pass; full rematerialization would give HFU "
+            f"{pub['mfu'] * (1 + 1 / 3):.1%}")
+
+
+def narayanan_table1_table():
+    """Narayanan et al.'s Table 1 (`narayanan_table1_mfu`): size, layers, hidden size, GPUs, batch, the achieved
+    TFLOP/s per GPU they print, that figure as the HFU they publish, and the MFU by Korthikanti's eq. 7."""
+    import pandas as pd
+
+    from perflab.core.readout import plain
+
+    df = narayanan_table1_mfu()
+    return pd.DataFrame([{"parameters (B)": plain(r["params_b"], 4), "layers": int(r["layers"]),
+                          "hidden": int(r["hidden"]), "GPUs": int(r["gpus"]), "batch": int(r["batch"]),
+                          "TFLOP/s per GPU": plain(r["tflops_per_gpu"], 4), "HFU (published %)": plain(r["HFU (published %)"], 3),
+                          "MFU (eq. 7, %)": plain(r["MFU (eq. 7, %)"], 3)} for r in df.to_dict("records")])
+
+
 # ---------------------------------------------------------------- are two MFU numbers comparable?
 
 CHECKLIST = (
@@ -321,6 +369,13 @@ CHECKLIST = (
     ("precision", "Which precision?", "bf16/fp8 matmuls with fp32 parts counted at the fast rate"),
     ("scale", "Same scale and cluster?", "number of devices, data parallelism (gradient all-reduce), network, storage"),
 )
+
+
+def checklist_table():
+    """The questions to ask before comparing two MFU figures (`CHECKLIST`), and what to look at for each."""
+    import pandas as pd
+
+    return pd.DataFrame([{"question": q, "look at": what} for _k, q, what in CHECKLIST]).set_index("question")
 
 
 def comparability(run_a: Mapping[str, Any], run_b: Mapping[str, Any]):
@@ -352,8 +407,10 @@ def run_description(run_id: str) -> dict[str, str]:
 
 def describe_report(report, name: str = "this step") -> dict[str, str]:
     """Checklist answers for a step measured with `perflab.flops.step.measure_step`."""
+    ceiling = ("; ceiling measured on a busy machine (no MFU against it)" if getattr(report, "ceiling_verdict", None)
+               else f"; ceiling {report.ceiling_tflops:.3g} TFLOP/s measured" if report.ceiling_tflops else "")
     peak = (f"{report.peak_tflops:.3g} TFLOP/s {report.dtype} ({report.peak_source})" if report.peak_tflops
-            else "peak unknown") + (f"; ceiling {report.ceiling_tflops:.3g} TFLOP/s measured" if report.ceiling_tflops else "")
+            else "peak unknown") + ceiling
     return {
         "name": name,
         "flops": "exact per-component count (perflab), matmul-class, dense attention, logits",

@@ -91,12 +91,14 @@ def mfu_hfu_bars(reports: Sequence, labels: Sequence[str] | None = None, title: 
         ys = [100 * v if _known(v) else 0 for v in vals]
         top = max([top] + ys)
         bars = ax.bar(x + (j - 1.5) * w, ys, w, label=name, color=color, hatch=hatch, edgecolor="white", alpha=0.9)
-        for b, v in zip(bars, vals):
-            ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"{100 * v:.1f}" if _known(v) else "n/a",
-                    ha="center", va="bottom", fontsize=7)
+        for b, v, r in zip(bars, vals, reports):
+            busy = attr.endswith("ceiling") and getattr(r, "ceiling_verdict", None)
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height(),
+                    f"{100 * v:.1f}" if _known(v) else ("busy" if busy else "n/a"), ha="center", va="bottom", fontsize=7)
     r0 = reports[0]
     peak = f"{'estimated' if r0.peak_source == 'estimate' else 'spec'} peak {r0.peak_tflops:.3g} TFLOP/s" if r0.peak_tflops else "peak unknown"
-    ceil = f"ceiling {r0.ceiling_tflops:.3g} TFLOP/s" if r0.ceiling_tflops else "ceiling not measured"
+    ceil = ("ceiling measured on a busy machine: no MFU against it" if getattr(r0, "ceiling_verdict", None) else
+            f"ceiling {r0.ceiling_tflops:.3g} TFLOP/s" if r0.ceiling_tflops else "ceiling not measured")
     ax.set_xticks(x, labels)
     ax.set_ylabel("utilization (% of the denominator)")
     ax.set_ylim(0, max(top * 1.3, 1))
@@ -134,22 +136,28 @@ def phase_bars(reports: Sequence, labels: Sequence[str] | None = None, title: st
 _STEP_OVER_MATMUL: dict[str, float] = {}  # device → measured step / FLOP-at-matmul-rate prediction
 
 
+def forget_measured_steps() -> None:
+    """Forget how much slower than its FLOPs at a matmul's rate the panel has seen a step run: its next
+    prediction is the FLOP bound alone, as before any step was measured in this process."""
+    _STEP_OVER_MATMUL.clear()
+
+
 def step_dashboard(model: str = "tiny-gpt", seq: int = 64, batch: int = 4, checkpointing: bool = False, *,
-                   device=None, steps: int = 3, ceiling: bool | float = True, ceiling_size: int | None = None,
+                   device=None, steps: int = 3, ceiling=True, ceiling_size: int | None = None,
                    budget_s: float | None = 10.0):
     """Widget body: measure one configuration's step and show its MFU/HFU against both denominators,
-    plus a one-row table of the numbers.
+    plus a one-row table of the numbers (`perflab.flops.step.steps_frame`). `ceiling` is what
+    `measure_step` takes: the lesson passes the basis it measured once, so every setting divides by it.
 
     `budget_s`: a configuration whose steps (one warm-up plus `steps`) are predicted to take longer
     than this is refused in one line, with the largest batch that fits and the command that
     measures it anyway (gpt2-small at batch 64 × 1024 tokens is minutes per step on a laptop CPU);
     None measures anything."""
-    import pandas as pd
     import torch
 
     from perflab.core.device import pick_device
     from perflab.core.errors import InputError
-    from perflab.flops.step import measure_step, predicted_step_s
+    from perflab.flops.step import measure_step, predicted_step_s, steps_frame
     from perflab.workload.models import preset
     from perflab.workload.train import default_dtype
 
@@ -174,9 +182,8 @@ def step_dashboard(model: str = "tiny-gpt", seq: int = 64, batch: int = 4, check
     # a step is slower than its FLOPs at a matmul's rate (small ops, the LM head's softmax): remember by
     # how much on this device, so the next prediction is closer (never below the matmul bound)
     _STEP_OVER_MATMUL[str(dev)] = max(1.0, r.step_s / raw_s)
-    fig = mfu_hfu_bars([r], [f"{model} b={batch} s={seq}" + (" + ckpt" if checkpointing else "")])
-    cols = ["step_s", "tokens_per_s", "model_tflops", "hardware_tflops", "mfu_spec", "hfu_spec", "mfu_ceiling", "hfu_ceiling"]
-    return fig, pd.DataFrame([{k: getattr(r, k) for k in cols}], index=[r.model])
+    label = f"{model} b={batch} s={seq}" + (" + ckpt" if checkpointing else "")
+    return mfu_hfu_bars([r], [label]), steps_frame([r], [label])
 
 
 # ---------------------------------------------------------------- time series, accumulation, published runs
@@ -214,12 +221,10 @@ def step_time_series(series: Sequence, title: str = ""):
 
 
 def grad_accum_prediction(df):
-    """Tokens/s predicted from the GAS = 1 point if accumulation saved only optimizer time:
-    per micro-batch (step − optimizer) + optimizer / GAS."""
-    first = df.sort_values("gas").iloc[0]
-    micro_tokens = first["tokens_per_step"] / first["gas"]
-    micro = (first["step_s"] - first["optimizer_s"]) / first["gas"]
-    return [micro_tokens / (micro + first["optimizer_s"] / g) for g in df["gas"]]
+    """`perflab.flops.step.grad_accum_prediction` (the model's home)."""
+    from perflab.flops.step import grad_accum_prediction as predict
+
+    return predict(df)
 
 
 def grad_accum_plot(df, title: str = ""):

@@ -40,6 +40,7 @@ its `seq_len / 2` term).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from perflab.core.errors import InputError
 from perflab.core.jsonable import JSON
@@ -329,6 +330,48 @@ def exact_for_counted(cfg: ModelConfig, batch: int, seq: int, counted: int, *, c
     raise AssertionError(f"counted {counted:,} FLOPs, but the exact count is "
                          f"{exact_flops(cfg, batch, seq, checkpointing=checkpointing).hardware * steps:,} "
                          f"(fused attention) or {exact_flops(cfg, batch, seq, checkpointing=checkpointing, fused_attention=False).hardware * steps:,} (unfused)")
+
+
+@dataclass
+class CounterCheck:
+    """One training step's FLOPs counted by perflab's counter and by torch's FlopCounterMode, without and with
+    activation checkpointing, each held to the exact count (`counter_check`)."""
+
+    counted: dict[bool, Any]  # checkpointing → perflab.flops.counter.FlopCount
+    torch_counted: dict[bool, int]  # checkpointing → torch's FlopCounterMode total
+    exact: dict[bool, ExactCount]  # checkpointing → the exact count that matches (fused or unfused attention)
+
+    def text(self) -> str:
+        lines = [f"checkpointing={ck}: perflab counts {self.counted[ck].total:,} = exact {self.exact[ck].hardware:,};  "
+                 f"torch's FlopCounterMode {self.torch_counted[ck]:,} "
+                 f"({self.torch_counted[ck] / self.counted[ck].total - 1:+.1%})" for ck in (False, True)]
+        return "\n".join(lines + [str(self.counted[True])])
+
+
+def counter_check(cfg: ModelConfig, batch: int, seq: int, *, device=None) -> CounterCheck:
+    """Count one step (forward, and the backward of a scalar made from the logits) of `cfg`'s model with perflab's
+    counter and torch's, without and with activation checkpointing. perflab's count must equal the exact count
+    (`exact_for_counted` raises otherwise); torch's may miss attention (on a CPU it counts it as zero)."""
+    import torch
+
+    from perflab.flops.counting import count_flops, torch_flop_count
+    from perflab.workload.models import build_model
+
+    counted, theirs, exact = {}, {}, {}
+    for ck in (False, True):
+        m = build_model(cfg, device=device)
+        m.checkpointing = ck
+        x = torch.randint(0, cfg.vocab, (batch, seq), device=device)
+
+        def one_step(m=m, x=x):
+            m(x).float().pow(2).mean().backward()
+
+        counted[ck] = count_flops(one_step)
+        theirs[ck], _ = torch_flop_count(one_step)
+        exact[ck] = exact_for_counted(cfg, batch, seq, counted[ck].total, checkpointing=ck)
+        if counted[ck].model != exact[ck].model:  # the recompute booked apart: the model FLOPs agree too
+            raise AssertionError(f"counted {counted[ck].model:,} model FLOPs, the exact count {exact[ck].model:,}")
+    return CounterCheck(counted, theirs, exact)
 
 
 # ---------------------------------------------------------------- all conventions side by side

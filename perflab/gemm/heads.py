@@ -226,3 +226,52 @@ def fastest_head_size(result, *, device=None, warmup_ms: float = 10, rep_ms: flo
     return HeadWinner(best_d, best.value,
                       f"{head}, but only {dec.speedup:.2f}× {vs}: within the noise (a real gap needs > "
                       f"{dec.margin:.2f}×), so the sweep cannot tell them apart", False, st.sigma)
+
+
+# ---------------------------------------------------------------- the lesson's sweep, measured and judged
+
+ENDS = ("the largest d", "one in between", "the smallest d")  # lesson 04's question: which end is fastest
+
+
+@dataclass
+class HeadSizes:
+    """Attention over every split of h into heads, measured (`sweep_head_size`), with its fastest head size
+    judged against the sweep's noise (`fastest_head_size`)."""
+
+    h: int
+    b: int
+    s: int
+    sweep: Any  # perflab.core.results.SweepResult
+    winner: HeadWinner
+
+    @property
+    def frame(self):
+        """The measured rows, by head size."""
+        return self.sweep.ok_frame().sort_values("d")
+
+    def answer(self) -> str | None:
+        """Which end of the sweep is fastest (`ENDS`), or None when the sweep cannot say: its fastest head size
+        is not beyond the noise of every other (or was measured on a busy machine)."""
+        if self.winner.d is None or not self.winner.decisive:
+            return None
+        ds = list(self.frame["d"])
+        return ENDS[0] if self.winner.d == max(ds) else ENDS[2] if self.winner.d == min(ds) else ENDS[1]
+
+    def table(self):
+        """Heads, head size, median time and TFLOP/s, as a person reads them."""
+        import pandas as pd
+
+        from perflab.core.readout import num, seconds
+
+        return pd.DataFrame([{"heads a": int(r["a"]), "head size d": int(r["d"]), "time": seconds(r["seconds"]),
+                              "TFLOP/s": num(r["tflops"])} for r in self.frame.to_dict("records")])
+
+
+def measure_head_sizes(h: int, *, b: int, s: int, dtype: str = "bf16", device=None, min_d: int = 16,
+                       max_d: int = 256, warmup_ms: float = 10, rep_ms: float = 50, name: str | None = None,
+                       progress: bool = True) -> HeadSizes:
+    """`sweep_head_size`, then `fastest_head_size` on it with the same timing budgets."""
+    res = sweep_head_size(h, b=b, s=s, dtype=dtype, device=device, min_d=min_d, max_d=max_d, warmup_ms=warmup_ms,
+                          rep_ms=rep_ms, name=name, progress=progress)
+    return HeadSizes(int(h), int(b), int(s), res, fastest_head_size(res, device=device, warmup_ms=warmup_ms,
+                                                                     rep_ms=rep_ms))

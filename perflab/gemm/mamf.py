@@ -164,6 +164,31 @@ class MamfResult:
 
         return saved_note(self.saved, self.path)
 
+    def text(self, peak_tflops: float | None = None, peak_source: str = "", published: dict[str, Any] | None = None,
+             device=None) -> str:
+        """The search in words: its best (with the machine's quietness while it was measured) and how much of the
+        grid it looked at; the best against the spec or estimated peak and against the published MAMF of this
+        device (`published`, a row of the published table), and whether it became the stored ceiling."""
+        from perflab.core.sweepnoise import quietness_of
+
+        b = self.best
+        if b is None:
+            return f"MAMF {self.dtype} on {self.device_name}: no shape could be measured"
+        q = quietness_of(b.get("quietness"))
+        lines = [f"MAMF {self.dtype} on {self.device_name}: {b['tflops']:.4g} TFLOP/s ({self.stat}) at "
+                 f"{b['m']}×{b['n']}×{b['k']} ({q.line()}); {self.evaluated} of {self.grid_points} shapes looked at "
+                 f"({self.fraction:.0%})"]
+        if peak_tflops:
+            lines.append(f"  peak: {peak_tflops:.4g} TFLOP/s ({peak_source}) → {b['tflops'] / peak_tflops:.0%} of it"
+                         + (" (above the peak: a measurement to question, not a ceiling to store)"
+                            if b["tflops"] > peak_tflops else ""))
+        else:
+            lines.append("  peak unknown")
+        lines.append(f"  published MAMF for {published['accelerator']}: {published['tflops']:g} TFLOP/s "
+                     f"({published['source']})" if published else "  no published MAMF for this device in perflab's table")
+        lines += [f"  {x}" for x in (self.stored_note(), self.saved_note(), ceiling_note(device, self.dtype)) if x]
+        return "\n".join(lines)
+
     def stored_note(self) -> str | None:
         """Whether this search's best became the device's stored ceiling, and if not, why."""
         if self.ceiling_path is None or self.best is None:
@@ -461,3 +486,34 @@ def default_ranges(on_gpu: bool, smoke: bool = False) -> dict[str, list[int]]:
     else:
         vals = parse_range(256, 2048, 256)
     return {"m": vals, "n": list(vals), "k": list(vals)}
+
+
+def published_table(record: dict[str, Any]):
+    """The published MAMF table (`perflab/gemm/data/published_shapes.json`, 'mamf'): accelerator, dtype, the best
+    TFLOP/s found against the spec sheet's, its shape and the torch version."""
+    import pandas as pd
+
+    from perflab.core.readout import num
+
+    return pd.DataFrame([{"accelerator": r["accelerator"], "dtype": r["dtype"], "MAMF TFLOP/s": num(r["tflops"]),
+                          "spec TFLOP/s": num(r["theory_tflops"]), "share of spec": f"{r['tflops'] / r['theory_tflops']:.0%}",
+                          "best shape": r["best_shape"], "torch": r["torch"]} for r in record["rows"]])
+
+
+def reference_table(refs: Sequence[Any]):
+    """Searches recorded on GPUs (`perflab reference record --what mamf`, read as references with `.provenance`,
+    `.summary` and `.label`): the device, the best TFLOP/s and shape, the peak and the published MAMF."""
+    import pandas as pd
+
+    from perflab.core.readout import num
+
+    def n(x):
+        return num(x) if x else "–"
+
+    rows = []
+    for r in refs:
+        b = r.summary["best"]
+        rows.append({"device": r.provenance["device"], "MAMF TFLOP/s": n(b["tflops"]),
+                     "best shape": f"{b['m']}×{b['n']}×{b['k']}", "peak TFLOP/s": n(r.summary.get("peak_tflops")),
+                     "published TFLOP/s": n((r.summary.get("published") or {}).get("tflops")), "recorded": r.label})
+    return pd.DataFrame(rows)

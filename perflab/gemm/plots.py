@@ -80,6 +80,27 @@ def measured_with_fit(values: Sequence[int], tflops: Sequence[float], times_s: S
     return fig
 
 
+def guide_staircase(ex: shapes.GuideExample, step: int = 16):
+    """The guide's worked example predicted along n, up to its third full wave, for its tile and two others."""
+    return predicted_staircase("n", range(step, ex.full_waves()[-1] + 1, step), ex.fixed, sms=ex.sms,
+                               tiles=[ex.tile, (128, 256), (128, 128)], title="The guide's example, predicted")
+
+
+def sweep_fit(fit: shapes.TileFit, *, device_label: str = "this device", title: str = ""):
+    """`measured_with_fit` for a fit that kept its measured points (`perflab.gemm.shapes.fit_sweep`)."""
+    return measured_with_fit(list(fit.values), list(fit.tflops), list(fit.times_s), fit, fit.dim, fit.fixed or {},
+                             device_label=device_label, unit=fit.unit, title=title)
+
+
+def recording_prediction(rec: dict[str, Any], target, *, title: str = ""):
+    """The model's staircase for the sweep a GPU reference recording measures (`rec`, as
+    `perflab.course.reference.recording_sizes('waves')` gives it) on `target`, for three tiles."""
+    return predicted_staircase(rec["dim"], shapes.fine_values(rec["start"], rec["stop"], rec["step"]), rec["fixed"],
+                               sms=target.sms, tiles=[(256, 128), (128, 256), (128, 128)],
+                               peak_tflops=target.peak(rec["dtype"]), bandwidth_gbps=target.bandwidth_gbps,
+                               title=title or f"The model's prediction for {target.label}")
+
+
 def reference_waves(ref, *, title: str = ""):
     """A recorded GPU sweep (perflab.course.reference.Reference of kind 'waves') with its fitted staircase."""
     df = ref.frame
@@ -114,8 +135,20 @@ def head_sizes(frame, *, predicted: Sequence[float] | None = None, title: str = 
     return fig
 
 
+def head_sweep(run, *, device_label: str = "this device"):
+    """A measured head-size sweep (`perflab.gemm.heads.HeadSizes`) with the part of the model a CPU shares: the
+    head size padded to a multiple of 32."""
+    from perflab.gemm import heads
+
+    df = run.frame
+    return head_sizes(df, predicted=[heads.padded_efficiency(int(d)) for d in df["d"]],
+                      label=f"measured on {device_label}",
+                      title=f"h = {run.h}, b = {run.b}, s = {run.s}: attention by head size")
+
+
 def swiglu_widths(frame, baseline: int, *, title: str = "", published=None, ax=None, label: str = "measured"):
-    """TFLOP/s against d_ff, coloured by the largest power of two dividing d_ff; the 8/3·h baseline in red."""
+    """TFLOP/s against d_ff, coloured by the largest power of two dividing d_ff; the 8/3·h baseline in red.
+    A width measured on a busy machine every time (the frame's `disturbed` column) is crossed out in red."""
     if ax is None:
         fig, (ax,) = _fig()
     else:
@@ -133,6 +166,10 @@ def swiglu_widths(frame, baseline: int, *, title: str = "", published=None, ax=N
     if len(base):
         ax.scatter(base["d_ff"], base["tflops"], s=80, facecolors="none", edgecolors="tab:red", linewidths=2, zorder=3,
                    label=f"⌊8/3·h⌋ = {baseline}")
+    if "disturbed" in df and df["disturbed"].astype(bool).any():
+        busy = df[df["disturbed"].astype(bool)]
+        ax.scatter(busy["d_ff"], busy["tflops"], marker="x", s=70, color="tab:red", zorder=4,
+                   label="machine busy every time: not this device's")
     if published is not None:
         ax.scatter(published["d_ff"], published["tflops"], marker="x", color="purple", s=40,
                    label="published (other hardware; see source)")
@@ -217,11 +254,12 @@ def swiglu_plan(h: int, radius: int = 100, step: int = 4, tokens: int = 8192, *,
                 gpu: str | None = None, info=None):
     """The model-only view of a width search (the notebook's sliders): each candidate's parameter
     change against 8/3·h, coloured by the Tensor Core rule on the chosen GPU, with the tile/wave
-    model's utilization; returns (figure, table)."""
-    from perflab.gemm import swiglu
+    model's utilization; returns (figure, the ten candidates the model rates highest:
+    `swiglu_model.candidate_view`)."""
+    from perflab.gemm import swiglu_model
 
     target = shapes.model_target(info, gpu)
-    table = swiglu.candidate_table(h, radius, step, target=target, tokens=tokens, dtype=dtype)
+    table = swiglu_model.candidate_table(h, radius, step, target=target, tokens=tokens, dtype=dtype)
     fig, (a1, a2) = _fig(2, size=(8, 6), sharex=True)
     colors = {"best": "tab:green", "minimum": "tab:blue", "fails": "tab:orange"}
     rule = table["Tensor Core rule"] if "Tensor Core rule" in table else ["fails"] * len(table)
@@ -242,4 +280,4 @@ def swiglu_plan(h: int, radius: int = 100, step: int = 4, tokens: int = 8192, *,
     a2.set_xlabel("MLP width d_ff (elements)")
     a2.set_ylim(0, 1.05)
     fig.tight_layout()
-    return fig, table
+    return fig, swiglu_model.candidate_view(table, dtype=dtype)

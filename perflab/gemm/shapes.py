@@ -35,23 +35,31 @@ from perflab.gemm.alignment import (
 )
 from perflab.gemm.sizing import (
     CHECKLIST_SOURCE,
+    VOCAB_SOURCE,
     CheckItem,
+    Checklists,
     checklist_frame,
     checklist_text,
+    checklists,
     largest_pow2_divisor,
     pad_to_multiple,
     sizing_checklist,
+    vocab_item,
+    vocab_rule,
 )
 from perflab.gemm.tilefit import TileFit, fit_tile, fitted_staircase
 from perflab.gemm.waves import (
     CPU_BLOCKS,
     DIMS,
     TILE_SHAPES,
+    CliffPrediction,
+    GuideExample,
     WavePrediction,
     ceil_div,
     cliffs,
     full_wave_sizes,
     parse_tile,
+    predict_cliffs,
     predicted_tflops,
     predicted_time_s,
     shape_along,
@@ -64,12 +72,14 @@ from perflab.gemm.waves import shape_along as _shape  # the name gemm.plots call
 
 __all__ = [
     "ALIGNMENT_SOURCE", "ARCHS", "CHECKLIST_SOURCE", "CPU_BLOCKS", "DEFAULT_GPU", "DIMS", "THIS_GPU", "TILE_SHAPES",
-    "AlignmentCheck", "AlignmentRule", "CheckItem", "ModelTarget", "RooflineBound", "TileFit", "WavePrediction",
-    "alignment_table", "arch_of", "ceil_div", "check_alignment", "checklist_frame", "checklist_text", "cliffs",
-    "explain_gemm", "fine_values", "fit_tile", "fitted_staircase", "full_wave_sizes", "gpu_choices",
-    "largest_pow2_divisor", "model_target", "nearest_multiples", "pad_to_multiple", "parse_tile", "predicted_time_s",
-    "predicted_tflops", "roofline_bound", "shape_along", "sizing_checklist", "sm_count_of", "staircase",
-    "sweep_dimension", "sweep_points", "tensor_core_alignment", "tile_count", "wave_count", "wave_model",
+    "VOCAB_SOURCE", "AlignmentCheck", "AlignmentRule", "CheckItem", "Checklists", "CliffPrediction", "GuideExample",
+    "ModelTarget", "RooflineBound", "TileFit", "WavePrediction", "alignment_table", "arch_of", "ceil_div",
+    "check_alignment", "checklist_frame", "checklist_text", "checklists", "cliffs", "explain_gemm", "explain_what_if",
+    "fine_values", "fit_sweep", "fit_tile", "fitted_staircase", "full_wave_sizes", "gpu_choices",
+    "largest_pow2_divisor", "model_target", "nearest_multiples", "pad_to_multiple", "parse_tile", "predict_cliffs",
+    "predicted_tflops", "predicted_time_s", "roofline_bound", "shape_along", "sizing_checklist", "sm_count_of",
+    "staircase", "sweep_dimension", "sweep_dtype", "sweep_points", "sweep_quietness", "tensor_core_alignment",
+    "tile_count", "vocab_item", "vocab_rule", "wave_count", "wave_model",
 ]
 
 
@@ -157,6 +167,37 @@ def fine_values(start: int, stop: int, step: int, name: str = "range") -> list[i
     return vals
 
 
+def sweep_dtype(device) -> str:
+    """The dtype lesson 04 measures GEMMs in: bf16 on a CUDA GPU (its Tensor Cores), fp32 elsewhere (a CPU's
+    bf16 matmuls can be a hundred times slower than its fp32 ones)."""
+    kind = getattr(device, "type", None) or str(device or "cpu").split(":")[0]
+    return "bf16" if kind == "cuda" else "fp32"
+
+
+def sweep_quietness(sweep):
+    """The machine's quietness over a measured sweep's points (`perflab.core.quietness.Quietness.combine`):
+    disturbed when any point was measured while other programs used the device."""
+    from perflab.core.quietness import Quietness, as_quietness
+
+    return Quietness.combine(as_quietness(r.get("quietness")) for r in sweep.rows if r.get("status") == "ok")
+
+
+def fit_sweep(sweep, dim: str, fixed: dict[str, int], info, target: ModelTarget) -> TileFit:
+    """`fit_tile` on a measured sweep (`sweep_dimension`'s result): on a GPU the SMs run tiles (the target's SM
+    count, cuBLAS's tile shapes); on a CPU the threads run a BLAS kernel's blocks (torch's threads, `CPU_BLOCKS`).
+    The fit keeps the measured points, the unit it counted in (for `perflab.gemm.plots.sweep_fit`) and the
+    sweep's quietness (`TileFit.verdict`)."""
+    df = sweep.ok_frame()
+    if getattr(info, "kind", None) == "cuda":
+        units, unit, candidates = target.sms, "SM", TILE_SHAPES
+    else:
+        units, unit, candidates = max(1, int(info.details.get("torch_threads") or 1)), "thread", CPU_BLOCKS
+    fit = fit_tile(list(df[dim]), list(df["median_s"]), dim, fixed, sms=units, tiles=candidates, unit=unit,
+                   tflops=list(df["tflops"]))
+    fit.quietness = sweep_quietness(sweep)
+    return fit
+
+
 def sm_count_of(device_info=None, gpu: str | None = None) -> tuple[int | None, str]:
     """SM count for the model and where it came from: a table id/name `gpu`, else the current CUDA
     device, else (None, reason)."""
@@ -194,6 +235,11 @@ class ModelTarget:
     @property
     def bandwidth_gbps(self) -> float | None:
         return self.spec.memory_bandwidth_gbps if self.spec is not None else None
+
+    @property
+    def choice(self) -> str:
+        """The target as a 'which GPU' control names it (`gpu_choices`)."""
+        return THIS_GPU if self.this_machine or self.spec is None else self.spec.id
 
 
 THIS_GPU = "this GPU"
@@ -259,3 +305,14 @@ def explain_gemm(m: int, n: int, k: int, *, dtype: str, target: ModelTarget, til
         for c in check_alignment(m, n, k, dt.name, target.spec.id):
             rows.append((f"alignment {c.dim}", c.reason))
     return pd.DataFrame(rows, columns=["quantity", "value"]).set_index("quantity")
+
+
+def explain_what_if(m: int, n: int, k: int, *, dtype: str, target: ModelTarget, tile=(256, 128), extra_sms: int = 4):
+    """`explain_gemm`'s SMs, waves, utilization and prediction for the chip as built and with `extra_sms` more
+    SMs (each as fast as before), side by side."""
+    import pandas as pd
+
+    keep = ["SMs (wave size)", "waves", "utilization", "predicted"]
+    cols = {label: explain_gemm(m, n, k, dtype=dtype, target=target, tile=tile, extra_sms=extra)["value"]
+            for label, extra in (("as built", 0), (f"{extra_sms} more SMs", extra_sms))}
+    return pd.DataFrame(cols).reindex([q for q in keep if q in cols["as built"].index])

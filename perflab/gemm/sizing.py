@@ -42,11 +42,46 @@ CHECKLIST_SOURCE = ("Anthony et al., 'The Case for Co-Designing Model Architectu
                     "model sizing' (https://github.com/stas00/ml-engineering/tree/master/training/performance)")
 
 
+VOCAB_MULTIPLE = 64  # each rank's slice of the output layer, n = V/t, a multiple of 64
+MEGATRON_VOCAB_MULTIPLE = 128  # Megatron-LM's default --make-vocab-size-divisible-by, times t
+VOCAB_SOURCE = ("Megatron-LM, megatron/training/tokenizer/tokenizer.py, _vocab_size_with_padding: the vocabulary is "
+                "padded to a multiple of make_vocab_size_divisible_by × tensor_model_parallel_size "
+                "(--make-vocab-size-divisible-by defaults to 128 in megatron/training/arguments.py)")
+
+
+def vocab_rule(t: int = 1) -> str:
+    """The vocabulary rule's name for tensor-parallel degree `t`: 'vocab % 64 == 0' without tensor
+    parallelism, 'vocab % (64·t) == 0' with it."""
+    return "vocab % 64 == 0" if positive_int("t", t) == 1 else "vocab % (64·t) == 0"
+
+
+def vocab_item(vocab: int, t: int = 1) -> CheckItem:
+    """The vocabulary rule for a vocab-parallel output layer: each of the t ranks multiplies by its own
+    V/t columns, so its GEMM's n is V/t, and V/t must be a multiple of 64: V % (64·t) == 0. Megatron-LM
+    pads the vocabulary to a multiple of 128·t for the same reason (`VOCAB_SOURCE`)."""
+    vocab, t = positive_int("vocab", vocab), positive_int("t", t)
+    multiple = VOCAB_MULTIPLE * t
+    rule = vocab_rule(t)
+    if t == 1:
+        if vocab % multiple == 0:
+            return CheckItem(rule, True, f"V={vocab} = 64 × {vocab // 64}")
+        return CheckItem(rule, False, f"V={vocab} leaves remainder {vocab % 64}: pad the vocabulary to "
+                                      f"{pad_to_multiple(vocab, 64)}")
+    if vocab % multiple == 0:
+        return CheckItem(rule, True, f"V/t = {vocab}/{t} = {vocab // t} = 64 × {vocab // multiple}: each rank's "
+                                     "output GEMM has n = V/t")
+    per_rank = f"V/t = {vocab}/{t} = {vocab // t} is not a multiple of 64" if vocab % t == 0 else \
+        f"V/t = {vocab}/{t} is not whole"
+    return CheckItem(rule, False, f"{per_rank}: pad V to {pad_to_multiple(vocab, multiple)} (64·t = {multiple}); "
+                                  f"Megatron-LM pads to {pad_to_multiple(vocab, MEGATRON_VOCAB_MULTIPLE * t)} (128·t)")
+
+
 def sizing_checklist(*, vocab: int, b: int, s: int, h: int, a: int, t: int = 1, d_ff: int | None = None,
                      pow2: int = 64, max_t: int = 8) -> list[CheckItem]:
     """The model-sizing checklist applied to one config, item by item, with the reason.
 
-    1. V % 64 == 0 (the vocabulary is the n of the output layer's GEMM);
+    1. V % (64·t) == 0 (the vocabulary is the n of the output layer's GEMM, split over the t
+       tensor-parallel ranks: `vocab_item`);
     2. b·s, h/a and h/t divisible by a high power of two (at least `pow2`, default 64);
     3. (b·a)/t an integer (heads split evenly over tensor-parallel ranks, per micro-batch);
     4. t small (≤ `max_t`: tensor parallelism inside one 8-GPU node);
@@ -58,12 +93,7 @@ def sizing_checklist(*, vocab: int, b: int, s: int, h: int, a: int, t: int = 1, 
     pow2 = positive_int("pow2", pow2)
     if pow2 & (pow2 - 1):
         raise InputError(f"pow2={pow2} must be a power of two (e.g. 64)")
-    items = []
-    if vocab % 64 == 0:
-        items.append(CheckItem("vocab % 64 == 0", True, f"V={vocab} = 64 × {vocab // 64}"))
-    else:
-        items.append(CheckItem("vocab % 64 == 0", False,
-                               f"V={vocab} leaves remainder {vocab % 64}: pad the vocabulary to {pad_to_multiple(vocab, 64)}"))
+    items = [vocab_item(vocab, t)]
 
     def pow2_item(label: str, value: int | None, why_not: str | None = None) -> CheckItem:
         rule = f"{label} divisible by {pow2}"
@@ -122,3 +152,34 @@ def checklist_frame(items: Sequence[CheckItem]):
 def checklist_text(items: Sequence[CheckItem]) -> str:
     width = max(len(i.rule) for i in items)
     return "\n".join(f"[{i.verdict:>4}] {i.rule:<{width}}  {i.detail}" for i in items)
+
+
+@dataclass(frozen=True)
+class Checklists:
+    """The checklist applied to several models' shapes at one setting of b, s and t (lesson 04)."""
+
+    b: int
+    s: int
+    t: int
+    models: tuple[tuple[str, tuple[CheckItem, ...]], ...]  # (model, its items)
+
+    def failed(self, model: str) -> list[str]:
+        """The rules `model` fails."""
+        return [i.rule for name, items in self.models if name == model for i in items if i.ok is False]
+
+    def table(self, notes: bool = False):
+        """One row per model and check: the verdict and why (advice that cannot pass or fail left out
+        unless `notes`)."""
+        import pandas as pd
+
+        rows = [{"model": name, "check": i.rule, "verdict": i.verdict, "why": i.detail}
+                for name, items in self.models for i in items if notes or i.ok is not None]
+        return pd.DataFrame(rows).set_index(["model", "check"])
+
+
+def checklists(configs: Sequence[dict], *, b: int, s: int, t: int = 1) -> Checklists:
+    """`sizing_checklist` for every config (rows with 'model', 'vocab', 'hidden', 'heads' and 'd_ff', as in
+    perflab/gemm/data/published_shapes.json's 'model_configs') at micro-batch b, sequence s and
+    tensor-parallel degree t."""
+    return Checklists(b, s, t, tuple((c["model"], tuple(sizing_checklist(
+        vocab=c["vocab"], b=b, s=s, h=c["hidden"], a=c["heads"], t=t, d_ff=c.get("d_ff")))) for c in configs))

@@ -6,6 +6,8 @@ so 3·h·d_ff parameters. Keeping the parameter count of a classic 4·h MLP (2·
 d_ff = 8/3·h, which is never a round number (h = 4096 → 10922.67): the GEMMs then have a
 dimension divisible only by 2 and run far below their best. The 8/3 is a suggestion, not a law:
 Llama-2-7B uses 11008 (2.6875·h) and 70B 28672 (3.5·h). So search the widths near 8/3·h.
+What can be said before measuring (the model, released widths, a published search) is
+`perflab.gemm.swiglu_model`.
 
 What is timed: the MLP's GEMMs for `tokens` rows (b·s of a realistic batch), forward and backward,
 as autograd runs them — 3 forward (x·W1, x·W3, a·W2) and 6 backward (for each layer the input
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from perflab.core.errors import InputError
 from perflab.core.jsonable import JSON, to_json
+from perflab.core.readout import MACHINE, machine, num, seconds
 from perflab.core.validate import positive_int
 
 if TYPE_CHECKING:
@@ -199,6 +202,14 @@ class Width:
         return cls(**{k: to_json(v) for k, v in row.items() if k in names})
 
 
+STATUS_WORDS = {  # a width's status (perflab.core.sweepnoise) as the lesson's table says it
+    "ok": "ok",
+    "confirmed": "stood out, repeated: may win",
+    "unstable": "stood out, did not repeat: cannot win",
+    "unconfirmed": "stood out, measured once: cannot win",
+}
+
+
 @dataclass
 class SwigluSearch:
     """A measured width search. `frame` is ranked by TFLOP/s (best first) with rank_time too; each
@@ -250,11 +261,57 @@ class SwigluSearch:
         """The fastest width against ⌊8/3·h⌋, in one sentence computed from both and the noise."""
         best, base = self.best, self.baseline_row
         if base is None:
-            return f"fastest: d_ff = {best.d_ff} at {best.tflops:.4g} TFLOP/s (the baseline was not measured)"
+            return f"fastest that may win: d_ff = {best.d_ff} at {num(best.tflops)} TFLOP/s (the baseline was not measured)"
         d = self.decision(best)
-        return (f"fastest: d_ff = {best.d_ff} at {best.tflops:.4g} TFLOP/s (divisible by {best.multiple_of}); "
-                f"⌊8/3·h⌋ = {base.d_ff} at {base.tflops:.4g} TFLOP/s → {best.tflops / base.tflops:.2f}×: "
+        return (f"fastest that may win: d_ff = {best.d_ff} at {num(best.tflops)} TFLOP/s (divisible by {best.multiple_of}); "
+                f"⌊8/3·h⌋ = {base.d_ff} at {num(base.tflops)} TFLOP/s"
+                + (f" ({STATUS_WORDS.get(str(base.status), str(base.status))})" if base.status not in (None, "ok") else "")
+                + f" → {num(best.tflops / base.tflops)}×: "
                 + (d.text if d else ""))
+
+    @property
+    def speedup(self) -> float | None:
+        """The fastest width's TFLOP/s ÷ the ⌊8/3·h⌋ width's (None: the baseline was not measured)."""
+        base = self.baseline_row
+        return self.best.tflops / base.tflops if base is not None else None
+
+    @property
+    def speedup_quietness(self) -> Quietness:
+        """The machine behind `speedup`: disturbed when the fastest width or the baseline was measured on a
+        busy machine every time, else the fastest width's."""
+        from perflab.core.quietness import as_quietness
+
+        rows = [r for r in (self.best, self.baseline_row) if r is not None]
+        busy = next((r for r in rows if r.disturbed), None)
+        return as_quietness((busy or rows[0]).quietness_json)
+
+    def noise_sentence(self) -> str:
+        """How the sweep read its noise and its outliers, in words, from what this run did."""
+        k = self.frame["status"].value_counts().to_dict() if "status" in self.frame else {}
+        busy = int(self.frame["disturbed"].sum()) if "disturbed" in self.frame else 0
+        from perflab.core.stats import K
+
+        n = len(self.frame)
+        rule = ("the largest of how far the widths measured twice moved between two quiet measurements, a width's own "
+                "timing noise, and 1 %")
+        if any("not measured" in note for note in self.notes):
+            rule = "a width's own timing noise (no width was measured twice), at least 1 %"
+        elif busy == n:
+            rule = ("a width's own timing noise, at least 1 %: every width was measured on a busy machine, so none was "
+                    "measured quietly twice")
+        parts = [f"The noise: σ = {num(100 * self.noise, 2)} % of a width's TFLOP/s, {rule}."]
+        said = {"confirmed": "repeated when measured again (may win)", "unstable": "did not repeat (cannot win)",
+                "unconfirmed": "were measured only once, unconfirmed (cannot win)"}
+        stood = {k_: k.get(k_, 0) for k_ in said if k.get(k_, 0)}
+        if stood:
+            parts.append(f"{sum(stood.values())} width(s) stood more than {K:g} σ above their neighbours: "
+                         + ", ".join(f"{v} {said[k_]}" for k_, v in stood.items()) + ".")
+        else:
+            parts.append(f"No width stood more than {K:g} σ above its neighbours.")
+        if busy:
+            parts.append(f"{busy} of {len(self.frame)} widths were measured on a busy machine every time: their rows "
+                         "say so, and a decision that reads one of them is inconclusive.")
+        return " ".join(parts + ([self.saved_note()] if self.saved_note() else []))
 
     def choice(self, max_params_delta_pct: float = 1.0, where: str = "") -> str:
         """'choose d_ff = …' only when the fastest width within the parameter budget beats the
@@ -262,9 +319,10 @@ class SwigluSearch:
         machine was busy."""
         pick = recommend(self.frame, max_params_delta_pct)
         d = self.decision(pick, f"d_ff = {pick.d_ff}")
-        facts = (f"  {pick.tflops:.4g} TFLOP/s, {(pick.seconds or 0.0) * 1e3:.3f} ms per MLP step (fwd+bwd GEMMs), "
-                 f"{pick.speedup_vs_baseline:.2f}× the ⌊8/3·h⌋ width\n"
-                 f"  parameters {pick.params_delta:+,} ({pick.params_delta_pct:+.2f}%) against 8/3·h; "
+        facts = (f"  {num(pick.tflops)} TFLOP/s, {seconds(pick.seconds or 0.0)} per MLP step (fwd+bwd GEMMs), "
+                 f"{num(pick.speedup_vs_baseline)}× the ⌊8/3·h⌋ width"
+                 + (" (measured on a busy machine every time)" if pick.disturbed else "") + "\n"
+                 f"  parameters {pick.params_delta:+,} ({pick.params_delta_pct:+.2f} %) against 8/3·h; "
                  f"divisible by {pick.multiple_of}")
         on = f" on {where}" if where else ""
         if d is None or d.kind == "choose":
@@ -276,29 +334,58 @@ class SwigluSearch:
 
     def alignment_finding(self) -> str:
         """Whether the aligned widths (divisible by 64, else by 8) ran faster than the rest here, from
-        their median TFLOP/s and the sweep's noise."""
+        their median TFLOP/s and the sweep's noise. Widths measured on a busy machine every time are left
+        out (they are the neighbours' as much as this device's)."""
         import math
         import statistics
 
         from perflab.core.sweepnoise import K
+        from perflab.core.verdicts import busy_text
 
         df = self.frame[self.frame["eligible"]] if "eligible" in self.frame else self.frame
+        busy = df[df["disturbed"]] if "disturbed" in df else df.iloc[0:0]
+        df = df[~df["disturbed"]] if "disturbed" in df else df
         for m in (64, 8):
             aligned = df[df["multiple_of"] >= m]["tflops"]
             rest = df[df["multiple_of"] < m]["tflops"]
             if len(aligned) and len(rest):
                 break
         else:
+            if len(busy):
+                cause = _quietness(Width.of(busy.iloc[0].to_dict())).cause
+                return (f"{busy_text(cause)}: too few widths were measured on a quiet machine to compare the aligned "
+                        "ones with the rest")
             return "every measured width has the same alignment: nothing to compare"
         a, b = statistics.median(aligned), statistics.median(rest)
         margin = math.exp(K * self.noise * math.sqrt(2))
-        head = (f"widths divisible by {m} ran at a median {a:.4g} TFLOP/s against {b:.4g} for the others "
-                f"({a / b:.2f}×)")
+        left = f" ({len(busy)} width(s) measured on a busy machine left out)" if len(busy) else ""
+        head = (f"widths divisible by {m} ran at a median {num(a)} TFLOP/s against {num(b)} for the others "
+                f"({num(a / b)}×){left}")
+        noise = (f"with the sweep's noise, σ = {num(100 * self.noise, 2)} % per width, chance alone moves two widths "
+                 f"apart by up to {num(margin)}×")
         if a / b > margin:
-            return f"{head}: faster, beyond the noise (> {margin:.2f}×)"
+            return f"{head}: faster, beyond the noise ({noise})"
         if b / a > margin:
-            return f"{head}: slower, beyond the noise (> {margin:.2f}×)"
-        return f"{head}: within the noise (±{margin:.2f}×), so alignment made no measurable difference here"
+            return f"{head}: slower, beyond the noise ({noise})"
+        return f"{head}: within the noise ({noise}), so alignment made no measurable difference here"
+
+    def by_alignment(self):
+        """The widths grouped by alignment (a multiple of 64, of 8, neither): how many, and their median and
+        best TFLOP/s, from the widths not measured on a busy machine every time."""
+        import pandas as pd
+
+        df = self.frame
+        quiet = df[~df["disturbed"]] if "disturbed" in df else df
+        rows = []
+        for name, lo, hi in (("multiple of 64", 64, None), ("multiple of 8, not 64", 8, 64), ("neither", 0, 8)):
+            sel = quiet[(quiet["multiple_of"] >= lo) & ((quiet["multiple_of"] < hi) if hi else True)]
+            all_ = df[(df["multiple_of"] >= lo) & ((df["multiple_of"] < hi) if hi else True)]
+            if not len(all_):
+                continue
+            rows.append({"alignment": name, "widths": len(all_), "measured on a busy machine": len(all_) - len(sel),
+                         "median TFLOP/s (quiet ones)": num(float(sel["tflops"].median())) if len(sel) else "–",
+                         "best TFLOP/s (quiet ones)": num(float(sel["tflops"].max())) if len(sel) else "–"})
+        return pd.DataFrame(rows)
 
     def saved_note(self) -> str:
         """'' when every point was measured now; else that (and when, and how quietly) they were saved."""
@@ -324,9 +411,30 @@ class SwigluSearch:
                 "failed": self.failed, "results_file": str(self.path) if self.path else None}
 
     def table(self, n: int | None = None):
-        cols = ["d_ff", "tflops", "seconds", "speedup_vs_baseline", "params_delta", "params_delta_pct", "multiple_of",
-                "rank_time", "status"]
-        return self.frame[cols].head(n) if n else self.frame[cols]
+        """The widths, fastest first (the first `n`): readable columns with units, each width's status in
+        words (`STATUS_WORDS`) and the machine while it was measured (a width measured on a busy machine every
+        time says so in both)."""
+        import pandas as pd
+
+        rows = []
+        for r in (self.frame.head(n) if n else self.frame).to_dict("records"):
+            w = Width.of(r)
+            status = STATUS_WORDS.get(str(w.status), str(w.status)) if w.status else "ok"
+            if w.disturbed:
+                status += "; busy every time"
+            rows.append({"rank": w.rank_tflops, "d_ff": f"{w.d_ff} (⌊8/3·h⌋)" if w.is_baseline else w.d_ff,
+                         "TFLOP/s": num(w.tflops), "time per MLP step": seconds(w.seconds) if w.seconds else "–",
+                         "vs ⌊8/3·h⌋ (×)": num(w.speedup_vs_baseline),
+                         "parameters vs 8/3·h": f"{w.params_delta or 0:+,} ({w.params_delta_pct or 0.0:+.2f} %)",
+                         "divisible by": w.multiple_of, "measured (times)": w.measurements, "status": status,
+                         MACHINE: machine(_quietness(w))})
+        return pd.DataFrame(rows)
+
+
+def _quietness(w: Width):
+    from perflab.core.quietness import as_quietness
+
+    return as_quietness(w.quietness_json) if w.quietness_json else as_quietness({"verdict": w.quietness or "unknown"})
 
 
 def _py(v):
@@ -466,58 +574,13 @@ def recommend(frame, max_params_delta_pct: float = 1.0) -> Width:
     return Width.of(best.to_dict())
 
 
-def baseline_alignment(hs, target=None, tokens: int = 8192):
-    """For each h: ⌊8/3·h⌋, the largest power of two dividing it, and the tile/wave model's
-    utilization of the forward GEMM (tokens×h by h×d_ff) on `target` (a shapes.ModelTarget)."""
-    import pandas as pd
+def search_sized(size: Any, device: Any, *, name: str = "05_swiglu") -> SwigluSearch:
+    """Lesson 05's search at a row of its size table (`perflab.gemm.sizes.SWIGLU`): bf16 on a GPU (fp32
+    elsewhere, which a CPU runs natively), one pass of every width on a GPU and two elsewhere (a shared
+    CPU is noisier)."""
+    import torch
 
-    from perflab.gemm.shapes import largest_pow2_divisor, wave_model
-
-    rows = []
-    for h in hs:
-        base = baseline_width(h)
-        row = {"h": h, "8/3·h": round(eight_thirds(h), 2), "⌊8/3·h⌋": base, "divisible by": largest_pow2_divisor(base),
-               "next multiple of 64": -(-base // 64) * 64}
-        if target is not None:
-            row["model utilization (fwd GEMM)"] = wave_model(tokens, base, h, sms=target.sms, tile=(128, 256)).utilization
-            row["… at the multiple of 64"] = wave_model(tokens, row["next multiple of 64"], h, sms=target.sms,
-                                                       tile=(128, 256)).utilization
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("h")
-
-
-def candidate_table(h: int, radius: int = 100, step: int = 4, *, target=None, tokens: int = 8192,
-                    dtype: str = "bf16"):
-    """Every candidate width with what can be said before measuring: ratio to h, parameter change
-    against 8/3·h, the largest power of two dividing it, whether it meets the Tensor Core rule for
-    `dtype` on `target` (a shapes.ModelTarget), and the tile/wave model's utilization of the
-    forward GEMM (tokens×h by h×d_ff, 128×256 tiles) on it."""
-    import pandas as pd
-
-    from perflab.gemm.shapes import largest_pow2_divisor, tensor_core_alignment, wave_model
-
-    rule = tensor_core_alignment(dtype, target.spec.id) if target is not None and target.spec is not None else None
-    base = baseline_width(h)
-    rows = []
-    for w in candidate_widths(h, radius, step):
-        row = {"d_ff": w, "ratio": w / h, "params_delta_pct": 100 * params_delta(h, w) / (8 * h * h),
-               "divisible by": largest_pow2_divisor(w), "baseline": w == base}
-        if rule is not None and rule.recommended:
-            row["Tensor Core rule"] = ("best" if w % rule.recommended == 0 else
-                                       "minimum" if rule.required and w % rule.required == 0 else "fails")
-        if target is not None:
-            row["model utilization"] = wave_model(tokens, w, h, sms=target.sms, tile=(128, 256)).utilization
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def from_published(record: dict[str, Any]):
-    """The published H100 search (perflab.course.reference.published('swiglu_h100_h4096')) as a DataFrame."""
-    import pandas as pd
-
-    h = record["hidden"]
-    df = pd.DataFrame(record["rows"])
-    df["params_delta"] = 3 * h * df["d_ff"] - 8 * h * h
-    base = df.loc[df["baseline"], "tflops"].iloc[0]
-    df["speedup_vs_baseline"] = df["tflops"] / base
-    return df
+    dev = torch.device(device)
+    gpu = dev.type == "cuda"
+    return search(size.h, size.tokens, radius=size.radius, step=size.step, dtype="bf16" if gpu else "fp32", device=dev,
+                  rep_ms=size.rep_ms, warmup_ms=size.warmup_ms, repeats=1 if gpu else 2, name=name)

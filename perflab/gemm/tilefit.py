@@ -19,7 +19,13 @@ class TileFit:
 
     table: Any  # DataFrame: tile, blocks_per_sm, sec_per_wave, overhead_s, rel_rms, r2 (best first)
     dim: str
-    sms: int
+    sms: int  # the units that run blocks at once: a GPU's SMs, or a CPU's threads (`unit`)
+    unit: str = "SM"
+    fixed: dict[str, int] | None = None  # the other two dimensions of the fitted sweep
+    values: tuple[int, ...] = ()  # the measured points: sizes along `dim`, seconds, TFLOP/s
+    times_s: tuple[float, ...] = ()
+    tflops: tuple[float, ...] = ()
+    quietness: Any = None  # perflab.core.quietness.Quietness of the measured points (None: not known)
 
     @property
     def best(self) -> dict[str, Any]:
@@ -29,7 +35,19 @@ class TileFit:
     def best_tile(self) -> tuple[int, int]:
         return parse_tile(self.best["tile"])
 
-    def frame(self, top: int = 5, unit: str = "SM"):
+    def verdict(self) -> str:
+        """The tile that explains the measured steps best, or why the fit says nothing: its points were measured
+        while other programs used the device."""
+        from perflab.core.readout import percent
+        from perflab.core.verdicts import busy_text
+
+        if self.quietness is not None and getattr(self.quietness, "disturbed", False):
+            return busy_text(self.quietness.cause) + ": the fit below ranks noise, not tiles"
+        b = self.best
+        return (f"best fit: {b['tile']} blocks, {int(b['blocks_per_sm'])} per {self.unit} on {self.sms} {self.unit}s "
+                f"(relative RMS {percent(b['rel_rms'])})")
+
+    def frame(self, top: int = 5, unit: str | None = None):
         """The fit for a person: candidates whose fits are the same (the same staircase over the
         measured range, so the same line) merged into one row that names them all; named columns
         with units; the best `top` distinct fits."""
@@ -37,6 +55,7 @@ class TileFit:
 
         from perflab.core.readout import num, percent, seconds
 
+        unit = unit or self.unit
         groups: dict[tuple, dict[str, Any]] = {}
         for r in self.table.to_dict("records"):
             key = (round(r["sec_per_wave"], 15), round(r["overhead_s"], 15), round(r["rel_rms"], 12), r["steps"])
@@ -54,13 +73,15 @@ class TileFit:
 
 
 def fit_tile(values: Sequence[int], times_s: Sequence[float], dim: str, fixed: dict[str, int], *, sms: int,
-             tiles: Iterable[tuple[int, int]] = TILE_SHAPES, blocks_per_sm: Iterable[int] = (1, 2)) -> TileFit:
+             tiles: Iterable[tuple[int, int]] = TILE_SHAPES, blocks_per_sm: Iterable[int] = (1, 2), unit: str = "SM",
+             tflops: Sequence[float] | None = None) -> TileFit:
     """Fit t ≈ sec_per_wave · waves(value) + overhead for every candidate tile; rank by residual.
 
     A least-squares line (on relative error) through the measured times against each candidate's
     wave count (the slope must be positive, the overhead at least zero: a fit that wants a negative
     overhead is refitted through the origin). The tile whose staircase puts its steps where the measurement steps
-    has the smallest relative RMS residual. Needs at least 3 points.
+    has the smallest relative RMS residual. Needs at least 3 points. `unit` names what `sms` counts ('SM', or
+    'thread' on a CPU); `tflops`, the measured rates, are kept with the fit for its figure.
     """
     import numpy as np
     import pandas as pd
@@ -95,7 +116,8 @@ def fit_tile(values: Sequence[int], times_s: Sequence[float], dim: str, fixed: d
                          "overhead_s": float(icpt), "rel_rms": rel_rms, "r2": r2,
                          "steps": int(np.count_nonzero(np.diff(w)))})
     table = pd.DataFrame(rows).sort_values(["rel_rms", "steps"]).reset_index(drop=True)
-    return TileFit(table, dim, sms)
+    return TileFit(table, dim, sms, unit, dict(fixed), tuple(xs), tuple(float(t) for t in ts),
+                   tuple(float(x) for x in tflops) if tflops is not None else ())
 
 
 def fitted_staircase(fit_row: dict[str, Any], values: Sequence[int], dim: str, fixed: dict[str, int], sms: int) -> list[float]:

@@ -307,6 +307,14 @@ class KernelCheck:
     def from_json(cls, d: JSON) -> KernelCheck:
         return cls(**{**d, "config": TileConfig(**d["config"])})
 
+    def line(self) -> str:
+        """'200×130×96 fp32 on cpu (interpreter): max |error| vs torch 9.5e-06 (tolerance ...) ✓'."""
+        from perflab.core.readout import num
+
+        return (f"{self.m}×{self.n}×{self.k} {self.dtype} on {self.device}{' (interpreter)' if self.interpreter else ''}: "
+                f"max |error| vs torch {num(self.max_abs_err)} (tolerance {num(self.atol)} + {num(self.rtol)}·|C|) "
+                + ("✓" if self.passed else "✗"))
+
 
 def check(m: int, n: int, k: int, dtype: str = "fp32", config: TileConfig | dict | None = None, *, seed: int = 0,
           device: str | None = None) -> KernelCheck:

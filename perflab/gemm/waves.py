@@ -226,3 +226,98 @@ def full_wave_sizes(dim: str, fixed: dict[str, int], *, sms: int, tile=(256, 128
             out.append(v)
         v += step
     return out
+
+
+# ---------------------------------------------------------------- the guide's worked example, and cliffs predicted
+
+
+@dataclass(frozen=True)
+class GuideExample:
+    """NVIDIA's worked example of wave quantization (the guide's §3.2): n varies, m and k fixed, one
+    tile shape, one block per SM, a GPU's SM count. Built from its published record
+    (`perflab/gemm/data/published_shapes.json`, 'nvidia_wave_example')."""
+
+    m: int
+    k: int
+    sms: int
+    tile: tuple[int, int]
+    description: str
+    source: str
+
+    @staticmethod
+    def from_record(rec: dict) -> GuideExample:
+        tm, tn = parse_tile(rec["tile"])
+        return GuideExample(int(rec["m"]), int(rec["k"]), int(rec["sms"]), (tm, tn), str(rec["description"]),
+                            str(rec["source"]))
+
+    @property
+    def fixed(self) -> dict[str, int]:
+        return {"m": self.m, "k": self.k}
+
+    def full_waves(self, count: int = 3) -> list[int]:
+        """The first `count` values of n whose tile count fills whole waves."""
+        tn = self.tile[1]
+        return full_wave_sizes("n", self.fixed, sms=self.sms, tile=self.tile, limit=tn * self.sms * count)[:count]
+
+    def cliffs(self, count: int = 3) -> list[int]:
+        """The values of n (up to the `count`-th full wave) where one more wave is needed."""
+        full = self.full_waves(count)
+        return cliffs("n", range(self.tile[1], full[-1] + 1), self.fixed, sms=self.sms, tile=self.tile)
+
+    @property
+    def past(self) -> int:
+        """n one whole column of tiles past the first full wave: the first cliff's wave at its fullest."""
+        return self.cliffs()[0] + self.tile[1] - 1
+
+    def text(self) -> str:
+        return (f"{self.description}\nSource: {self.source}\nFull waves at n = {self.full_waves()}; one more wave "
+                f"needed from n = {self.cliffs()}")
+
+    def table(self):
+        """The model at the values of n around the first two cliffs: tiles, waves, the last wave's tiles and the
+        utilization."""
+        import pandas as pd
+
+        from perflab.core.readout import percent
+
+        full, cl, tn = self.full_waves(), self.cliffs(), self.tile[1]
+        rows = []
+        for n in sorted({full[0] - tn, full[0], cl[0], cl[0] + tn - 1, full[1], cl[1]}):
+            w = wave_model(self.m, n, self.k, sms=self.sms, tile=self.tile)
+            rows.append({"m": w.m, "n": w.n, "k": w.k, "tiles": w.tiles, "waves": w.waves,
+                         "tiles in the last wave": w.last_wave_tiles, "utilization": percent(w.utilization)})
+        return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class CliffPrediction:
+    """Where the model puts the cliffs (the first value of each new wave) of a sweep along n, for several
+    tiles, and of the guide's GPU sweep with 256×128 tiles (lesson 04, section 4)."""
+
+    sms: int
+    sweep: tuple[tuple[tuple[int, int], tuple[int, ...]], ...]  # (tile, cliffs) over this device's sweep
+    guide_fixed: tuple[int, int]  # m, k of the guide's sweep
+    guide_span: tuple[int, int]  # its first and last n
+    guide: tuple[int, ...]  # its cliffs with 256×128 tiles
+
+    @property
+    def first_guide_cliff(self) -> float:
+        return float(self.guide[0]) if self.guide else float("nan")
+
+    def text(self) -> str:
+        lines = [f"  model, {t[0]}×{t[1]} tiles on {self.sms} SMs: new waves start at n = "
+                 + (str(list(c)) if c else "(none in this range)") for t, c in self.sweep]
+        m, k = self.guide_fixed
+        lines.append(f"  model, m = {m}, k = {k}, 256×128 tiles on {self.sms} SMs, n in {self.guide_span[0]}.."
+                     f"{self.guide_span[1]}: new waves start at n = {list(self.guide)}")
+        return "\n".join(lines)
+
+
+def predict_cliffs(values: Iterable[int], fixed: dict[str, int], guide_values: Iterable[int],
+                   guide_fixed: dict[str, int], *, sms: int,
+                   tiles: Sequence[tuple[int, int]] = ((256, 128), (128, 256), (128, 128))) -> CliffPrediction:
+    """The cliffs of a sweep along n (`values`, m and k in `fixed`) for each tile, and of the guide's sweep."""
+    vals, gvals = sorted(int(v) for v in values), sorted(int(v) for v in guide_values)
+    return CliffPrediction(int(sms), tuple((parse_tile(t), tuple(cliffs("n", vals, fixed, sms=sms, tile=t))) for t in tiles),
+                           (int(guide_fixed["m"]), int(guide_fixed["k"])), (gvals[0], gvals[-1]),
+                           tuple(cliffs("n", gvals, guide_fixed, sms=sms, tile=(256, 128))))

@@ -13,6 +13,9 @@ found from evidence alone, graded on what was found and what each fix recovered.
 - `report`: the learner's claims (category, evidence, fix), graded: precision, recall, each fix's
   recovery measured in a process of its own, loss parity, fixes that change the model
 - `plots`: the waterfall (where the step's time goes, per configuration)
+- `panel`: lesson 14's panel (the step re-run with the fixes ticked) and its one-fix-at-a-time measurement
+- `sizes`: the step's sizes by kind of run (smoke, and the rest), read once by the lesson and by name
+  in a grader's process
 - `lab14`: the lab's checks
 
 Uses other topics' formulas and data, never their widgets: perflab.tune (the capstone's GPT-shaped
@@ -22,5 +25,5 @@ perflab.compiler (the dtype's parity tolerance).
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("pool", "step", "draw", "report", "plots", "lab14")
+MODULES = ("pool", "sizes", "step", "draw", "report", "plots", "panel", "lab14")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

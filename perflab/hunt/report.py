@@ -213,12 +213,10 @@ def measure_recovery_in_process(planted: Sequence[str], fixes: Sequence[str], si
 
 
 def sizes_named(name: str):
-    from perflab.hunt.step import SIZES, SMOKE
+    """The hunt's sizes called `name` ('lesson' or 'smoke'): `perflab.hunt.sizes.named`."""
+    from perflab.hunt.sizes import named
 
-    table = {"lesson": SIZES, "smoke": SMOKE}
-    if name not in table:
-        raise InputError(f"unknown sizes {name!r}: use {' or '.join(table)}")
-    return table[name]
+    return named(name)
 
 
 @dataclass
@@ -231,6 +229,24 @@ class Rerun:
     recovered_share: float  # of the as-drawn step
     parity_ok: bool  # the fixed step's loss within fp32's tolerance of the as-drawn step's
     loss_rel: float
+
+    @property
+    def quietness(self):
+        """The machine's while both were timed (`perflab.core.quietness.Quietness`)."""
+        return self.timed["before"].quietness
+
+    def headline(self) -> float | None:
+        """The share recovered, or None when the machine was busy while it was timed (no verdict then)."""
+        return None if self.quietness.disturbed else self.recovered_share
+
+    def text(self, what: str = "the step as given") -> str:
+        """Parity against `what`, and the share recovered, or why it is not told (a busy machine)."""
+        from perflab.core.verdicts import busy_text
+
+        won = (f"won back {self.recovered_share:.0%} of the step" if not self.quietness.disturbed
+               else busy_text(self.quietness.cause) + ": run it again when the machine is quiet")
+        return (f"{won}; parity: loss within fp32's tolerance of {what}: {self.parity_ok} "
+                f"(relative difference {self.loss_rel:.1e})")
 
 
 def rerun(planted: Sequence[str] | Any, fixes: Sequence[str], sizes=None, *, reps: int = 2,

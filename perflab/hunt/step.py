@@ -8,7 +8,7 @@
     >>> costs = measure_costs()                           # each regression's cost here, interleaved
 
 The step is perflab's: the capstone's GPT-shaped CPU model (`perflab.tune.ladder.CPU_CFG`, at the
-sizes of `SIZES`), sequences read through a DataLoader from a data set whose reads wait on
+sizes of `perflab.hunt.sizes`), sequences read through a DataLoader from a data set whose reads wait on
 "storage" (a sleep stands for the read, as in lesson 07), next-token cross-entropy, backward,
 gradient clipping to a global norm, AdamW. Two worker processes read ahead; they stay up across
 epochs. Every configuration starts from the same weights (random seed 0) and reads the same sequences in
@@ -37,45 +37,14 @@ import torch
 
 from perflab.core.errors import InputError
 from perflab.core.jsonable import JSON, fields_json
+from perflab.core.quietness import UNKNOWN, Quietness, watch
 from perflab.hunt.pool import KEEP_SHARE, MODEL_FIXES, NAMES, regression
-from perflab.workload.models import ModelConfig, build_model
+from perflab.hunt.sizes import LESSON, HuntSizes
+from perflab.workload.models import build_model
 from perflab.workload.train import next_token_loss
 
 PHASES = ("data", "forward", "backward", "clip", "optimizer", "other")
 LOADER_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class HuntSizes:
-    """The step's sizes: model, batch (sequences per step), storage latency per sequence, the epoch's
-    length in steps, each worker's start (opening the data set), the clip norm and the learning rate."""
-
-    cfg: ModelConfig
-    batch: int = 4
-    io_ms: float = 12.0
-    epoch_steps: int = 4
-    worker_start_s: float = 0.3
-    workers: int = 2
-    clip: float = 0.25
-    lr: float = 1e-3
-    stats_layers: int = 0  # 0: every Linear layer is logged by the host_stats hook
-    threads: int = 1  # the clean step's intra-op threads
-
-    @property
-    def seq(self) -> int:
-        return self.cfg.seq_len
-
-
-def _cfg() -> ModelConfig:
-    from perflab.tune.ladder import CPU_CFG
-
-    return CPU_CFG
-
-
-SIZES = HuntSizes(_cfg())
-# the tests' and the smoke run's size: the same shape, a smaller model and batch
-SMOKE = HuntSizes(_cfg().with_(layers=1, hidden=64, heads=2, ffn=256, vocab=509, seq_len=32), batch=4, io_ms=2.0,
-                  worker_start_s=0.06)
 
 
 def usable_cores() -> int:
@@ -167,7 +136,7 @@ class HuntStep:
             raise InputError(f"unknown fix {unknown[0]!r}: choose from {', '.join(ALL_FIXES)}")
         self._on = frozenset(p for p in planted if regression(p).fix not in fixes)
         self._model_fixes = frozenset(f for f in fixes if f in MODEL_FIXES)
-        sz = sizes or SIZES
+        sz = sizes or LESSON
         if "half_batch" in self._model_fixes:
             sz = replace(sz, batch=max(1, sz.batch // 2))
         self.sizes = sz
@@ -409,6 +378,7 @@ class Timed:
     steps_s: list[float]
     loss: float
     counters: Counters | None = None
+    quietness: Quietness = UNKNOWN  # the machine's while the rounds ran (one window for every configuration)
 
 
 def interleaved(configs: dict[str, Callable[[], HuntStep]], *, steps: int | None = None, reps: int = 3,
@@ -419,7 +389,8 @@ def interleaved(configs: dict[str, Callable[[], HuntStep]], *, steps: int | None
     a burst of load on a shared machine falls on every configuration alike. A configuration's step
     time is the median over rounds of the round's mean step. Every configuration runs the same
     number of steps, so their final losses are comparable (parity). `stop_when(rounds)` may end the
-    rounds early once the answer is clear (it sees each configuration's round means)."""
+    rounds early once the answer is clear (it sees each configuration's round means). Each `Timed`
+    carries the machine's quietness over the rounds (`perflab.core.quietness`)."""
     built: dict[str, HuntStep] = {}
     recs: dict[str, list[dict[str, float]]] = {k: [] for k in configs}
     try:
@@ -428,21 +399,22 @@ def interleaved(configs: dict[str, Callable[[], HuntStep]], *, steps: int | None
         rounds: dict[str, list[dict[str, float]]] = {k: [] for k in configs}
         for s in built.values():
             s.run(s.sizes.epoch_steps if warmup is None else warmup)
-        for r in range(reps):
-            if r >= 1 and stop_when is not None and stop_when(rounds):
-                break
-            for k, s in built.items():
-                got = s.run(s.sizes.epoch_steps if steps is None else steps)
-                recs[k].extend(got)
-                rounds[k].append({p: statistics.mean(x[p] for x in got) for p in (*PHASES, "step")})
-            if progress:
-                progress(f"round {r + 1}/{reps}")
+        with watch("cpu") as w:  # the rounds, every configuration's: its DataLoader workers count as its own
+            for r in range(reps):
+                if r >= 1 and stop_when is not None and stop_when(rounds):
+                    break
+                for k, s in built.items():
+                    got = s.run(s.sizes.epoch_steps if steps is None else steps)
+                    recs[k].extend(got)
+                    rounds[k].append({p: statistics.mean(x[p] for x in got) for p in (*PHASES, "step")})
+                if progress:
+                    progress(f"round {r + 1}/{reps}")
         out = {}
         for k, s in built.items():
             rr = rounds[k]
             out[k] = Timed(k, statistics.median(x["step"] for x in rr),
                            {p: statistics.median(x[p] for x in rr) for p in PHASES}, [x["step"] for x in recs[k]],
-                           s.loss, s.counters())
+                           s.loss, s.counters(), w.result)
         return out
     finally:
         for s in built.values():
@@ -483,7 +455,7 @@ def measure_costs(names: Sequence[str] | None = None, sizes: HuntSizes | None = 
     on, timed in turns (`interleaved`), one pair at a time (so at most two steps' DataLoader workers
     are alive). A regression whose loss leaves parity is reported and never kept."""
     names = tuple(names) if names is not None else NAMES
-    sz = sizes or SIZES
+    sz = sizes or LESSON
     out = {}
     for i, n in enumerate(names):
         regression(n)
@@ -506,7 +478,7 @@ def measure_cost(name: str, sizes: HuntSizes | None = None, *, reps: int = 3) ->
     """One regression's cost here: the clean step and the step with it on, in turns (`interleaved`);
     a cost far above the keep margin ends the rounds early."""
     regression(name)
-    sz = sizes or SIZES
+    sz = sizes or LESSON
     t = interleaved({"clean": lambda: HuntStep((), sizes=sz), name: lambda: HuntStep((name,), sizes=sz)},
                     reps=reps, stop_when=_clearly_kept(name))
     ok, _ = parity(t[name].loss, t["clean"].loss)

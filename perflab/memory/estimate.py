@@ -26,6 +26,7 @@ from typing import Any
 from perflab.core.errors import InputError
 from perflab.core.jsonable import JSON
 from perflab.core.validate import positive_int, positive_number
+from perflab.memory.batch import BatchPlan, BatchPlans, batch_plan  # noqa: F401  (the batch arithmetic's home)
 
 GB = 1e9
 GiB = 2**30
@@ -131,6 +132,25 @@ def bytes_per_param(precision: str = "mixed", optimizer: str = "adamw", grad_dty
     state = o.state_bytes if o.state_bytes is not None else p.state_bytes
     return {"weights": p.weight_bytes, "master_weights": p.master_bytes, "gradients": g,
             "optimizer_states": o.states * state + o.extra_per_param}
+
+
+def bytes_per_param_table(precisions: tuple[str, ...] = ("fp32", "mixed", "bf16"),
+                          optimizers: tuple[str, ...] = ("adamw", "adamw-fused", "adam8bit", "sgd", "lion")):
+    """`bytes_per_param` for every precision and optimizer (mixed precision once with fp32 and once with fp16
+    gradients): one row each, bytes per parameter by component and in all."""
+    import pandas as pd
+
+    from perflab.core.readout import plain
+
+    rows = []
+    for prec in precisions:
+        for opt in optimizers:
+            for g in (("fp32", "fp16") if prec == "mixed" else (precision_of(prec).default_grad,)):
+                per = bytes_per_param(prec, opt, g)
+                rows.append({"precision": prec, "optimizer": opt, "gradients in": g,
+                             **{f"{k.replace('_', ' ')} (B)": plain(v, 5) for k, v in per.items()},
+                             "total (B per parameter)": plain(sum(per.values()), 5)})
+    return pd.DataFrame(rows)
 
 
 def _zero_divisors(zero: int, dp: int) -> dict[str, int]:
@@ -413,56 +433,6 @@ def estimate(params: float | None = None, *, cfg=None, precision: str = "mixed",
               "batch": batch, "seq": seq, "layers": layers, "hidden": hidden, "heads": heads, "vocab": vocab,
               "activation_model": activation_model}
     return MemoryEstimate(comps, inputs, bytes_per_param(precision, optimizer, grad_dtype), per_layer, notes)
-
-
-# ---------------------------------------------------------------- batch arithmetic
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """MBS, GBS = MBS·DP·GAS and DP = GPUs/(TP·PP) (the ML-engineering convention)."""
-
-    gpus: int
-    tp: int
-    pp: int
-    dp: int
-    mbs: int
-    gas: int
-    gbs: int
-    seq: int | None = None
-
-    @property
-    def tokens_per_step(self) -> int | None:
-        return self.gbs * self.seq if self.seq else None
-
-    def as_dict(self) -> JSON:
-        return {"gpus": self.gpus, "tp": self.tp, "pp": self.pp, "dp": self.dp, "mbs": self.mbs, "gas": self.gas,
-                "gbs": self.gbs, "seq": self.seq, "tokens_per_step": self.tokens_per_step}
-
-    def text(self) -> str:
-        t = (f"DP = GPUs/(TP·PP) = {self.gpus}/({self.tp}·{self.pp}) = {self.dp}; "
-             f"GBS = MBS·DP·GAS = {self.mbs}·{self.dp}·{self.gas} = {self.gbs}")
-        if self.seq:
-            t += f"; {self.tokens_per_step:,} tokens per optimizer step at seq {self.seq}"
-        return t
-
-
-def batch_plan(gpus: int, *, tp: int = 1, pp: int = 1, mbs: int = 1, gas: int = 1, gbs: int | None = None,
-               seq: int | None = None) -> BatchPlan:
-    """The batch arithmetic of a run. Give `gas`, or a target `gbs` to solve for GAS."""
-    gpus, tp, pp, mbs = (positive_int(n, v) for n, v in (("gpus", gpus), ("tp", tp), ("pp", pp), ("mbs", mbs)))
-    if gpus % (tp * pp):
-        raise InputError(f"{gpus} GPUs cannot hold whole model replicas of TP·PP = {tp}·{pp} = {tp * pp} GPUs: "
-                         f"choose gpus as a multiple of {tp * pp}")
-    dp = gpus // (tp * pp)
-    if gbs is not None:
-        gbs = positive_int("gbs", gbs)
-        if gbs % (mbs * dp):
-            raise InputError(f"GBS {gbs} is not a multiple of MBS·DP = {mbs}·{dp} = {mbs * dp}: "
-                             f"try {max(1, gbs // (mbs * dp)) * mbs * dp} or {(gbs // (mbs * dp) + 1) * mbs * dp}")
-        gas = gbs // (mbs * dp)
-    gas = positive_int("gas", gas)
-    return BatchPlan(gpus, tp, pp, dp, mbs, gas, mbs * dp * gas, positive_int("seq", seq) if seq else None)
 
 
 # ---------------------------------------------------------------- a training step, phase by phase

@@ -159,6 +159,34 @@ print(json.dumps({{"rows": [{{"stage": a, "used_bytes": b, "nvml_used_bytes": c}
     return res["rows"]
 
 
+def _b(x) -> str:
+    from perflab.core.readout import binary_bytes
+
+    return binary_bytes(x)
+
+
+def preload_table(rows: list[dict[str, Any]]):
+    """`kernel_preload`'s rows as a person reads them: each mode's rise in the device's used memory after a
+    4-byte tensor and after some work, what torch's allocator holds, and the rest: context and kernels."""
+    import pandas as pd
+
+    return pd.DataFrame([{"CUDA_MODULE_LOADING": r["mode"], "torch": r["torch"],
+                          "used after a 4-byte tensor": _b(r["rise_after_tensor_bytes"]),
+                          "used after a matmul and a step": _b(r["rise_after_work_bytes"]),
+                          "torch's allocator": _b(r["torch_reserved_bytes"]),
+                          "context and kernels": _b(r.get("context_and_kernels_bytes"))} for r in rows])
+
+
+def distributed_table(rows: list[dict[str, Any]]):
+    """`distributed_init_memory`'s rows (one run or several): the device's used memory at each stage and its
+    rise since CUDA started, by whether the group was bound to the device at init."""
+    import pandas as pd
+
+    return pd.DataFrame([{"device_id at init": "yes" if r.get("device_id") else "no", "stage": r["stage"],
+                          "used": _b(r["used_bytes"]), "rise since CUDA init": _b(r["rise_bytes"]),
+                          "NVML used": _b(r.get("nvml_used_bytes"))} for r in rows])
+
+
 @dataclass(frozen=True)
 class Fragmentation:
     """The caching allocator after a fragmenting workload, with or without expandable segments (bytes)."""
@@ -173,6 +201,19 @@ class Fragmentation:
     cuda_malloc_retries: int
     reserved_over_allocated: float  # peak reserved ÷ peak allocated: how much the cache holds beyond the tensors
     cached_not_allocated_bytes: int  # reserved − allocated at the end
+
+
+def fragmentation_table(runs: list[Fragmentation]):
+    """`fragmentation` runs side by side: peak allocated and reserved, their ratio, the segments and what the
+    cache holds beyond the tensors at the end."""
+    import pandas as pd
+
+    from perflab.core.readout import num
+
+    return pd.DataFrame([{"expandable segments": "yes" if f.expandable_segments else "no",
+                          "peak allocated": _b(f.peak_allocated_bytes), "peak reserved": _b(f.peak_reserved_bytes),
+                          "reserved ÷ allocated": f"{num(f.reserved_over_allocated)}×", "segments": f.segments,
+                          "cached, not allocated": _b(f.cached_not_allocated_bytes)} for f in runs])
 
 
 def fragmentation(expandable: bool, steps: int = 48, timeout: float = 180) -> Fragmentation:
@@ -221,10 +262,15 @@ class Snapshot:
     largest_at_peak: list[dict[str, Any]]  # {'bytes', 'where'}: the largest allocations alive then, and the line that made each
 
     def largest(self):
-        """The largest allocations alive at the peak as a table."""
+        """The largest allocations alive at the peak as a table: their size and the line that made each."""
         import pandas as pd
 
-        return pd.DataFrame(self.largest_at_peak)
+        return pd.DataFrame([{"size": _b(e["bytes"]), "bytes": f"{e['bytes']:,}", "where": e["where"]}
+                             for e in self.largest_at_peak])
+
+    def text(self) -> str:
+        return (f"saved {self.path}: {self.segments} segments, {_b(self.segment_bytes)} reserved, peak traced "
+                f"{_b(self.peak_traced_bytes)}")
 
 
 def step_snapshot(cfg, *, batch: int, seq: int | None = None, optimizer: str = "adamw", path: str | Path | None = None,

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from perflab.core.errors import InputError
-from perflab.core.jsonable import JSON
 from perflab.memory.estimate import GB, GiB, activations_per_layer_bytes, estimate
 from perflab.memory.estimate import step_phases as _step_phases
+from perflab.memory.published import references  # noqa: F401  (its home is `published`; lesson 03 read it here)
 
 if TYPE_CHECKING:
     from perflab.memory.recompute import CheckpointingEffect
@@ -24,12 +22,6 @@ COLORS = {
     "outside torch's allocator": "#937860", "allocator cache (reserved − allocated)": "#DA8BC3",
     "CUDA context, kernels, other processes": "#8C8C8C",
 }
-
-
-@lru_cache(maxsize=1)
-def references() -> JSON:
-    """Published figures shipped with perflab (`perflab/memory/data/memory_references.json`), as read."""
-    return json.loads(resources.files("perflab.memory").joinpath("data/memory_references.json").read_text())
 
 
 def _unit(max_bytes: float) -> tuple[float, str]:
@@ -110,15 +102,26 @@ def step_figure(bars: dict[str, dict[str, float]], *, title: str = ""):
 
 
 def bars_table(bars: dict[str, dict[str, float]]):
-    """The bars as a table: one row per component, one column per bar (MiB)."""
+    """The bars as a table: one row per component, one column per bar (MiB, to 4 significant digits; '–' where a
+    bar has no such component)."""
+    import math
+
     import pandas as pd
+
+    from perflab.core.readout import num
 
     rows = [{"bar": k.replace("\n", " "), "component": c, "MiB": v / MiB} for k, parts in bars.items() for c, v in parts.items()]
     df = pd.DataFrame(rows).pivot_table(index="component", columns="bar", values="MiB", sort=False)
     df.loc["total"] = df.sum()
     df = df[[k.replace("\n", " ") for k in bars]]
     df.columns = [f"{c} (MiB)" for c in df.columns]
-    return df
+    return df.map(lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else num(v, 4))
+
+
+def step_anatomy(report, est, *, title: str = ""):
+    """The estimate's sum of parts beside a measured step (`step_bars`): the figure and its table."""
+    bars = {"predicted\n(sum of parts)": dict(est.components), **step_bars(report)}
+    return step_figure(bars, title=title), bars_table(bars)
 
 
 def zero_stages_figure(params: float, dp: int, *, precision: str = "mixed", grad_dtype: str | None = "fp16",
@@ -213,6 +216,15 @@ def timeline_figure(report):
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def step_timeline(report):
+    """The run's allocation timeline (`timeline_figure`) where it was recorded (a CPU); on a GPU, a line saying
+    where the allocator's history is (section 10's memory snapshot) instead, and None."""
+    if report.on_gpu:
+        print("On a GPU the allocator's history over a step is recorded in section 10 (memory snapshot).")
+        return None
+    return timeline_figure(report)
 
 
 def step_bars(report, est=None) -> dict[str, dict[str, float]]:

@@ -20,8 +20,8 @@ What each device lets us measure honestly:
     >>> rep.compare()        # predicted (perflab.memory.estimate.step_phases) next to measured
 
 The step is the course's (`perflab.workload.train.StepRunner`), its phases wrapped by the probe.
-Also here: `saved_tensors` (what the autograd graph keeps, storage by storage). Gradient
-checkpointing's effect is `perflab.memory.recompute`; ipyexperiments' per-cell report `perflab.memory.cells`.
+What the autograd graph keeps, storage by storage, is `perflab.memory.saved`. Gradient checkpointing's
+effect is `perflab.memory.recompute`; ipyexperiments' per-cell report `perflab.memory.cells`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 from perflab.core.errors import InputError
 from perflab.core.jsonable import JSON
 from perflab.memory.estimate import MEASURED_OPTIMIZERS, step_phases
+from perflab.memory.saved import SavedTensors, saved_tensors  # noqa: F401  (their home is `saved`)
 from perflab.memory.usage import (
     cuda_used_bytes,
     nvml_used_bytes,
@@ -164,50 +165,6 @@ def allocated_during(fn: Callable[[], Any], device=None) -> dict[str, int]:
     return {"kept_bytes": row["allocated_bytes"] - row["start_bytes"], "peak_bytes": row["peak_bytes"] - row["start_bytes"]}
 
 
-# ---------------------------------------------------------------- what autograd saves
-
-
-@dataclass
-class SavedTensors:
-    """Storages the autograd graph keeps for backward, each counted once (views share a storage)."""
-
-    total_bytes: int
-    storages: list[dict[str, Any]]
-
-    def by_shape(self):
-        import pandas as pd
-
-        df = pd.DataFrame(self.storages)
-        if df.empty:
-            return df
-        g = df.groupby(["shape", "dtype"], sort=False).agg(count=("bytes", "size"), bytes_each=("bytes", "first"),
-                                                          total_bytes=("bytes", "sum")).reset_index()
-        return g.sort_values("total_bytes", ascending=False, ignore_index=True)
-
-
-def saved_tensors(fn: Callable[[], Any], exclude=()) -> tuple[Any, SavedTensors]:
-    """Run `fn()` under `torch.autograd.graph.saved_tensors_hooks` and list every storage the graph
-    saves for backward, except those of the tensors in `exclude` (the parameters, the inputs).
-    Returns (fn's result, SavedTensors). Checkpointed regions save through their own hooks and are
-    not seen here: measure them with `allocated_during`."""
-    import torch
-
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen: dict[int, dict[str, Any]] = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        key = st.data_ptr()
-        if key not in skip and key not in seen:
-            seen[key] = {"shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "bytes": st.nbytes()}
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    items = list(seen.values())
-    return out, SavedTensors(sum(i["bytes"] for i in items), items)
-
-
 # ---------------------------------------------------------------- a training step, phase by phase
 
 
@@ -244,6 +201,37 @@ def torch_dtype(name: str):
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
+# how close the phase model comes, by device: (at phase boundaries, for peaks inside a phase), as fractions.
+# A CPU's allocator asks for exactly each tensor's bytes: exact at boundaries, peaks within the temporaries the
+# model names. A GPU's caching allocator rounds blocks, cuBLAS and attention kernels take workspaces.
+PHASE_TOLERANCE = {"cpu": (0.0, 0.005), "cuda": (0.03, 0.15)}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The phase model against a measured step: the worst gaps and the tolerances they are held to."""
+
+    device_kind: str  # 'cpu' or 'cuda'
+    worst_end: float  # relative gap at a phase boundary
+    worst_peak: float  # relative gap of a peak inside a phase
+    tolerance_end: float
+    tolerance_peak: float
+
+    @property
+    def holds(self) -> bool:
+        return self.worst_end <= self.tolerance_end and self.worst_peak <= self.tolerance_peak
+
+    def text(self) -> str:
+        from perflab.core.readout import percent
+
+        def pct(x: float) -> str:
+            return "0 %" if x == 0 else percent(x)
+
+        return (f"worst gap at a phase boundary: {pct(self.worst_end)} (tolerance {pct(self.tolerance_end)}); worst peak "
+                f"gap: {pct(self.worst_peak)} (tolerance {pct(self.tolerance_peak)}): "
+                + ("within both" if self.holds else "outside the tolerance: the phase model misses something here"))
+
+
 @dataclass
 class PhaseReport:
     """Measured rows (one per phase) with the prediction that goes with them."""
@@ -276,9 +264,75 @@ class PhaseReport:
             out.append(row)
         return pd.DataFrame(out)
 
+    def compare_table(self):
+        """`compare` as a person reads it: MiB to the digits the allocator's bytes have, the peak gap in percent."""
+        from perflab.core.readout import num, percent
+
+        df = self.compare()
+        return df.assign(**{c: [num(v, 4) for v in df[c]] for c in df.columns if c.endswith("(MiB)")},
+                         **{"peak gap": [percent(v) for v in df["peak gap"]]})
+
     @property
     def peak_bytes(self) -> int:
         return max(r["peak_bytes"] for r in self.rows)
+
+    @property
+    def on_gpu(self) -> bool:
+        """Measured by a CUDA caching allocator (its rows carry reserved bytes), not a CPU's profiler."""
+        return bool(self.rows) and self.rows[0].get("reserved_bytes") is not None
+
+    @property
+    def steady_peak_bytes(self) -> int:
+        """The peak of the last iteration: the steady-state step (the first one also creates the optimizer's states)."""
+        last = max(r["iteration"] for r in self.rows)
+        return max(r["peak_bytes"] for r in self.rows if r["iteration"] == last)
+
+    def agreement(self) -> Agreement:
+        """The worst relative gap between prediction and measurement, at phase boundaries and for the peaks
+        inside phases, against the tolerance for this device (`PHASE_TOLERANCE`)."""
+        kind = "cuda" if self.on_gpu else "cpu"
+        end = max(abs(r["allocated_bytes"] - q.end_bytes) / q.end_bytes for r, q in zip(self.rows, self.predicted)
+                  if q.end_bytes)
+        peak = max(abs(r["peak_bytes"] - q.peak_bytes) / q.peak_bytes for r, q in zip(self.rows, self.predicted)
+                   if q.peak_bytes)
+        return Agreement(kind, end, peak, *PHASE_TOLERANCE[kind])
+
+    def outside_table(self):
+        """What lies outside torch's allocator, per phase. On a CPU: the change in allocated bytes beside the
+        change in the process's RSS, the peak above the phase's start, and the Python heap's peak (tracemalloc).
+        On a GPU: allocated, peak, reserved by the cache, and the device's used memory (NVML, the driver)."""
+        import pandas as pd
+
+        from perflab.core.readout import num
+
+        def mib(b):
+            return "–" if b is None else num(b / MiB, 4)
+
+        rows = []
+        for r in self.rows:
+            row = {"phase": f"{r['phase']} {r['iteration']}"}
+            if self.on_gpu:
+                row.update({"allocated (MiB)": mib(r["allocated_bytes"]), "peak (MiB)": mib(r["peak_bytes"]),
+                            "reserved (MiB)": mib(r["reserved_bytes"]), "NVML used (MiB)": mib(r.get("device_used_bytes")),
+                            "driver used (MiB)": mib(r.get("driver_used_bytes"))})
+            else:
+                rss = None if r.get("rss_bytes") is None or r.get("rss_start_bytes") is None else \
+                    r["rss_bytes"] - r["rss_start_bytes"]
+                row.update({"Δ allocated (MiB)": mib(r["allocated_bytes"] - r["start_bytes"]), "Δ RSS (MiB)": mib(rss),
+                            "peak above start (MiB)": mib(r["peak_bytes"] - r["start_bytes"]),
+                            "Python heap peak above start, tracemalloc (MiB)": mib(r.get("python_heap_peak_bytes"))})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def workspace_text(self) -> str | None:
+        """On a GPU, the cuBLAS/cuBLASLt workspaces the warm-up before the first phase took; None elsewhere."""
+        if not self.on_gpu:
+            return None
+        from perflab.core.readout import binary_bytes
+
+        ws = self.meta.get("library_workspace_bytes")
+        return (f"cuBLAS/cuBLASLt workspaces newly kept by the warm-up before the first phase: {binary_bytes(ws or 0)}"
+                + ("" if ws else " (an earlier matmul in this process already took them: they are in the starting point)"))
 
     def summary(self) -> JSON:
         """The step in numbers: its loss, the last iteration's seconds per phase and in all

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perflab.core.quietness import UNKNOWN, Quietness
 from perflab.memory.estimate import activation_total, model_activation_bytes
 from perflab.memory.probe import allocated_during, torch_dtype
 
@@ -33,6 +34,7 @@ class Side:
     step_q25_s: float
     step_q75_s: float
     step_iqr_s: float
+    quietness: Quietness = UNKNOWN  # the machine while this side's kept round was timed
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,34 @@ class CheckpointingEffect:
     @property
     def flop_ratio(self) -> float:
         return FLOP_RATIO
+
+    @property
+    def quietness(self) -> Quietness:
+        """The machine while both sides were timed: disturbed if either was."""
+        return Quietness.combine([self.stored.quietness, self.checkpointed.quietness])
+
+    def headline(self) -> float | None:
+        """The measured time ratio, or None when the machine was busy while it was timed (no figure to judge a
+        prediction by)."""
+        return None if self.quietness.disturbed else self.time_ratio
+
+    def verdict(self) -> str:
+        """The time ratio beside the FLOPs' 4/3, or why there is none (a busy machine)."""
+        from perflab.core.verdicts import busy_text
+
+        if self.quietness.disturbed:
+            return busy_text(self.quietness.cause)
+        return (f"forward + backward took {self.time_ratio:.2f}× as long with every block recomputed; its FLOPs grow "
+                f"{self.flop_ratio:.2f}× ({self.quietness.line()})")
+
+    def memory_text(self) -> str:
+        """The activations recomputing saved, measured and predicted."""
+        from perflab.core.readout import binary_bytes
+
+        gap = self.saved_bytes - self.predicted_saved_bytes
+        return (f"recomputing saved {binary_bytes(self.saved_bytes)} of activations ({self.saved_bytes:,} bytes); "
+                f"predicted {self.predicted_saved_bytes:,} bytes: "
+                + ("equal to the byte" if gap == 0 else f"{gap:+,} bytes apart ({gap / self.predicted_saved_bytes:+.2%})"))
 
     def table(self):
         """Measured and predicted activation bytes and forward+backward time, one row per side and
@@ -130,6 +160,6 @@ def checkpointing_effect(cfg, *, batch: int, seq: int | None = None, dtype: str 
     def side(ckpt: bool) -> Side:
         t = best[ckpt]
         kept, peak, pred = mem[ckpt]
-        return Side(kept, peak, pred, t.median_s, t.quantile(0.25), t.quantile(0.75), t.iqr_s)
+        return Side(kept, peak, pred, t.median_s, t.quantile(0.25), t.quantile(0.75), t.iqr_s, t.quietness)
 
     return CheckpointingEffect(cfg.name, b, s, dtype, dev.type, side(False), side(True))

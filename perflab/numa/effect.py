@@ -84,9 +84,13 @@ class LocalVsRemote:
         return {"skipped": self.skipped} if self.skipped else {"rows": [_without_none(r) for r in self.rows]}
 
     def table(self):
+        """One row per (cores' node, memory's node): copy GB/s and ns per random read, 3 digits."""
         import pandas as pd
 
-        return pd.DataFrame(self.to_json().get("rows", [])).round(2)
+        return pd.DataFrame([{"cores on node": r.cpu_node, "memory on node": r.memory_node,
+                              "copy (GB/s, read + write)": num(r.gbps) if r.gbps is not None else "–",
+                              "ns per random read": num(r.ns_per_random_read) if r.ns_per_random_read is not None else "–",
+                              "error": r.error or ""} for r in self.rows])
 
 
 @dataclass
@@ -101,9 +105,48 @@ class HostToDevice:
         return {"skipped": self.skipped} if self.skipped else {"rows": [_without_none(r) for r in self.rows]}
 
     def table(self):
+        """One row per process node: pinned host→device GB/s into the GPU, 3 digits."""
         import pandas as pd
 
-        return pd.DataFrame(self.to_json().get("rows", [])).round(2)
+        return pd.DataFrame([{"GPU": r.gpu, "GPU's node": "unknown" if r.gpu_node is None else r.gpu_node,
+                              "process on node": r.process_node, "host→device (GB/s)": num(r.gbps) if r.gbps else "–",
+                              "error": r.error or ""} for r in self.rows])
+
+
+@dataclass
+class Effect:
+    """Section 4's two measurements on this machine: memory local vs remote, host→device by node."""
+
+    memory: LocalVsRemote
+    copies: HostToDevice
+
+    def text(self) -> str:
+        """What was measured, or why not, one line each."""
+        return "\n".join((f"memory, local vs remote: {self.memory.skipped or 'measured (table below)'}",
+                          f"host→device by node: {self.copies.skipped or 'measured (table below)'}"))
+
+    def tables(self) -> list[Any]:
+        """The measured tables (none on a machine with one node)."""
+        return [t.table() for t in (self.memory, self.copies) if t.skipped is None]
+
+    def latency_ratio(self, published: Any) -> tuple[float | None, str | None, str | None]:
+        """(remote ÷ local latency, what it is checked against, the hardware): this machine's where it has
+        two nodes, else the published matrix's (`published`: a figure with `.values` and `.hardware`)."""
+        here = remote_over_local(self.memory.rows, "ns_per_random_read")
+        if here is not None:
+            return here, None, None
+        return remote_over_local(published.values, "value"), "published (Intel MLC)", published.hardware
+
+
+def measure(topo: Topology, nbytes: int) -> Effect:
+    """`memory_local_vs_remote(topo, nbytes)` and `host_to_device_by_node(topo)`."""
+    return Effect(memory_local_vs_remote(topo, nbytes), host_to_device_by_node(topo))
+
+
+def published_ratios_text(latency: Sequence[Mapping[str, Any]], bandwidth: Sequence[Mapping[str, Any]]) -> str:
+    """The published matrices' remote ÷ local ratios in one line."""
+    lat, bw = remote_over_local(latency, "value"), remote_over_local(bandwidth, "value")
+    return f"published, remote / local: latency {num(lat)}×, read bandwidth {num(bw, 2)}×"
 
 
 def memory_local_vs_remote(topo: Topology, nbytes: int = 512 * 2**20) -> LocalVsRemote:

@@ -1,5 +1,6 @@
 """Lesson 08's panel and notes: pick a topology and a rank count, see the plan and the rank map.
 
+    >>> server = published()                          # the handbook's 8×H100 server: .text(), .table(), .topology
     >>> topos = topologies()                          # this machine + the published 8×H100 server
     >>> table, fig = plan_view(topos, "this machine", 2)
     >>> print(memory_note(topos["this machine"]))     # node memory (sysfs) vs MemTotal (/proc)
@@ -8,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,35 @@ SERVER = "8×H100 server, 2 sockets (published table)"
 HERE = "this machine"
 
 
-def published_server() -> Topology:
+@dataclass(frozen=True)
+class PublishedServer:
+    """The 8×H100 server's `nvidia-smi topo -m` as the handbook prints it: what it is, its source, the
+    parsed table and the topology read from it."""
+
+    what: str
+    source: str
+    parsed: smi_topo.TopoTable
+    topology: Topology
+
+    def text(self) -> str:
+        return f"{self.what}\nsource: {self.source}"
+
+    def table(self):
+        """One row per GPU: CPU affinity, NUMA node, link to GPU0."""
+        return self.parsed.table()
+
+
+def published() -> PublishedServer:
     """The 8×H100 server of `data/published_topologies.json` (nvidia-smi topo -m, with its source)."""
     data = json.loads(resources.files("perflab.numa").joinpath("data/published_topologies.json").read_text())
-    return smi_topo.topology_from_topo(smi_topo.parse_topo(data["h100_8gpu_2socket"]["table"]))
+    entry = data["h100_8gpu_2socket"]
+    parsed = smi_topo.parse_topo(entry["table"])
+    return PublishedServer(entry["what"], entry["source"], parsed, smi_topo.topology_from_topo(parsed))
+
+
+def published_server() -> Topology:
+    """The 8×H100 server's topology (`published().topology`)."""
+    return published().topology
 
 
 def topologies() -> dict[str, Topology]:

@@ -185,8 +185,30 @@ def check_plan(p: list[RankPlan], topo: Topology) -> list[str]:
     return problems
 
 
+def check_text(p: list[RankPlan], topo: Topology) -> str:
+    """`check_plan` in a sentence: what is wrong with the plan, or that nothing is."""
+    problems = check_plan(p, topo)
+    if problems:
+        return "the plan has problems: " + "; ".join(problems)
+    return (f"checked: {len(p)} rank{'s' if len(p) != 1 else ''}, no CPU given twice, every CPU in the topology, "
+            "every rank on its GPU's node")
+
+
 def numactl_available() -> bool:
     return shutil.which("numactl") is not None
+
+
+TOOLS = (("numactl", "memory binding (--membind) and CPU binding at process start"),
+         ("lstopo", "a picture of caches, cores and PCI devices (hwloc)"),
+         ("nvidia-smi", "`topo -m`: links and affinity of NVIDIA GPUs"))
+
+
+def tools_table():
+    """The optional tools, whether each is installed here, and what each adds."""
+    import pandas as pd
+
+    return pd.DataFrame([{"tool": t, "installed": "yes" if shutil.which(t) else "no", "adds": a}
+                         for t, a in TOOLS]).set_index("tool")
 
 
 @dataclass
@@ -198,6 +220,13 @@ class Binding:
     after: str
     changed: bool
     workers: list[str] = field(default_factory=list)  # what its DataLoader workers saw (`binding_demo` only)
+
+    def table(self):
+        """Who saw which CPUs: the process before and after binding, then each of its DataLoader workers."""
+        import pandas as pd
+
+        return pd.DataFrame([{"who": "the rank, before", "CPUs": self.before}, {"who": "the rank, after", "CPUs": self.after}]
+                            + [{"who": f"DataLoader worker {i}", "CPUs": w} for i, w in enumerate(self.workers)])
 
 
 def bind_rank(rank_plan: RankPlan, pid: int = 0) -> Binding:
@@ -239,3 +268,28 @@ print(json.dumps(to_json(done)))
     if r.returncode != 0:
         raise InputError(f"the binding demo failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     return Binding(**json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+@dataclass(frozen=True)
+class BoundLaunch:
+    """A torchrun job whose ranks bound themselves (`perflab.distributed.torchrun.launch(..., bind=True)`):
+    its one-line message and each rank's binding line, or why it did not run."""
+
+    message: str
+    bindings: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        return "\n".join((self.message, *self.bindings))
+
+
+def launch_bound(ranks: int, *, run: bool = True, timeout: float = 120) -> BoundLaunch:
+    """Start `ranks` ranks of a small job under torchrun with `bind=True` (perflab.distributed's launcher)
+    and read each rank's binding line (printed by `perflab.numa.bound`); `run=False` says why not."""
+    if not run:
+        return BoundLaunch("smoke mode: the torchrun launch (a few seconds per rank start) is skipped here")
+    from perflab.distributed.torchrun import launch
+
+    res = launch("perflab.distributed.workers.faulty", ranks, ["--work-s", "0.05"], timeout=timeout, bind=True)
+    lines = tuple(next((ln for ln in r.stdout.splitlines() if "perflab.numa.bound" in ln), "(no binding line)")
+                  for r in res.ranks)
+    return BoundLaunch(res.message, lines)

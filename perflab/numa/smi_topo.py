@@ -22,6 +22,7 @@ from perflab.numa.topology import (
     GPU,
     Node,
     Topology,
+    format_cpulist,
     online_cpus,
     parse_cpulist,
     read_nodes,
@@ -155,6 +156,15 @@ class TopoTable:
     nics: list[str]  # the NIC rows' names
     legend: dict[str, str]  # link code → its meaning, as the table's legend says it
     nic_names: dict[str, str]  # 'NIC0' → 'mlx5_0' (newer tables' NIC legend)
+
+    def table(self):
+        """One row per GPU: its CPU affinity (as a list), its NUMA node and its link to GPU0."""
+        import pandas as pd
+
+        return pd.DataFrame([{"GPU": g.gpu, "CPU affinity": format_cpulist(g.cpu_affinity) or "blank",
+                              "NUMA node": "N/A" if g.numa_node is None else g.numa_node,
+                              "link to GPU0": self.links.get(f"GPU{g.gpu}", {}).get("GPU0", "–")}
+                             for g in self.gpus]).set_index("GPU")
 
 
 def parse_topo(text: str) -> TopoTable:

@@ -98,6 +98,20 @@ class Topology:
     def node_of(self, cpu: int) -> int | None:
         return next((n.id for n in self.nodes if cpu in n.cpus), None)
 
+    def nodes_table(self):
+        """One row per node: its CPUs (as a list), how many, and its memory in GiB."""
+        import pandas as pd
+
+        return pd.DataFrame([{"node": n.id, "CPUs": format_cpulist(n.cpus), "count": len(n.cpus),
+                              "memory": f"{n.memory_bytes / 2**30:.1f} GiB" if n.memory_bytes else "not reported"}
+                             for n in self.nodes]).set_index("node")
+
+    def describe(self) -> str:
+        """The distances, the GPUs (index, bus id, node, local CPUs) and this process's CPUs, one line each."""
+        gpus = [(g.index, g.bus_id, g.numa_node, format_cpulist(g.cpus)) for g in self.gpus]
+        return (f"distances: {self.distances}\nGPUs: {gpus or 'none on the PCI bus'}\n"
+                f"this process may run on CPUs {format_cpulist(self.affinity)}")
+
 
 def _read(path: Path) -> str | None:
     try:

@@ -3,6 +3,7 @@
 - `trace`: read an exported Chrome trace (any `torch.profiler` trace); what "the device" is on CPU and GPU
 - `diagnose`: device busy share, idle gaps and their causes (data wait, host sync, launch-bound, communication)
 - `faults`: a real training step with planted faults (one switch each), profiled with a schedule
+- `planted`: lesson 09's planted faults side by side: profiled at the lesson's sizes, their diagnoses, the fixes
 - `comm_worker`: the communication fault's rank, started by perflab.distributed's torchrun launcher
 - `ops`: the top-operators table, the timeline's lanes, GEMM efficiency and the Tensor Core share
 - `pitfalls`: the timing pitfalls (wall clock with and without sync, CUDA events, perflab's timer)
@@ -13,6 +14,7 @@
 - `plots`: lesson 09's figures
 - `lab09`: the lab's checks
 - `quiet`: keep the profiler's own USDT/STAGE lines off stderr
+- `sizes`: lesson 09's sizes by where it runs (smoke, a CPU, a GPU: a step large enough for the device)
 
 Uses `perflab.gemm` (lesson 04's measured matmul ceiling, for GEMM efficiency) and `perflab.distributed`
 (the torchrun launcher, for the two-rank communication fault).
@@ -20,5 +22,6 @@ Uses `perflab.gemm` (lesson 04's measured matmul ceiling, for GEMM efficiency) a
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("trace", "diagnose", "faults", "comm_worker", "ops", "pitfalls", "kernel", "ettr", "nsight", "hta", "plots", "lab09", "quiet")
+MODULES = ("trace", "diagnose", "faults", "planted", "comm_worker", "ops", "pitfalls", "kernel", "ettr", "nsight", "hta",
+           "plots", "lab09", "quiet", "sizes")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -258,6 +258,20 @@ def needed_for(target: float, mtbf_hours_job: float, ckpt_minutes_list, restart_
     return rows
 
 
+def reach_table(rows: list[Reach]):
+    """`needed_for`'s rows as a grid: a row per checkpoint stall δ (s), a column per restart R (min), each
+    cell the ETTR at the best interval, ✓ where it reaches the target."""
+    import pandas as pd
+
+    from perflab.core.readout import percent
+
+    grid: dict[str, dict[str, str]] = {}
+    for r in rows:
+        grid.setdefault(f"{r.ckpt_minutes * 60:g} s", {})[f"R = {r.restart_minutes:g} min"] = (
+            percent(r.ettr) + (" ✓" if r.reaches else ""))
+    return pd.DataFrame.from_dict(grid, orient="index").rename_axis("checkpoint δ")
+
+
 @dataclass
 class PublishedRun:
     """One run's published figure, as its source states it (derived figures are computed, not stored)."""
@@ -309,6 +323,13 @@ class FailureRate:
     job_mtbf_hours: float  # hours between unexpected interruptions of the whole job
     mtbf_hours_per_gpu: float  # job MTBF × GPUs (independent failures)
     ettr_at_least: float  # the ETTR the run reported
+
+
+    def describe(self) -> str:
+        from perflab.core.readout import num
+
+        return (f"Llama 3's snapshot: one unexpected interruption every {num(self.job_mtbf_hours)} h on {self.gpus} GPUs → "
+                f"per-GPU MTBF ≈ {num(self.mtbf_hours_per_gpu)} h (computed from the published counts)")
 
 
 def llama3_failure_rate() -> FailureRate:

@@ -12,7 +12,7 @@ loss, backward, AdamW), with `record_function` ranges around its phases ("forwar
 | fault | what is planted | cause it shows | the fix (`fixed=True`) |
 | --- | --- | --- | --- |
 | loader | the dataset waits `loader_ms` per batch on "slow storage" (a sleep stands for the read), num_workers=0 | data_wait | 4 workers load ahead |
-| sync | a forward hook on every Linear checks the output for NaN (`.item()`) and computes percentiles on the host (`.cpu().numpy()`) | host_sync | no per-layer check |
+| sync | a forward hook on every Linear checks the output for NaN (`.item()`) and computes percentiles on the host (`.cpu().numpy()`; of the first `sync_values` values where set) | host_sync | no per-layer check |
 | launch | an EMA of the weights updated one row at a time in Python: thousands of tiny ops per step | launch_bound | one `_foreach_lerp_` |
 | comm | 2 ranks (gloo): after backward every gradient is all-reduced one tensor at a time, nothing overlapped | communication | DDP: bucketed all-reduce overlapped with backward |
 
@@ -45,6 +45,7 @@ EXPECTED = {"none": None, "loader": "data_wait", "sync": "host_sync", "launch": 
 class FaultSizes:
     loader_ms: float = 40.0  # per batch, on "storage"
     launch_rows: int = 1000  # weight rows the EMA walks one at a time (≈ 3 tiny ops each)
+    sync_values: int | None = None  # values of each Linear's output the `sync` check's statistics read (None: all)
 
 
 def check_fault(fault: str) -> str:
@@ -54,13 +55,21 @@ def check_fault(fault: str) -> str:
     return f
 
 
-def _host_check_hook(module, inputs, out):
-    """The `sync` fault: per layer, a NaN check that reads a value back, then host-side statistics."""
+def host_check(values: int | None = None):
+    """The `sync` fault's forward hook: per layer, a NaN check that reads a value back, then host-side
+    statistics of the output (its first `values` values; None: all of them)."""
     import numpy as np
 
-    if not bool(torch.isfinite(out).all().item()):  # .item(): the host waits for the device
-        raise FloatingPointError("non-finite activations")
-    np.percentile(out.detach().float().cpu().numpy(), [1, 50, 99])  # .cpu(): a copy back, another wait
+    def hook(module, inputs, out):
+        if not bool(torch.isfinite(out).all().item()):  # .item(): the host waits for the device
+            raise FloatingPointError("non-finite activations")
+        x = out.detach() if values is None else out.detach().flatten()[:values]
+        np.percentile(x.float().cpu().numpy(), [1, 50, 99])  # .cpu(): a copy back, another wait
+
+    return hook
+
+
+_host_check_hook = host_check()  # every value, as the fault has always read them
 
 
 class WeightEMA:
@@ -149,7 +158,7 @@ def make_step(cfg, fault: str, *, fixed: bool = False, batch: int = 4, seq: int 
     if fault == "sync" and not fixed:
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):
-                m.register_forward_hook(_host_check_hook)
+                m.register_forward_hook(host_check(sizes.sync_values))
     hooks: dict[str, list] = {}
     if fault == "comm" and not fixed:
         import torch.distributed as dist

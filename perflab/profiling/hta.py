@@ -92,3 +92,14 @@ def cross_check(trace_path: str | Path) -> CrossCheck:
                       hta_compute=float(row.get("compute_time_pctg", float("nan"))) / 100, hta_non_compute=non_compute,
                       hta_idle_plus_non_compute=hta_idle + non_compute,
                       difference=(1 - d.device_busy) - (hta_idle + non_compute))
+
+
+def cross_check_line(trace_path: str | Path) -> str:
+    """`cross_check` in a sentence, or why it did not run on this trace."""
+    from perflab.core.readout import percent
+
+    r = cross_check(trace_path)
+    if r.skipped:
+        return f"not on this trace: {r.skipped}"
+    return (f"perflab: device idle {percent(r.perflab_idle)}; HTA: idle {percent(r.hta_idle)} + non-compute "
+            f"{percent(r.hta_non_compute)} (difference {percent(r.difference)})")

@@ -42,3 +42,13 @@ def run(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
     if shutil.which(tool) is None:
         raise UnsupportedError(f"{tool} is not installed here: run the command on a machine with NVIDIA Nsight")
     return subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=timeout)
+
+
+def show(preset: str, fault: str, steps: int, out: str, *, on_gpu: bool, smoke: bool) -> str:
+    """The commands for a step, then the `nsys` run's last lines on a GPU with nsys (not in smoke mode), else why not."""
+    cmds = commands(preset, fault=fault, steps=steps, out=out)
+    text = "\n".join(f"{name}:\n  {c}" for name, c in cmds.items())
+    have = available()["nsys"]
+    if on_gpu and have and not smoke:
+        return text + "\n" + run(cmds["nsys"]).stdout[-2000:]
+    return text + "\nnot run here: " + ("no GPU" if not on_gpu else ("nsys not installed" if not have else "smoke mode"))

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from perflab.core.quietness import Quietness
 from perflab.profiling.trace import DATA_RE, DEVICE_CATS, Trace, load
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -166,6 +167,56 @@ class GemmEfficiency:
                              for r in self.gemms[:n]])
 
 
+    def text(self, source: str = "") -> str:
+        """The ceiling, the GEMMs' share and efficiency, and where the rest of the step is, in three lines."""
+        from perflab.core.readout import num, percent, seconds
+
+        return (f"ceiling {num(self.ceiling_tflops)} TFLOP/s{f' ({source})' if source else ''}\n"
+                f"GEMMs: {seconds(self.gemm_s)} of a {seconds(self.step_s)} step ({percent(self.gemm_share)}), "
+                f"time-weighted {num(self.achieved_tflops)} TFLOP/s = {percent(self.time_weighted_efficiency)} of the ceiling\n"
+                f"at most {seconds(self.winnable_in_gemms_s)} to win inside GEMMs; {seconds(self.outside_gemms_s)} of the "
+                "step is elsewhere")
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The matmul ceiling GEMMs are judged against, where it comes from, and (measured now) the machine
+    while it was measured (`perflab.core.quietness`; None for a stored search, admitted only when quiet)."""
+
+    tflops: float
+    source: str
+    quietness: Quietness | None = None
+
+    def line(self) -> str:
+        """Where the ceiling comes from, with a disturbed measurement said so."""
+        if self.quietness is not None and self.quietness.disturbed:
+            return f"{self.source}; {self.quietness.line()}: a busy machine's ceiling: this device's may be higher"
+        return self.source
+
+
+def ceiling(device, dtype: str, n: int, rep_ms: float) -> Ceiling:
+    """Lesson 04's MAMF search stored for `device` and `dtype`, or else one n³ matmul measured now (on a CPU on
+    one thread, as `faults.profile_step` runs the step)."""
+    import torch
+
+    from perflab.core.measure import measure_matmul
+    from perflab.gemm.mamf import measured_ceiling
+
+    stored = measured_ceiling(device, dtype)
+    if stored is not None:
+        return Ceiling(float(stored), "lesson 04's MAMF search on this device")
+    on_gpu = getattr(device, "type", str(device)) == "cuda"
+    threads = torch.get_num_threads()
+    if not on_gpu:
+        torch.set_num_threads(1)
+    try:
+        res = measure_matmul(n, n, n, dtype, device, rep_ms=rep_ms)
+    finally:
+        torch.set_num_threads(threads)
+    return Ceiling(res.tflops, f"one {n}³ {dtype} matmul measured now{'' if on_gpu else ' on one thread, like the step'}; "
+                               "no lesson 04 search is stored for this device", res.quietness)
+
+
 def gemm_efficiency(trace, ceiling_tflops: float) -> GemmEfficiency:
     """Each GEMM's achieved TFLOP/s against `ceiling_tflops` (lesson 04's measured MAMF), time-weighted."""
     t = load(trace)
@@ -201,6 +252,16 @@ class TensorCoreShare:
     share: float  # tensor_core_s / kernel_s
     pattern: str
     top_kernels: list[tuple[str, float]]  # the five matching kernels with the most time, seconds
+
+
+def tensor_core_line(trace) -> str:
+    """`tensor_core_share` in a sentence, or why a CPU trace has none."""
+    from perflab.core.readout import percent
+
+    tc = tensor_core_share(trace)
+    if tc is None:
+        return "Tensor Core share: GPU traces only (kernel names; no kernels on a CPU)"
+    return f"{percent(tc.share)} of kernel time in kernels whose names match {tc.pattern!r} (a heuristic)"
 
 
 def tensor_core_share(trace) -> TensorCoreShare | None:

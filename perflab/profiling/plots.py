@@ -92,3 +92,19 @@ def ettr_curve(curve, *, optimal=None, young=None, ax=None, title: str = "", fir
     ax.legend()
     _tight(ax)
     return ax
+
+
+def ettr_panel(gpus: int, mtbf_khours: float, ckpt_s: float, restart_min: float):
+    """What lesson 09's ETTR panel draws: a month-long job's ETTR against the checkpoint interval, exact and
+    first order, with Young's and the optimal interval marked (MTBF per GPU in thousands of hours, δ in
+    seconds, R in minutes)."""
+    from perflab.core.readout import percent
+    from perflab.profiling import ettr
+
+    e = ettr.ettr(24 * 30, gpus, mtbf_khours * 1000, ckpt_s / 60, restart_min)
+    curve = ettr.curve_around_optimum(gpus, mtbf_khours * 1000, ckpt_s / 60, restart_min)
+    first = ettr.sweep_intervals(gpus, mtbf_khours * 1000, ckpt_s / 60, restart_min, [t for t, _ in curve],
+                                 model="first_order")
+    ax = ettr_curve(curve, optimal=e.optimal_interval_min, young=e.young_interval_min, first_order=first,
+                    title=f"{gpus} GPUs: ETTR {percent(e.ettr)} at the best interval")
+    return ax.figure

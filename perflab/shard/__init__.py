@@ -17,9 +17,10 @@ torch.distributed and held against their predictions.
 - `published`: torchtitan's FSDP, pipeline and async-TP tables with their source
 - `plots`: the lesson's figures
 - `lab12`: the lab's checks
+- `sizes`: lesson 12's sizes by kind of run (smoke, and the rest), read once by the lesson
 """
 
 from perflab._lazy import lazy_modules
 
-MODULES = ("formulas", "costmodel", "worker", "run", "report", "netns", "published", "plots", "lab12")
+MODULES = ("formulas", "costmodel", "worker", "run", "report", "netns", "published", "plots", "lab12", "sizes")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -3,6 +3,7 @@
     >>> collective_seconds("all_gather", 1e9, 8, busbw_gbps=100)   # seconds, nccl-tests' busbw convention
     >>> step_traffic(124e6, 8, itemsize=2)                          # bytes each rank sends, DDP vs ZeRO-3
     >>> prefetch(unit_bytes=57e6, n=8, busbw_gbps=100, unit_forward_s=2e-3)
+    >>> example(preset("gpt2-small"), 8, 8 * 1024).table()                # lesson 12's table: per link
 
 * **Time = bytes ÷ bandwidth.** nccl-tests define a collective's bus bandwidth as
   busbw = (S / t) · factor(op, n) (lesson 06, `perflab.distributed.busbw`), so a collective of S bytes
@@ -118,3 +119,77 @@ def prefetch(*, unit_bytes: float, n: int, busbw_gbps: float, unit_forward_s: fl
         return PhaseOverlap(compute, max(0.0, gather - compute), gather <= compute)
 
     return Prefetch(gather, phase(fwd), phase(2 * fwd), gather)
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """One link of `example`: its busbw (GB/s), the step's traffic under DDP and ZeRO-3, and one block's
+    all-gather against its forward."""
+
+    name: str
+    busbw_gbps: float
+    traffic: StepTraffic
+    prefetch: Prefetch
+
+
+@dataclass(frozen=True)
+class CostExample:
+    """Lesson 12's cost model: a model's Ψ parameters in `itemsize`-byte elements on n ranks, each rank
+    `tokens` per step; one transformer block's parameters and its forward at the accelerator's peak
+    (`peak_tflops`, its shortest possible time); and what each link makes of it."""
+
+    model: str
+    psi: int
+    n: int
+    tokens: int
+    itemsize: int
+    block_params: int
+    peak_tflops: float
+    block_forward_s: float
+    links: list[LinkCost]
+
+    def describe(self) -> str:
+        dtype = {2: "bf16", 4: "fp32"}.get(self.itemsize, f"{self.itemsize}-byte")
+        return (f"{self.model}: Ψ = {self.psi:,} parameters, {dtype}; {self.n} ranks; {self.tokens:,} tokens per rank; "
+                f"one block = {self.block_params:,} parameters; H100 bf16 peak {self.peak_tflops:g} TFLOP/s")
+
+    def table(self):
+        """One column per link: what each rank sends and its time under DDP and ZeRO-3, one block's
+        all-gather against its forward, and whether prefetch hides it in the forward and the backward."""
+        import pandas as pd
+
+        from perflab.core.readout import nbytes, seconds
+
+        def hidden(ph: PhaseOverlap) -> str:
+            return "yes" if ph.hidden else f"no, {seconds(ph.exposed_s)} exposed"
+
+        rows = [{"link (busbw)": f"{lk.name} ({lk.busbw_gbps:g} GB/s)", "DDP sends": nbytes(lk.traffic.ddp.bytes),
+                 "ZeRO-3 sends": f"{nbytes(lk.traffic.zero3.bytes)} ({lk.traffic.ratio:g}× DDP)",
+                 "DDP comm": seconds(lk.traffic.ddp.seconds), "ZeRO-3 comm": seconds(lk.traffic.zero3.seconds),
+                 "one block's all-gather": seconds(lk.prefetch.gather_s), "block forward at peak": seconds(self.block_forward_s),
+                 "hidden in forward": hidden(lk.prefetch.forward), "hidden in backward": hidden(lk.prefetch.backward)}
+                for lk in self.links]
+        return pd.DataFrame(rows).set_index("link (busbw)").T
+
+
+def example(cfg, n: int = 8, tokens: int = 8 * 1024, *, itemsize: int = 2, accelerator: str = "h100-sxm",
+            link_ids: tuple[str, ...] = ("nvlink4-h100", "ib-ndr-400"), busbw_here: float | None = None) -> CostExample:
+    """`step_traffic` and `prefetch` of `cfg` (a `perflab.workload.models` config) on n ranks for each
+    link of `perflab.distributed.overlap` (its datasheet bandwidth as busbw), and for `busbw_here` (GB/s,
+    lesson 06's measurement on this machine) when given; one block's forward is its matmuls at the
+    accelerator's bf16 peak."""
+    from perflab.distributed import overlap
+    from perflab.shard.formulas import fsdp_units
+    from perflab.workload.models import param_count
+
+    psi = param_count(cfg)
+    block = next(u for u in fsdp_units(cfg) if not u.root)
+    named = [(lk.name, lk.per_direction_gbps) for lk in (overlap.link(i) for i in link_ids)]
+    if busbw_here:
+        named.append(("this machine (lesson 06)", _positive("busbw_here", busbw_here)))
+    peak = overlap.hardware(accelerator, link_ids[0]).peak_tflops
+    fwd = 2 * block.numel * tokens / (peak * 1e12)  # the block's matmuls at the bf16 peak
+    links = [LinkCost(name, bw, step_traffic(psi, n, itemsize=itemsize, busbw_gbps=bw),
+                      prefetch(unit_bytes=block.numel * itemsize, n=n, busbw_gbps=bw, unit_forward_s=fwd))
+             for name, bw in named]
+    return CostExample(cfg.name, psi, n, tokens, itemsize, block.numel, peak, fwd, links)

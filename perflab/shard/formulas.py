@@ -324,6 +324,17 @@ class TpComm:
     backward: TpCalls
     sequence_parallel: SequenceParallel
 
+    def describe(self, batch: int, seq: int) -> str:
+        """The count in words: all-reduces per block forward and backward, per step, each one's bytes, and
+        sequence parallelism's collectives in their place (`batch`, `seq`: what the bytes were counted for)."""
+        layers = self.calls // self.calls_per_block if self.calls_per_block else 0
+        sp = self.sequence_parallel
+        return (f"formula, one training step: {self.forward.calls_per_block} all-reduces per block in the forward + "
+                f"{self.backward.calls_per_block} in the backward = {self.calls_per_block} × {layers} blocks = "
+                f"{self.calls}, {self.bytes_per_call / 1e3:.1f} kB each (b·s·h·4 bytes, b = {batch}, s = {seq})\n"
+                f"with sequence parallelism instead: {sp.reduce_scatter.calls} reduce-scatters + "
+                f"{sp.all_gather.calls} all-gathers of the same b·s·h tensors")
+
 
 def tp_comm(cfg, t: int, batch: int, seq: int, itemsize: int = FP32) -> TpComm:
     """Collectives of the transformer's blocks in one training step under tensor parallelism on t

@@ -115,6 +115,13 @@ class TwoNodeRun:
     addresses: list[str]
     commands: list[str]
 
+    def table(self):
+        """One row per rank: the numbers torchrun gave it, the all-reduce it computed and the address it met at."""
+        import pandas as pd
+
+        cols = ["RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "all_reduce", "master_addr"]
+        return pd.DataFrame([{c: r.get(c) for c in cols} for r in self.ranks], columns=cols)
+
 
 def two_node_launch(nproc_per_node: int = 2, timeout: float = 50.0) -> TwoNodeRun:
     """Run `perflab.shard.netns` (an all-reduce that reports the rank layout) on 2 namespaced nodes."""

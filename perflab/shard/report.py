@@ -17,6 +17,8 @@ from perflab.core.jsonable import JSON, to_json
 from perflab.core.readout import nbytes, num
 from perflab.shard.formulas import FsdpComm, Replay, TpComm
 
+# the replayed bubble, averaged over stages, against (p−1)/(m+p−1) (`perflab.shard.run` states every tolerance)
+TOL_BUBBLE = 0.05
 ROW_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_bytes", "comm_calls", "comm_bytes", "idle_s")
 ROW_LABELS = {"param_bytes": "parameters", "grad_bytes": "gradients", "optim_bytes": "optimizer states",
               "peak_bytes": "peak memory", "comm_calls": "collective calls", "comm_bytes": "collective traffic",
@@ -88,6 +90,20 @@ class FsdpDetails:
     losses: list[float] = field(default_factory=list)
     reference_losses: list[float] = field(default_factory=list)
 
+    def describe(self) -> str:
+        """The collectives per step by formula (units, all-gathers, reduce-scatters, their bytes), and the
+        losses beside the 1-rank run's."""
+        comm, units = self.comm_formula, len(self.units)
+        lines = []
+        if comm is not None:
+            lines.append(f"{units} units ({units - 1} blocks + root): all-gathers 2·{units - 1} + 1 = "
+                         f"{comm.all_gather.calls}, {comm.all_gather.bytes / 1e6:.3f} MB; reduce-scatters "
+                         f"{comm.reduce_scatter.calls}, {comm.reduce_scatter.bytes / 1e6:.3f} MB (full padded buffers; "
+                         "on a ring each rank sends (n−1)/n of each)")
+        lines.append(f"losses, FSDP     : {[round(x, 5) for x in self.losses]}")
+        lines.append(f"losses, one rank : {[round(x, 5) for x in self.reference_losses]}")
+        return "\n".join(lines)
+
 
 # ----------------------------------------------------------------------------- tensor and pipeline parallelism
 @dataclass
@@ -123,6 +139,21 @@ class PpDetails:
 
     runs: list[PipelineRun]
     schedule: str
+
+    def table(self, tolerance: float = TOL_BUBBLE):
+        """One row per micro-batch count: the bubble by formula, replayed and by the wall clock, as a share of
+        the step ((p−1)/(m+p−1)) and, in Megatron-LM's convention, of the ideal time ((p−1)/m, and the replay
+        in it: b = f/(1 − f)), and whether the replay is within `tolerance` of the formula (the check's,
+        `TOL_BUBBLE`)."""
+        import pandas as pd
+
+        from perflab.shard.formulas import bubble_ratio, ratio_from_step_fraction
+
+        return pd.DataFrame([{"m": r.m, "(p−1)/(m+p−1)": num(r.formula), "replayed": num(r.replayed_bubble),
+                              "wall clock": num(r.wall_bubble), "(p−1)/m": num(bubble_ratio(r.p, r.m)),
+                              "replayed, of ideal time": num(ratio_from_step_fraction(r.replayed_bubble)),
+                              f"within ±{tolerance:g}": abs(r.replayed_bubble - r.formula) <= tolerance}
+                             for r in self.runs])
 
     def run(self, m: int) -> PipelineRun:
         """The run with m micro-batches."""
@@ -196,6 +227,50 @@ class ShardReport:
             rows.append({"part": f"difference: {k}", "bytes": ("+" if v >= 0 else "−") + nbytes(abs(v))})
         rows.append({"part": "= measured peak (FSDPMemTracker)", "bytes": nbytes(d.tracker_peak_bytes)})
         return pd.DataFrame(rows).set_index("part")
+
+    def states_bytes(self, rank: int = 0) -> int:
+        """FSDP's model states on one rank: parameters + gradients + optimizer states, measured."""
+        row = next(r for r in self.rows if r["rank"] == rank)
+        return int(row["param_bytes"] + row["grad_bytes"] + row["optim_bytes"])
+
+    def checks_text(self, values: bool = False) -> str:
+        """One line per check: ✓ or ✗, its name and its note (`values`: the measured and predicted values
+        and the tolerance too, `Check.line`)."""
+        return "\n".join(c.line() if values else ("✓ " if c.ok else "✗ ") + c.name + (f": {c.note}" if c.note else "")
+                         for c in self.checks)
+
+    def holds_table(self):
+        """FSDP's own share of each rank's peak, by part (MB): unsharded parameters (gathered and kept, and
+        the all-gather buffers of the unit arriving) and unsharded gradients (and the reduce-scatter buffers),
+        counted in units of what `formulas.fsdp_peak_unsharded` predicts (two of parameters, one of gradients)."""
+        import pandas as pd
+
+        if not isinstance(self.details, FsdpDetails):
+            raise InputError(f"the peak's parts are FSDP's: this is {self.strategy}")
+        rows = []
+        for rank, d in sorted(self.details.ranks.items()):
+            h = d.peak_holds
+            rows.append({"rank": rank, "peak (MB)": num(d.tracker_peak_bytes / 1e6),
+                         **({part: num(v / 1e6) for part, v in h.parts.items()} if h else {}),
+                         "parameter units (of 2)": num(h.param_units) if h else "–",
+                         "gradient units": num(h.grad_units) if h else "–"})
+        return pd.DataFrame(rows)
+
+    def held_table(self):
+        """The pipeline's activations per stage and micro-batch count: the micro-batches held at once, the
+        bytes the autograd graph saved, GPipe's formula, and what 1F1B would hold (at most p − s micro-batches
+        on stage s)."""
+        import pandas as pd
+
+        from perflab.shard.formulas import in_flight_microbatches
+
+        if not isinstance(self.details, PpDetails):
+            raise InputError(f"the micro-batches held are the pipeline's: this is {self.strategy}")
+        return pd.DataFrame([{"m": r["m"], "stage": r["rank"], "held (micro-batches)": r["max_in_flight"],
+                              "held (bytes)": nbytes(r["peak_bytes"]), "GPipe formula": nbytes(r["predicted_peak_bytes"]),
+                              "1F1B would hold": nbytes(in_flight_microbatches("1f1b", self.nproc, r["m"], r["rank"])
+                                                        * r["peak_bytes"] // max(r["max_in_flight"], 1))}
+                             for r in self.rows])
 
     def text(self) -> str:
         head = f"{self.strategy} on {self.nproc} ranks"

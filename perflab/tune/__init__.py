@@ -22,6 +22,9 @@
   row alignment; full checkpointing: the recomputed share of a step's FLOPs)
 - `published`: published figures (nanoGPT, llm.c) with their sources (`data/published_tune.json`)
 - `plots`: lesson 11's figures (the waterfall)
+- `panel`: lesson 11's panel (the learner's own ladder, applied in the ladder's order)
+- `sizes`: lesson 11's sizes by kind of run (the preset it climbs, the rungs it leaves to `perflab tune`,
+  its audit's size), read once by the lesson
 - `levers`: which part of a step's time (the waterfall's parts) each rung acts on, and so the most it can save
 - `lab11`: the lab's checks (a rung plan that must beat the baseline with parity kept; an audit's largest lever)
 
@@ -35,5 +38,5 @@ perflab.profiling (lesson 09's trace diagnosis).
 from perflab._lazy import lazy_modules
 
 MODULES = ("ladder", "config", "changes", "measure", "rows", "runner", "rungmath", "verdict", "waterfall", "published",
-           "plots", "levers", "lab11")
+           "plots", "levers", "lab11", "panel", "sizes")
 __getattr__, __dir__ = lazy_modules(__name__, MODULES)

@@ -91,6 +91,13 @@ RUNG_NAMES = tuple(r.name for r in RUNGS)
 _BY_NAME = {r.name: r for r in RUNGS}
 
 
+def table():
+    """The ladder for a reader: each rung, what it changes, and the lesson that explains it."""
+    import pandas as pd
+
+    return pd.DataFrame([{"rung": r.name, "what it changes": r.changes, "lesson": r.lesson} for r in RUNGS])
+
+
 def rung(name: str) -> Rung:
     key = str(name).strip().lower()
     if key not in _BY_NAME:

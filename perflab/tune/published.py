@@ -88,3 +88,27 @@ def frame():
                     "source": f"{r.project}, {r.section} ({r.url})",
                     "date": r.date})
     return pd.DataFrame(out)
+
+
+def compile_text(rows) -> str:
+    """nanoGPT's compile figure (its README) and the vocabulary padding's (its commit) beside the compile
+    rung measured here (a ladder's rows: its speed-up over the step before it, with its verdict; none in
+    a ladder without that rung), and what could not be verified at its source."""
+    from perflab.core.readout import seconds
+
+    mine = next((r for r in rows if r["rung"] == "compile"), None)
+    eager, compiled, pad = figure("nanogpt_eager"), figure("nanogpt_compiled"), figure("nanogpt_vocab_pad")
+    if mine is None:
+        here = "the compile rung is left to `perflab tune` in smoke runs."
+    elif mine.get("busy"):
+        here = ("the compile rung was measured while the machine was busy: no verdict "
+                f"({mine.get('verdict', 'inconclusive')}); run the ladder again on a quiet machine.")
+    else:
+        here = (f"the compile rung ran at {mine['speedup_vs_previous']:.2f}× the step before it ({mine.get('verdict')}; "
+                "it comes after the bf16 and SDPA rungs).")
+    lines = [f"Published (nanoGPT README): torch.compile cut the iteration from ~{seconds(eager.value)} to "
+             f"{seconds(compiled.value)}, about {compile_speedup():.2f}× on GPT-2 (124M).",
+             f"  (that model: {compiled.context})", "Here: " + here,
+             f"Published (nanoGPT commit {pad.commit[:8]}, {pad.date}): \"{pad.quote}\""]
+    lines += [f"Not shown: {n.what} — {n.why}" for n in not_shown()]
+    return "\n".join(lines)

@@ -113,3 +113,19 @@ def checkpoint_cost(cfg, batch: int = 1, seq: int | None = None, *, early_stop: 
         recomputed=redone,
         not_recomputed=[k for k in plain.forward if k not in redone],
     )
+
+
+def explain(cfg, multiple: int = 64) -> str:
+    """Lesson 11's arithmetic behind two rungs for `cfg` (a ModelConfig): padding its vocabulary to a
+    multiple of `multiple` (tiles across it, one bf16 row's bytes and alignment) and full checkpointing
+    at its sequence length (the recomputed share of a forward and of a step, the LM head's share)."""
+    pad = vocab_padding(cfg.vocab, multiple)
+    lines = [f"vocabulary {pad['vocab']:,} → {pad['padded']:,} (+{pad['extra']:.2%} columns)"]
+    lines += [f"  {w}-wide tiles across it: {before} → {after}" for w, (before, after) in pad["tiles"].items()]
+    lines.append(f"  one bf16 row: {pad['row_bytes'][0]:,} → {pad['row_bytes'][1]:,} bytes; "
+                 f"a multiple of {pad['align_bytes']} bytes: {pad['aligned'][0]} → {pad['aligned'][1]}")
+    ck = checkpoint_cost(cfg, 1, cfg.seq_len)
+    lines.append(f"full checkpointing, {cfg.name} at sequence {cfg.seq_len}: recomputes {ck.recompute_over_forward:.0%} "
+                 f"of a forward, {ck.step_increase:+.0%} FLOPs per step (a whole extra forward: "
+                 f"{ck.naive_step_increase:+.0%}); the LM head, {ck.logits_share:.0%} of the forward, is not recomputed")
+    return "\n".join(lines)

@@ -111,6 +111,27 @@ class LadderResult:
                             "adopted" if r.get("adopted") else "kept out")) + (" (machine busy)" if r.get("busy") else "")})
         return pd.DataFrame(out)
 
+    def told_rungs(self) -> list[dict[str, Any]]:
+        """The rungs after the baseline whose speed-up can be told: all but those the machine's load left
+        inconclusive (`busy`; no verdict from a busy machine)."""
+        return [r for r in self.rows[1:] if told(r)]
+
+    def explain_table(self):
+        """Each rung after the baseline: its verdict and what it did here, in the sentences its row carries."""
+        import pandas as pd
+
+        return pd.DataFrame([{"rung": r["rung"], "verdict": r.get("verdict", "n/a"), "here": r.get("explain") or r["note"]}
+                             for r in self.rows[1:]])
+
+    def baseline_line(self) -> str:
+        """The baseline's step time, tokens/s and MFU with its basis, in one line."""
+        from perflab.core.readout import num, seconds
+        from perflab.flops.mfu import shown_utilization
+
+        b = self.baseline
+        return (f"step {seconds(b['step_s'])}, {num(b['tokens_per_s'])} tokens/s, "
+                f"MFU {shown_utilization(b['mfu'], b['mfu_basis_label'])} against the {b['mfu_basis_label']}")
+
     def basis(self) -> str:
         """What the MFU/HFU columns are divided by, per dtype that ran (`perflab.flops.mfu.Basis`)."""
         seen: dict[str, str] = {}
@@ -227,6 +248,30 @@ def run_ladder(preset: str | TunePreset = "cpu", rungs: str | Sequence[str] | No
     if say and not stopped:
         say(f"[{len(names)}/{len(names)}] done: {len(rows)} rung(s), {res_meas} measured, {res_skip} resumed")
     return LadderResult(tp.name, info.name, rows, stopped, str(p), res_meas, res_skip)
+
+
+def told(row: dict[str, Any]) -> bool:
+    """Whether a ladder row's figure may be told: a rung's, unless the machine's load left it inconclusive
+    (`busy`); the baseline's (a single measurement), unless its machine was disturbed."""
+    if row.get("verdict") == "reference":
+        return (row.get("quietness") or {}).get("verdict") != "disturbed"
+    return not row.get("busy")
+
+
+def describe(tp: TunePreset) -> str:
+    """What the lesson climbs: the preset, its batches, pairs, timing budget and memory budget, the verdicts'
+    and the noise's rules, and where the rows are saved."""
+    from perflab.tune import verdict
+
+    budget = f"{tp.memory_budget_bytes / 2**20:.0f} MiB" if tp.memory_budget_bytes else "the GPU's free memory"
+    return "\n".join([
+        f"preset {tp.name}: {tp.note}",
+        f"global batch {tp.global_batch} sequences × {tp.seq} tokens; baseline micro-batch {tp.micro_batch}; "
+        f"{tp.warmup} warmup step(s), then at least {max(tp.steps, verdict.min_pairs())} interleaved pairs per rung "
+        f"and at most {tp.rung_budget_s:g} s of timing; memory budget {budget}",
+        f"Verdicts: {verdict.rule()}.", f"Noise: {verdict.noise_rule()}.",
+        f"Lesson 11, lab 11 and `perflab tune --preset {tp.name}` read the same saved measurements (per machine, "
+        "preset and torch version), so they give the same verdicts; `perflab tune --fresh` measures again."])
 
 
 def _pct(f: float | None) -> str:

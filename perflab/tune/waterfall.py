@@ -108,10 +108,31 @@ def breakdown_of_trace(raw: dict[str, Any], step_s: float | None = None) -> dict
     return {k: shares[k] * scale for k in CATEGORIES}
 
 
+def breakdown_table(row: dict[str, Any]):
+    """One rung's waterfall (a ladder row, `perflab.tune.runner`): each category's seconds per step and
+    its share of the step."""
+    import pandas as pd
+
+    from perflab.core.readout import percent, seconds
+
+    bd = row.get("breakdown") or {}
+    return pd.DataFrame([{"category": LABELS[c], "per step": seconds(bd.get(c, 0.0)),
+                          "share": percent(bd.get(c, 0.0) / row["step_s"])} for c in CATEGORIES])
+
+
+def largest(row: dict[str, Any]) -> str:
+    """The label of the category that took the most of a rung's step."""
+    bd = row.get("breakdown") or {}
+    return LABELS[max(CATEGORIES, key=lambda c: bd.get(c, 0.0))]
+
+
 def table(rows: Sequence[dict[str, Any]]):
     """The waterfall as a DataFrame: one row per rung, milliseconds per category, step time, the
-    change against the previous row and the lesson that explains the rung."""
+    change against the previous row and the lesson that explains the rung (three significant digits:
+    what a step timed on a shared machine supports)."""
     import pandas as pd
+
+    from perflab.core.readout import num
 
     out = []
     prev = None
@@ -119,9 +140,9 @@ def table(rows: Sequence[dict[str, Any]]):
         bd = r.get("breakdown") or {}
         rec: dict[str, Any] = {"rung": r["rung"]}
         for c in CATEGORIES:
-            rec[f"{LABELS[c]} (ms)"] = round(bd.get(c, 0.0) * 1e3, 2) if bd else None
-        rec["step (ms)"] = round(r["step_s"] * 1e3, 2)
-        rec["Δ step (ms)"] = None if prev is None else round((r["step_s"] - prev["step_s"]) * 1e3, 2)
+            rec[f"{LABELS[c]} (ms)"] = num(bd.get(c, 0.0) * 1e3) if bd else None
+        rec["step (ms)"] = num(r["step_s"] * 1e3)
+        rec["Δ step (ms)"] = None if prev is None else num((r["step_s"] - prev["step_s"]) * 1e3)
         rec["verdict"] = r.get("verdict") or ("adopted" if r.get("adopted") else
                                               ("n/a" if not r.get("applicable", True) else "kept out"))
         rec["lesson"] = r.get("lesson", "")

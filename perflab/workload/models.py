@@ -357,3 +357,40 @@ def init_weights(model: Transformer) -> Transformer:
         nn.init.normal_(blk.attn.o.weight, 0.0, resid_std)
         nn.init.normal_(blk.mlp.down.weight, 0.0, resid_std)
     return model
+
+
+# ---------------------------------------------------------------- presets side by side (lesson 02)
+
+
+@dataclass(frozen=True)
+class PresetTable:
+    """Presets' shapes and parameter counts, each small one also built and its tensors counted (`preset_table`)."""
+
+    configs: tuple[ModelConfig, ...]
+    built: tuple[int | None, ...]  # sum(p.numel()) of the built model; None: too large to build here
+
+    def shape_table(self):
+        """The shape: layers, hidden, heads, K/V heads, MLP width, gated MLP, vocabulary, tied head."""
+        import pandas as pd
+
+        return pd.DataFrame([{"preset": c.name, "L": c.layers, "h": c.hidden, "a": c.heads, "kv": c.n_kv, "f": c.d_ff,
+                              "GLU": c.glu, "V": c.vocab, "tied": c.tied} for c in self.configs]).set_index("preset")
+
+    def count_table(self):
+        """`param_count` beside the built model's own count, and the count by component."""
+        import pandas as pd
+
+        rows = []
+        for c, built in zip(self.configs, self.built, strict=True):
+            rows.append({"preset": c.name, "param_count": f"{param_count(c):,}",
+                         "sum(p.numel()) of the built model": f"{built:,}" if built is not None else "too large to build here",
+                         **{k: f"{v:,}" for k, v in param_breakdown(c).items()}})
+        return pd.DataFrame(rows).set_index("preset")
+
+
+def preset_table(names, *, build_below: float = 2e8) -> PresetTable:
+    """The presets `names`, each with fewer than `build_below` parameters built on the CPU and its tensors counted."""
+    cfgs = tuple(preset(n) for n in names)
+    built = tuple(sum(p.numel() for p in build_model(c).parameters()) if param_count(c) < build_below else None
+                  for c in cfgs)
+    return PresetTable(cfgs, built)

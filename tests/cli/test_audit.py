@@ -18,22 +18,27 @@ def test_json_and_html_of_a_hugging_face_config(tmp_path):
 
     page = tmp_path / "audit.html"
     r = perflab("audit", "--hf-config", "gpt2", *SMALL, "--seq", "8", "--steps", "2", "--no-breaks", "--json",
-                "--html", page)
+                "--html", str(page), "--gpu", "h100-sxm")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert tuple(j) == JSON_FIELDS
+    fp8 = j["fp8_gemms"]  # the step's GEMMs on the GPU named: a CPU has no fp8 units
+    assert fp8["basis"]["gpu_id"] == "h100-sxm" and "audit ran on a CPU, which has no fp8 units" in fp8["note"]
+    assert fp8["gemms"] and not any(g["fp8_wins"] for g in fp8["gemms"])  # a 16-wide model: nothing pays
     assert set(j["breakdown_s"]) == set(CATEGORIES)  # lesson 11's waterfall names: launch_overhead
     assert "[audit] first step" in r.stderr  # progress is not hidden by --json: it goes to stderr
     assert j["peak_tflops"] is None and "peak unknown" in j["mfu_basis"]
     text = page.read_text()
     assert "data:image/png;base64," in text and "Where the time goes" in text
     assert "causal attention halved" in text and "causal attention dense" in text
+    assert "Where fp8 would pay" in text and "keep bf16" in text
 
 
 def test_a_factory_file_in_the_terminal():
     r = perflab("audit", f"{FACTORIES}:convnet", "--steps", "2", "--no-breaks")
     assert r.returncode == 0, r.stderr
     assert "MFU" in r.stdout and "where" in r.stdout and "tokens/s n/a" in r.stdout
+    assert "fp8      no prediction: the audit ran on a CPU, which has no fp8 units; name a GPU" in r.stdout
 
 
 @pytest.mark.parametrize("args, words", [
@@ -44,6 +49,7 @@ def test_a_factory_file_in_the_terminal():
     (["--hf-config", "gpt2", "--hf-set", "n_layer=abc"], "Field 'n_layer' expected int, got str"),
     ([f"{FACTORIES}:never_returns", "--factory-timeout", "1"], "did not return within 1 s"),
     ([], "give TARGET"),
+    (["--hf-config", "gpt2", "--gpu", "z80"], "--gpu 'z80' is not in perflab's hardware table: use one of"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     r = perflab("audit", *args)
@@ -66,7 +72,9 @@ def test_the_readme_factory_example_meets_the_contract(tmp_path, monkeypatch):
     from perflab.audit.target import from_factory
 
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    code = re.search(r"<!-- audit-factory-example -->\n```python\n(.*?)```", text, re.S).group(1)
+    found = re.search(r"<!-- audit-factory-example -->\n```python\n(.*?)```", text, re.S)
+    assert found, "the README's factory example is gone"
+    code = found.group(1)
     assert len(code.strip().splitlines()) <= 20
     (tmp_path / "mystep.py").write_text(code.replace("n_layer=2, n_embd=128, n_head=4",
                                                      "n_layer=1, n_embd=16, n_head=2, vocab_size=64"))
@@ -79,12 +87,12 @@ PUBLIC_TRACES = Path(__file__).resolve().parents[1] / "corpus" / "traces" / "pub
 
 
 def test_trace_folder_of_a_real_job_as_json_and_table():
-    r = perflab("audit", "--trace", PUBLIC_TRACES / "hta_sampled_job", "--json")
+    r = perflab("audit", "--trace", str(PUBLIC_TRACES / "hta_sampled_job"), "--json")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["world_size"] == 128 and [x["rank"] for x in j["ranks"]] == [0, 1] and j["steps"] == [551, 552]
     assert all(abs(sum(x["shares"].values()) - 1) < 1e-9 for x in j["ranks"])
-    r = perflab("audit", "--trace", PUBLIC_TRACES / "hta_sampled_job")
+    r = perflab("audit", "--trace", str(PUBLIC_TRACES / "hta_sampled_job"))
     assert r.returncode == 0, r.stderr
     assert "idle %" in r.stdout and "exposed comm" in r.stdout and "Stragglers" in r.stdout
 
@@ -94,7 +102,7 @@ def test_trace_mfu_from_a_config_at_the_peak_the_trace_names(tmp_path):
 
     from perflab.audit.target import from_hf_config
     from perflab.audit.trace import model_flops_per_token
-    from perflab.core.hardware import lookup
+    from perflab.core.hardware import by_id
 
     src = PUBLIC_TRACES / "mi250_minitoy" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     raw = json.loads(gzip.decompress(src.read_bytes()))
@@ -102,13 +110,13 @@ def test_trace_mfu_from_a_config_at_the_peak_the_trace_names(tmp_path):
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "rank0.json").write_text(json.dumps(raw))
     model = ["--hf-config", "gpt2", *SMALL, "--seq", "8"]
-    r = perflab("audit", *model, "--trace", tmp_path / "job", "--tokens-per-step", "4096", "--json")
+    r = perflab("audit", *model, "--trace", str(tmp_path / "job"), "--tokens-per-step", "4096", "--json")
     assert r.returncode == 0, r.stderr
     m = json.loads(r.stdout)["mfu"]
     per_token, _ = model_flops_per_token(from_hf_config("gpt2", {"n_layer": 1, "n_embd": 16, "n_head": 2,
                                                                  "vocab_size": 64, "n_positions": 16}, batch=2, seq=8))
     assert m["flops_per_step"] == pytest.approx(per_token * 4096)
-    assert m["peak_tflops"] == lookup("h100-sxm").peak("bf16") and m["gpus"] == 1
+    assert m["peak_tflops"] == by_id("h100-sxm").peak("bf16") and m["gpus"] == 1
     assert m["mfu"] == pytest.approx(m["flops_per_step"] / (m["step_s"] * m["peak_tflops"] * 1e12))
 
 
@@ -119,6 +127,7 @@ def test_trace_mfu_from_a_config_at_the_peak_the_trace_names(tmp_path):
     (["--hf-config", "gpt2", "--trace", str(PUBLIC_TRACES / "hta_sampled_job")], "needs --tokens-per-step"),
     (["--trace", "MIXED"], "different jobs"),
     (["--trace", str(PUBLIC_TRACES / "hta_sampled_job"), "--try"], "not with --trace"),
+    (["--trace", str(PUBLIC_TRACES / "hta_sampled_job"), "--gpu", "h100-sxm"], "--gpu goes with a step run here"),
 ])
 def test_trace_bad_input_is_one_line(tmp_path, args, words):
     import gzip
@@ -130,7 +139,8 @@ def test_trace_bad_input_is_one_line(tmp_path, args, words):
     other = json.loads(gzip.decompress((PUBLIC_TRACES / "mi250_minitoy" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
                                        .read_bytes()))
     (mixed / "x.json").write_text(json.dumps({**other, "distributedInfo": {"rank": 2, "world_size": 128}}))
-    args = [{"EMPTY": str(tmp_path / "empty"), "MIXED": str(mixed)}.get(a, a) for a in args]
+    named = {"EMPTY": str(tmp_path / "empty"), "MIXED": str(mixed)}
+    args = [named[a] if a in named else a for a in args]
     r = perflab("audit", *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()

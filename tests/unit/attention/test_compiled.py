@@ -55,3 +55,20 @@ def test_a_config_refused_before_compiling_says_which_limit():
     assert compiled.shared_estimate(64, 128, 64, 2) == 2 * 128 * 64 * 2
     job = compiled.attention_job(64, 32, 64, "fp16", 90)
     assert job["kernel"] == "flash_attention_fwd_kernel" and job["constexprs"]["BLOCK_N"] == 32
+
+
+def test_the_grid_finds_a_tile_and_says_what_cannot_run():
+    ok, bad = _row(), _row(block_n=256, cannot_run="K and V blocks alone need 256 KiB of shared memory")
+    grid = compiled.CompiledGrid([ok, bad])
+    assert grid.find("sm_90", 64, 64, 64) is ok and len(grid.table()) == 2
+    assert grid.notes() == "cannot run:\nsm_90 64×256, d 64: K and V blocks alone need 256 KiB of shared memory"
+    assert compiled.CompiledGrid([ok]).notes() == "every configuration compiled here can run"
+    with pytest.raises(InputError, match="^sm_80 64×64, d 64 was not compiled here$"):
+        grid.find("sm_80", 64, 64, 64)
+
+
+@needs_triton
+def test_compile_grid_compiles_every_tile_for_each_target():
+    grid = compiled.compile_grid([(64, 64)], (64,), "fp16", targets=("sm_90", "sm_80"))
+    assert [(r.target, r.block_m, r.head_dim) for r in grid.rows] == [("sm_90", 64, 64), ("sm_80", 64, 64)]
+    assert grid.find("sm_80", 64, 64, 64).tensor_core_kind == "mma"

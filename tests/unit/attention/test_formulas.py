@@ -85,3 +85,22 @@ def test_the_fused_kernels_rereads_are_a_fraction_d_over_2_block_m_of_standard_t
         s = 1 << 15
         ratio = io.standard_bytes(1, 1, s, d)["total"] / io.flash_bytes(1, 1, s, d, block_m=bm)["total"]
         assert ratio == pytest.approx(2 * bm / d, rel=0.02)
+
+
+def test_long_sequences_as_the_lesson_tabulates_them():
+    mem = io.long_sequences((8192, 32768), b=1, a=32, d=128, itemsize=2)
+    assert mem.standard_gib(8192) == 8 and mem.standard_gib(32768) == 128  # 2·b·a·s²·2 B
+    assert mem.table().to_dict("records") == [
+        {"seq": 8192, "standard: S and P (GiB)": "8", "fused: log-sum-exp (MiB)": "1", "Q, K, V, O at d = 128 (GiB)": "0.25"},
+        {"seq": 32768, "standard: S and P (GiB)": "128", "fused: log-sum-exp (MiB)": "4", "Q, K, V, O at d = 128 (GiB)": "1"}]
+
+
+def test_the_flops_table_halves_causal_and_gives_the_backward_two_and_a_half_times():
+    fl = io.attention_flops(8, 16, 2048, 128)
+    assert fl.describe() == "b = 8, heads = 16, s = 2048, d = 128"
+    rows = fl.table().set_index("causal")
+    # 4·b·a·s²·d = 4 · 8 · 16 · 2048² · 128 = 274.9 GFLOPs, half of it causal
+    assert rows.loc[False, "forward (GFLOPs)"] == "274.9" and rows.loc[True, "forward (GFLOPs)"] == "137.4"
+    assert rows.loc[False, "backward, recompute (GFLOPs)"] == "687.2"  # 2.5 × the forward
+    assert rows.loc[False, "step, model FLOPs (GFLOPs)"] == "824.6"  # 3 × the forward
+    assert rows.loc[False, "step, hardware FLOPs (GFLOPs)"] == "962.1"  # 3.5 × the forward

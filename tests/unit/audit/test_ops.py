@@ -35,6 +35,8 @@ def test_op_stats_count_calls_bytes_and_product_shapes(counted):
     # addmm reads bias (32), x (16×64), Wᵀ (64×32) and writes 16×32, in fp32
     assert stats.bytes["addmm"] == 4 * (32 + 16 * 64 + 64 * 32 + 16 * 32)
     assert stats.shapes[(16, 32, 64)] == 2 * 16 * 32 * 64
+    # by (m, n, k), calls per step: the forward x·Wᵀ (16, 32, 64), the weight's gradient gᵀ·x (32, 64, 16)
+    assert dict(stats.gemm_calls) == {(16, 32, 64): 1, (32, 64, 16): 1}
 
 
 def test_top_ops_are_bound_against_the_roofline_only_when_it_is_known(counted):

@@ -8,7 +8,7 @@ import pytest
 from perflab.audit.report import BREAKDOWN, JSON_FIELDS, Recommendation, Waterfall, as_mapping
 from perflab.tune.waterfall import CATEGORIES
 
-from .reports import FLOPS, made_up
+from .reports import FLOPS, FP8_FLOPS, made_up
 
 
 def test_the_json_has_exactly_the_stable_fields_from_the_parts():
@@ -29,6 +29,11 @@ def test_the_json_has_exactly_the_stable_fields_from_the_parts():
                                   "reason": "a .item() call", "hits": 2}]
     assert j["flops_uncounted"] == [{"name": "mylib::fused_mlp", "calls": 2, "time_s": 0.005}]
     assert [list(r) for r in j["recommendations"]] == [["rung", "why", "measured_speedup", "parity_ok"]] * 2
+    f = j["fp8_gemms"]
+    assert f["basis"]["gpu_id"] == "h100-sxm" and f["note"] == "the GPU named" and f["matmul_flops"] == FP8_FLOPS
+    assert [(g["m"], g["n"], g["k"], g["calls"], g["fp8_wins"]) for g in f["gemms"]] == [
+        (8192, 4096, 4096, 1, True), (1024, 1024, 1024, 3, False)]
+    assert f["other_flops"] == 10**10 and f["speedup"] == pytest.approx(f["bf16_s"] / f["fp8_s"])
     assert rep.json == j and as_mapping(rep) == j and as_mapping(j) == j
 
 
@@ -62,6 +67,16 @@ def test_the_summary_reads_every_part():
     assert "compiler 1 graph break site(s)" in text and "model.py:12 in forward: a .item() call" in text
     assert "energy   energy not measurable: no meter here" in text
     assert "1. loader: the step waits for data" in text and "note     a note" in text
+    assert "fp8      where fp8 would pay on NVIDIA H100 SXM5 80GB (the GPU named)" in text
+    assert "         1 of 2 GEMM shapes predicted faster in fp8, 94.4 % of the step's matmul FLOPs" in text
+    assert "           8192×4096×4096, 1, 94.4 %, 278 µs → 214 µs, 1.30×" in text
+    assert "the closest, 1024×1024×1024, at 0.495×" in text and "         basis: NVIDIA H100 SXM5 80GB's" in text
+    assert "the step's matmuls in all: 294 µs in bf16 → 231 µs with fp8 where it wins, 1.28×" in text
+
+
+def test_a_report_without_the_fp8_section_says_nothing_of_it():
+    rep = made_up(fp8=None)
+    assert rep.to_json()["fp8_gemms"] is None and "fp8      " not in rep.summary()
 
 
 def test_a_recommendation_tried_carries_its_verdict_and_quietness():

@@ -37,3 +37,9 @@ def test_the_last_to_arrive_held_the_others_up():
     assert w.held_up_others_s == {0: 0.0, 1: pytest.approx(3e-3)} and w.waited_s == {0: pytest.approx(3e-3), 1: 0.0}
     one = collective_waits({0: steps[0]}, {0: 0.0})
     assert (one.matched, one.steps) == (0, 0)
+
+
+def test_with_the_spread_floored_a_rank_must_be_about_5_percent_slower():
+    """The MAD floored at 1 % of the median: z = 0.6745 · 5.2 % / 1 % reaches 3.5, so 6 % stands out, 5 % not."""
+    assert robust_z({0: 1.0, 1: 1.0, 2: 1.0, 3: 1.06})[3] > Z_LIMIT
+    assert robust_z({0: 1.0, 1: 1.0, 2: 1.0, 3: 1.05})[3] < Z_LIMIT

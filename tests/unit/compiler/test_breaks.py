@@ -98,6 +98,17 @@ def test_recompiles_static_dynamic_and_mark_dynamic():
     assert breaks.recompiles_over_lengths(m, lens, mark=True)[-1]["graphs_compiled"] == 1
 
 
+def test_the_four_settings_after_three_lengths_as_the_lesson_tabulates_them():
+    rec = breaks.recompile_settings(models.FixedLM(hidden=32, heads=2, layers=1, d_ff=64), lengths=(16, 24, 32))
+    table = rec.table().set_index("setting")
+    assert list(table.index) == list(breaks.SETTINGS) and list(table.columns) == [
+        "graphs after s=16", "graphs after s=24", "graphs after s=32"]
+    assert list(table.loc["static (dynamic=False)"]) == [1, 2, 3]
+    assert rec.graphs("default") == 2 and rec.graphs("dynamic=True") == rec.graphs("mark_dynamic") == 1
+    with pytest.raises(InputError, match="^unknown setting 'fast': use one of static"):
+        rec.graphs("fast")
+
+
 def test_published_figures_have_a_source():
     d = json.loads(resources.files("perflab.compiler").joinpath("data/published_compile_mfu.json").read_text())
     assert "pytorch.org/blog/maximizing-training-throughput" in d["source"]

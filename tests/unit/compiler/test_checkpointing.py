@@ -79,3 +79,25 @@ def test_checkpointing_refuses_unknown_kinds_and_models_without_blocks():
         checkpointing.apply(torch.nn.Linear(2, 2), "full")
     with pytest.raises(InputError, match="^unknown checkpointing 'half': use one of none, full, selective$"):
         checkpointing.hardware_flops(None, 1, 8, "half")
+
+
+def _run(kind, compiled, peak):
+    return checkpointing.CheckpointRun(kind, compiled, 0.01, peak, 10, 12, None, None)
+
+
+def test_the_lowest_memory_is_read_from_the_eager_rows():
+    rows = [_run("none", False, 300), _run("none", True, 100), _run("full", False, 200), _run("selective", False, 250)]
+    assert checkpointing.lowest_memory(rows) == "full"
+
+
+def test_the_lessons_study_measures_every_kind_at_its_size():
+    from perflab.compiler.sizes import SIZES
+
+    size = SIZES["smoke"]
+    st = checkpointing.study(preset(size.model), size, "cpu", backend="eager")
+    assert [(r.checkpointing, r.compiled) for r in st.rows] == [(k, c) for k in checkpointing.KINDS for c in (False, True)]
+    assert st.describe().startswith(f"tiny-llama (1 layer), batch {size.ck_batch} × seq {size.ck_seq}, fp32, compiled "
+                                    "with the eager backend")
+    assert st.lowest_memory() == "full" and len(st.table()) == 6
+    assert all(line.startswith(("machine quiet", "disturbed: ", "quietness unknown")) for line in st.table()["machine"])
+    assert list(st.beside_published("cpu")["source"]).count("measured here") == 6

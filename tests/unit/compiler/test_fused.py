@@ -85,3 +85,25 @@ def test_fused_kernel_names_every_binding_limit(target, tmp_path, monkeypatch):
     assert set(r["limited_by"].split(" and ")) == binding
     assert r["blocks_per_sm"] == o.blocks_per_sm
     assert "warps" in binding  # 4 warps per block: the warps limit always binds at full occupancy
+
+
+def test_the_checks_table_and_the_compiled_line_read_as_the_lesson_shows_them():
+    rows = [{"rows": 8, "cols": 1500, "dtype": "bf16", "device": "cpu", "interpreter": True, "max_abs_err": 0.0078125,
+             "rtol": 0.015625, "atol": 0.015625, "passed": True}]
+    table = fused.FusedChecks(rows).table()
+    assert table.iloc[0].to_dict() == {"dtype": "bf16", "shape": "8×1500", "ran on": "interpreter (CPU)",
+                                       "max |error| vs eager": "0.00781", "allowed": "0.0156 + 0.0156·|y|",
+                                       "within": "✓"}
+    fc = {"target": "sm_90", "dtype": "bf16", "gpu": "H100 SXM", "registers": 20, "spill_bytes": 0, "shared_bytes": 0,
+          "num_warps": 4, "blocks_per_sm": 16, "occupancy": 1.0, "limited_by": "warps"}
+    assert fused.compiled_text(fc) == ("bias+GeLU bf16 for sm_90 (H100 SXM): 20 registers/thread, 0 B spilled, 0 B shared "
+                                       "memory per block, 4 warps; 16 blocks/SM, occupancy 100 % (limited by warps)")
+
+
+def test_without_a_gpu_the_timing_says_why():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU times the kernel")
+    t = fused.timing()
+    assert not t.paths and t.text().startswith("No GPU here")
+    got = fused.FusedTiming({"eager": {"ms": 1.234, "GB/s (x read + y written)": 200.0}}).table()
+    assert got.loc["eager"].to_dict() == {"time (ms)": "1.23", "GB/s (x read + y written)": "200"}

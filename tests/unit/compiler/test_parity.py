@@ -22,7 +22,7 @@ def test_parity_passes_same_model_and_flags_a_bf16_cast():
 
 
 def test_tolerance_follows_dtype_epsilon():
-    # fp32 eps 2^-23; bf16 eps 2^-8 (IEEE 754 / bfloat16 format): the tolerance is far above each
+    # fp32 eps 2^-23; bf16 eps 2^-7 (IEEE 754 / bfloat16 format): the tolerance is far above each
     assert parity.tolerance(torch.float32) > 100 * torch.finfo(torch.float32).eps
     assert parity.tolerance(torch.bfloat16) > torch.finfo(torch.bfloat16).eps
     assert parity.tolerance(torch.float32) < torch.finfo(torch.bfloat16).eps
@@ -44,3 +44,21 @@ def test_parity_record_and_a_wrong_length_of_eager_losses():
                            "max_loss_rel_diff": 0.5, "tolerance": 1e-4, "ok": False}
     with pytest.raises(InputError, match="^eager has 2 losses for 5 steps$"):
         parity.check(torch.nn.Linear(2, 2), [], steps=5, eager=[2.0, 1.0])
+
+
+def test_the_cast_is_caught_and_both_runs_are_tabulated():
+    same = parity.Parity([2.0, 1.5], [2.0, 1.5], [0.0, 0.0], [0.0, 0.0], 1e-4)
+    cast = parity.Parity([2.0, 1.5], [2.001, 1.52], [1e-3, 2e-2], [5e-4, 1.3e-2], 1e-4)
+    runs = parity.CastCaught(same, cast)
+    assert runs.caught and not parity.CastCaught(same, same).caught
+    table = runs.table()
+    assert list(table["run"]) == ["compiled", "compiled, bf16 cast"] and list(table["ok"]) == [True, False]
+    assert list(table["max rel"]) == ["0.0e+00", "1.3e-02"] and set(table["tolerance"]) == {"1e-04"}
+    steps = runs.steps_table()
+    assert list(steps["step"]) == [1, 2] and list(steps["rel diff, bf16 cast"]) == [5e-4, 1.3e-2]
+
+
+@pytest.mark.slow
+def test_compare_trains_one_eager_run_for_both_checks():
+    runs = parity.compare(models.FixedLM(seed=3), [(_ids(), _ids())], 2, backend="eager")
+    assert runs.compiled.eager == runs.cast.eager and runs.compiled.ok and runs.caught

@@ -29,6 +29,10 @@ def test_a_busy_machine_or_scattered_calls_draw_no_conclusion():
     busy = _hs(21.61, 30.61, q=BUSY).sentence()
     assert busy.startswith("Inconclusive: the machine was busy (other programs used 60 % of 2 cores)"), busy
     assert "differ" not in busy and "agree" not in busy
+    # columns that happen to agree on a busy machine draw no conclusion either (lesson 00 once said "agree"
+    # beside a row measured while other programs used 83 % of the cores)
+    agree = _hs(21.6, 21.9, q=BUSY).sentence()
+    assert agree.startswith("Inconclusive: the machine was busy") and "agree" not in agree, agree
     # lesson 00 once printed "agree within the noise (24 ms and 4.17 ms per call, noise ±268 %)"
     a = [0.004] * 10 + [0.030] * 10
     b = [0.024, 0.004, 0.030, 0.050] * 5
@@ -88,3 +92,21 @@ def test_a_sweep_that_never_left_the_cache_says_so():
 def test_the_last_level_cache_is_l3_on_a_cpu_and_l2_on_a_gpu():
     assert last_level_cache({"l3_cache_bytes": 32, "l2_cache_bytes": 2}, on_gpu=False) == 32
     assert last_level_cache({"l2_cache_bytes": 50}, on_gpu=True) == 50 and last_level_cache({}, on_gpu=False) is None
+
+
+def test_the_host_sync_table_reads_in_milliseconds_with_the_machine():
+    t = _hs(21.61, 30.61, q=BUSY).table()
+    assert list(t.columns) == ["until the call returned (ms)", "until the device finished (ms)", "perflab's timer (ms)",
+                               "machine while measured"]
+    assert t.index.tolist() == ["512³ fp32 matmul on cpu"]
+    assert t.iloc[0].tolist() == ["21.6", "30.6", "30.6", "busy: other programs used 60 % of 2 cores"]
+
+
+def test_copy_levels_from_a_busy_machine_say_inconclusive_and_name_both_buffers_once():
+    lv = copy_levels([1 * MIB, 256 * MIB], [176.0, 11.0], cache_bytes=32 * MIB, quietness=[None, BUSY])
+    assert lv.busy == "other programs used 60 % of 2 cores"
+    assert lv.sentence().startswith("Inconclusive: the machine was busy (other programs used 60 % of 2 cores): the "
+                                    "fastest copy (176 GB/s, 1 MiB) and the largest buffer's (11.0 GB/s, 256 MiB)")
+    one = copy_levels([16 * MIB], [4.2], cache_bytes=32 * MIB, quietness=[BUSY])
+    assert "the fastest copy (4.20 GB/s, 16 MiB), also the largest buffer, may be" in one.sentence()
+    assert copy_levels([1 * MIB, 256 * MIB], [176.0, 11.0], cache_bytes=32 * MIB).busy is None

@@ -39,3 +39,19 @@ def test_calling_the_perflab_function_is_refused_however_imported():
         grade("g", lambda x: len(alias(x)), [({"x": 1.5}, 3)], forbidden=[readout.num])
     assert grade("g", lambda x: len(f"{x}"), [({"x": 1.5}, 3)], forbidden=[readout.num])
     assert sys.getprofile() is None  # the watch leaves no profiler behind
+
+
+def test_a_quietness_cell_and_plain_figures():
+    from perflab.core.quietness import UNKNOWN, Quietness
+
+    assert readout.machine(Quietness("quiet", 0.0, 1.0, 2, 0.0, 2, "")) == "quiet"
+    busy = Quietness("disturbed", 0.6, 1.0, 2, 1.2, 2, "other programs used 60 % of 2 cores")
+    assert readout.machine(busy) == "busy: other programs used 60 % of 2 cores"
+    assert readout.machine(UNKNOWN) == "unknown: not measured" and readout.machine(None) == "unknown"
+    assert readout.plain(0.8) == "0.8" and readout.plain(1979.0) == "1,979" and readout.plain(989.4) == "989.4"
+
+
+def test_a_number_rounded_up_a_decade_keeps_its_significant_digits():
+    # 0.9987 to 2 digits is 1.0, not 1.00 (three digits the measurement does not support)
+    assert readout.num(0.9987, 2) == "1.0" and readout.num(0.9996, 3) == "1.00" and readout.num(99.96) == "100"
+    assert readout.num(0.0316812690461387) == "0.0317" and readout.num(-0.9996, 2) == "-1.0"

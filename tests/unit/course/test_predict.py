@@ -106,11 +106,16 @@ def test_numeric_prediction_error_sign_direction_and_record(tmp_path):
     assert "+100 %" in str(r) and "over-estimated" in str(r)
 
 
-def test_no_prediction_says_so_and_still_shows_the_measurement():
+def test_no_prediction_says_how_to_predict_without_scolding():
+    """Run All runs every cell before anyone could type: that learner has not failed, and is told how
+    to predict as they go."""
     r = P.reveal(P.ask("02", "k", "step time", "ms", given={}), 12.5, device="d")
     assert r.record["predicted"] is None and r.record["error_pct"] is None
     assert "no prediction entered" in str(r) and "12.5 ms" in str(r)
-    assert "no prediction entered" in P.calibration("02").verdict
+    assert "one cell at a time (Shift-Enter)" in r.note and "Run All" in r.note
+    verdict = P.calibration("02").verdict
+    assert verdict.startswith("lesson 02: nothing to calibrate yet (1 asked, none entered before its result)")
+    assert "one cell at a time" in verdict and "or nothing here is calibrated" not in verdict
 
 
 def test_unreadable_prediction_is_one_line_not_a_traceback():
@@ -141,10 +146,33 @@ def test_calibration_summarises_misses_and_lean():
     assert P.calibration("other").verdict.endswith("nothing was predicted yet")
 
 
-def test_rerunning_a_cell_replaces_its_record_in_the_summary():
+def test_rerunning_a_cell_replaces_its_record_and_keeps_the_prediction_made_in_time():
+    """A prediction made before the result, then changed and the cell run again: the first one stays the
+    prediction (it was lost before), and the change is said to have come after the result."""
     P.reveal(P.ask("06", "x", "x", "s", given={"x": 1}), 2.0, device="d")
-    P.reveal(P.ask("06", "x", "x", "s", given={"x": 2}), 2.0, device="d")
+    again = P.reveal(P.ask("06", "x", "x", "s", given={"x": 2}), 2.5, device="d")
     assert len(P.calibration("06").records) == 1
+    assert again.record["predicted"] == 1.0 and again.record["changed_to"] == 2.0 and not again.record["late"]
+    assert again.record["measured"] == 2.5 and again.record["error_pct"] == pytest.approx(-60.0)
+    assert again.note == ("changed to 2 s after the result was shown: your prediction stays the one entered before "
+                          "it, 1 s")
+    assert P.calibration("06").verdict.startswith("lesson 06: 1 of 1 predicted; numbers: median miss 60 %")
+
+
+def test_a_measurement_on_a_busy_machine_is_shown_but_not_scored():
+    busy = {"verdict": "disturbed", "share": 0.5, "cause": "other programs used 50 % of 2 cores"}
+    r = P.reveal(P.ask("09", "a", "step time", "ms", given={"a": 10}), 20.0, device="d", quietness=busy)
+    assert r.record["busy"] == "other programs used 50 % of 2 cores" and r.record["error_pct"] is None
+    assert dict(r.rows)["error"] == "not scored: the machine was busy (other programs used 50 % of 2 cores)"
+    quiet = {"verdict": "quiet", "share": 0.0, "cause": ""}
+    P.reveal(P.ask("09", "b", "step time", "ms", given={"b": 10}), 10.0, device="d", quietness=quiet)
+    cal = P.calibration("09")
+    assert [x["key"] for x in cal.entered] == ["b"] and [x["key"] for x in cal.busy] == ["a"]
+    assert cal.verdict.endswith("; 1 measured on a busy machine, not scored")
+    assert list(cal.frame()["miss"]) == ["not scored: machine busy", "0 %"]
+    P.reset()
+    P.reveal(P.ask("09", "a", "step time", "ms", given={"a": 10}), 20.0, device="d", quietness=busy)
+    assert P.calibration("09").verdict.startswith("lesson 09: nothing scored: 1 asked, and every prediction entered")
 
 
 def test_widget_entry_wins_over_nothing_and_is_read_at_reveal_time():
@@ -159,6 +187,10 @@ def test_widget_entry_wins_over_nothing_and_is_read_at_reveal_time():
 def test_numbers_show_without_padded_zeros():
     r = P.reveal(P.ask("05", "x", "speed-up", "×", given={"x": 1.2}), 1.5, device="d")
     assert "1.2 ×" in str(r) and "1.5 ×" in str(r) and "1.20" not in str(r)
+    # a count (lesson 01's nn.Linear FLOPs) is written in full, never in e-notation
+    flops = P.reveal(P.ask("01", "f", "FLOPs", "FLOPs", given={"f": 5e8}), 536870912.0, device="d", save=False)
+    assert "536,870,912 FLOPs" in str(flops) and "500,000,000 FLOPs" in str(flops) and "e+" not in str(flops)
+    assert P.num(2.5e6) == "2,500,000" and P.num(2.56e6 + 0.5) == "2.56e+06"
 
 
 def test_a_prediction_checked_against_a_published_figure_never_reads_measured(tmp_path):
@@ -179,7 +211,7 @@ def test_a_prediction_checked_against_a_published_figure_never_reads_measured(tm
 def test_a_prediction_entered_after_its_reveal_is_late_and_left_out(monkeypatch, tmp_path):
     monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
     P.reset()
-    box = {"v": None}
+    box: dict[str, str | None] = {"v": None}
     late = P.ask("xx", "late", "step time", "ms")
     monkeypatch.setattr(P.Prediction, "raw", property(lambda self: box["v"] if self.key == "late" else self.given))
     first = P.reveal(late, 10.0)  # nothing typed when the result was shown
@@ -195,3 +227,10 @@ def test_a_prediction_entered_after_its_reveal_is_late_and_left_out(monkeypatch,
     assert "1 entered after the result was shown, left out" in cal.verdict
     assert list(cal.frame()["miss"]) == ["late: left out", "+25 %"]
     P.reset()
+
+
+def test_nothing_to_compare_with_is_said_and_not_scored():
+    r = P.reveal(P.ask("00", "pct", "share of the peak", "%", given={"pct": 50}), None, device="d",
+                 missing="No fp32 peak is known for this device, so there is no percentage to compare with.")
+    assert dict(r.rows)["measured"] == "not known here" and r.record["error_pct"] is None
+    assert r.note.startswith("No fp32 peak is known") and P.calibration("00").entered == []

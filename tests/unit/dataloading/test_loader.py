@@ -68,3 +68,17 @@ def test_a_raising_worker_is_one_clear_message():
     msg = str(e.value)
     assert msg.splitlines()[0].startswith("a DataLoader worker raised at step 1")
     assert "sample 3 is corrupt" in msg and "Traceback" in msg
+
+
+@pytest.mark.timeout(60)
+def test_a_transform_runs_on_the_loops_own_threads_without_workers_and_on_one_in_a_worker():
+    # where the sample is made: with num_workers=0 in the training loop's process, on the intra-op threads its
+    # step's ops use; in a worker process, which PyTorch's worker loop sets to one thread
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        seen = loader.transform_threads()
+        assert (seen.main, seen.worker) == (2, 1)
+        assert "2 intra-op threads with num_workers=0" in seen.text() and "on 1 in a DataLoader worker" in seen.text()
+    finally:
+        torch.set_num_threads(before)

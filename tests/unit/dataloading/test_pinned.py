@@ -175,3 +175,18 @@ def test_the_four_pin_and_non_blocking_cases_are_measured_on_gpu():
     # which is fastest depends on who else uses the GPU: all four are measured
     assert set(rows) == {(a, b) for a in (True, False) for b in (True, False)}
     assert all(r.h2d_gb_per_s > 0 for r in rows.values())
+
+
+def test_the_lessons_demo_on_a_cpu_shows_the_published_2x2():
+    import torch
+
+    from perflab.dataloading import pinned
+
+    if torch.cuda.is_available():
+        return
+    d = pinned.demo(1 << 20, 2, 1 << 20)
+    assert d.rows == () and d.measured_copies() is None
+    assert d.text().startswith("No CUDA device here") and "Published: NVIDIA A100 80GB PCIe" in d.text()
+    t = d.table()
+    assert list(t.columns) == ["pin_memory", "non_blocking", "average time per iteration (published)"]
+    assert t.iloc[0, 2] == "459 ms"

@@ -171,3 +171,17 @@ def test_dataloader_cli_json_keys():
         assert {"workers", "step_s", "data_wait_s", "wait_fraction", "predicted_wait_s"} <= set(x)
     r = perflab("dataloader", "--workers", "-1")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_the_costs_and_the_parity_read_as_tables():
+    from perflab.dataloading import shuffle
+
+    costs = shuffle.measure_costs([1000, 2 * 10**5], progress=False)
+    assert [(r["kind"], r["n"]) for r in costs.records] == [("lcg", 1000), ("randperm", 1000), ("list", 1000),
+                                                           ("lcg", 200000), ("randperm", 200000)]
+    assert costs.skipped and "list at N = 2e+05" in costs.skipped[0]
+    t = costs.table()
+    assert list(t.columns) == ["method", "N", "time", "peak memory"] and t["peak memory"].str.endswith(" MB").all()
+    par = shuffle.parity_check(1 << 12)
+    assert par.lcg > 0.99 and 0.4 < par.uniform < 0.6
+    assert par.table()["consecutive pairs of opposite parity"].str.endswith("%").all()

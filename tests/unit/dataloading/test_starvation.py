@@ -48,3 +48,10 @@ def test_zero_workers_pay_the_loaders_own_per_batch_cost():
     assert p.median_wait_s == pytest.approx(0.022) and p.step_s == pytest.approx(0.042)
     with pytest.raises(InputError):
         starvation.simulate(0.02, 0.01, 0, 3, inline_s=-1)
+
+
+def test_the_lessons_prediction_table_reads_in_milliseconds():
+    t = starvation.predictions(4, 0.005, 0.0, 0.020, [0, 1, 2], 30, cores=2).table()
+    assert list(t.index) == [0, 1, 2]
+    assert t.loc[0, "L (one batch)"] == "20.0 ms" and t.loc[0, "steady wait"] == "20.0 ms" and t.loc[0, "step"] == "40.0 ms"
+    assert t.loc[2, "steady wait"] == "0 ms"

@@ -265,3 +265,18 @@ def test_busbw_sweep_records_wrong_and_missing_sizes(monkeypatch):
     assert "all_reduce of 1024 B gave a wrong result on some rank" in by_size[1024]["reason"]
     assert "not measured: rank 1 raised RuntimeError: Connection closed by peer" in by_size[4096]["reason"]
     assert not run.ok
+
+
+def test_a_sweep_reads_for_a_person_and_names_its_best_size():
+    from perflab.distributed.busbw import BusbwRun
+
+    rows = [{"bytes": 4096, "status": "ok", "seconds": 2.2e-4, "algbw_gbps": 0.0185, "busbw_gbps": 0.0185},
+            {"bytes": 1 << 20, "status": "ok", "seconds": 8.95e-4, "algbw_gbps": 1.17, "busbw_gbps": 1.17},
+            {"bytes": 1 << 26, "status": "error", "reason": "not measured: the job timed out"}]
+    run = BusbwRun("all_reduce", 2, "gloo", rows)
+    assert run.best is rows[1] and run.best_busbw_gbps == 1.17
+    assert run.best_text() == {"all_reduce, 2 ranks, gloo, best": "1.17 GB/s"}
+    t = run.table()
+    assert list(t.index) == ["4 KiB", "1 MiB", "64 MiB"] and t.loc["1 MiB", "time per call"] == "895 µs"
+    assert t.loc["64 MiB", "status"] == "error: not measured: the job timed out" and t.loc["64 MiB", "busbw (GB/s)"] == "–"
+    assert BusbwRun("all_reduce", 2, "gloo", rows[2:]).best_text() is None

@@ -155,3 +155,50 @@ def test_barrier_and_ring_verdicts_without_rows():
     d = run.as_dict()
     assert d["ok"] is False and d["primitives"] == []
     assert [r["status"] for r in d["ranks"]] == ["raised", "stopped"]
+
+
+def _run_with(reports, ring=None, barrier=None):
+    results = []
+    for i, r in enumerate(reports):
+        d = {"rank": i, "world_size": len(reports), "local_rank": i, "node": 0, "backend": "gloo", "device": "cpu",
+             "primitives": {p: to_json(e) for p, e in r.primitives.items()}}
+        if ring:
+            d["ring"] = ring[i]
+        if barrier:
+            d["barrier_timing"] = barrier[i]
+        results.append(d)
+    ranks = [RankOutcome(i, "ok", result=d) for i, d in enumerate(results)]
+    return C.CollectivesRun(LaunchResult("t", len(results), 1, BackendChoice("gloo", "cpu", "test"), [], 1.0, 60.0, False,
+                                         [0], ranks=ranks), 0.1)
+
+
+def _check(native=True):
+    demo = C.PrimitiveRun([1.0], [1.0], [1.0], True, 0.001)
+    return C.PrimitiveCheck("eq", native, None if native else "not supported", demo, True, 0.001, 8, True)
+
+
+def test_the_lessons_tables_read_for_a_person():
+    ring = [{"numel": 4096, "max_rel_error": 0.0, "ok": True, "bytes_sent": 16384, "sends": 2, "bytes_formula": 16384.0,
+             "bytes_exact": 16384, "seconds": 0.01}] * 2
+    barrier = [{"rank": 0, "work_s": 0.0, "arrive_s": 0.0004, "leave_s": 0.101, "waited_s": 0.1006},
+               {"rank": 1, "work_s": 0.1, "arrive_s": 0.1, "leave_s": 0.102, "waited_s": 0.0015}]
+    prims = {p: _check(native=p != "all_to_all") for p in C.PRIMITIVES}
+    run = _run_with([_report(0, prims), _report(1, prims)], ring, barrier)
+    t = run.table()
+    assert t.loc["broadcast", "every rank right"] == "yes" and t.loc["all_to_all", "native in this backend"] == "no"
+    assert "all_to_all (ran its equivalent: N scatters, one from each rank)" in run.native_line()
+    assert run.longest_wait().rank == 0
+    bt = run.barrier_table()
+    assert bt.loc[0, "waited"] == "101 ms" and bt.loc[1, "work"] == "100 ms"
+    rv = run.ring_view()
+    assert rv.loc[0, "bytes sent"] == "16,384" and rv.loc[1, "bytes by the formula"] == "16,384"
+    fig = run.traffic_figure()
+    assert fig is not None and fig.axes
+    assert run.verdict().startswith("every primitive checked out on 2 ranks (gloo)")
+
+
+def test_a_failed_run_says_where_to_look():
+    run = C.CollectivesRun(LaunchResult("t", 2, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0, 60.0, False, [1],
+                                        ranks=[RankOutcome(0, "raised"), RankOutcome(1, "stopped")]), 0.2)
+    assert run.verdict() == "not every primitive checked out on 2 ranks (gloo): see the report above"
+    assert run.longest_wait() is None and run.traffic_figure() is None and len(run.table()) == 0

@@ -77,3 +77,27 @@ def test_two_simulated_nodes_ddp_practice():
     if mem["kind"] == "cpu":
         assert "no GPU" in mem["gpu_skipped_reason"] and all(s["rss_bytes"] > 0 for s in mem["stages"])
     assert_all_gone(res)
+
+
+def test_the_lessons_practice_reads_for_a_person():
+    from perflab.distributed.outcome import BackendChoice, LaunchResult, RankOutcome
+
+    acc = {"gas": 4, "same_update": True, "max_param_difference": 7.5e-9, "LocalSGD_vs_sync_difference": 5.2e-4,
+           "sync every micro-batch": {"all_reduce_calls_per_step": [4, 4], "bytes_per_step": [1.06e6] * 2, "step_s": [0.05] * 2},
+           "no_sync": {"all_reduce_calls_per_step": [1, 1], "bytes_per_step": [2.65e5] * 2, "step_s": [0.01] * 2},
+           "LocalSGD": {"all_reduce_calls_per_step": [1, 0], "bytes_per_step": [8.8e4] * 2, "step_s": [0.01] * 2}}
+    hook = {"bytes_per_step": [2.65e5] * 3, "probe_step": 1, "step_s": [0.02] * 3, "grad_rel_error": 0.0, "loss": [1.1]}
+    res = {"grad_accumulation": acc, "init_memory": {"stages": [{"stage": "before", "rss_bytes": 2**28}],
+                                                     "gpu_skipped_reason": "no GPU in this job"},
+           "comm_hooks": {"allreduce": hook, "bf16": {**hook, "bytes_per_step": [1.3e5] * 3, "note": "DDP refused it"}}}
+    launch = LaunchResult("t", 1, 1, BackendChoice("gloo", "cpu", "test"), [], 1.0, 60.0, False, [0],
+                          ranks=[RankOutcome(0, "ok", result=res)])
+    p = D.Practice(launch)
+    assert p.accumulation_line() == ("GAS = 4: no_sync gives the same parameters as syncing every micro-batch "
+                                     "(largest difference 7.5e-09); LocalSGD drifts by 0.00052")
+    assert p.accumulation_table().loc["no_sync", "MB all-reduced per step"] == "0.265"
+    assert p.hook_notes() == "DDP refused it" and "note" not in p.hooks_table().columns
+    assert p.hooks_table().loc["bf16", "bytes vs fp32 all-reduce"] == "0.491"
+    assert p.memory_table().loc[0, "host RSS (MiB)"] == "256.0" and p.gpu_skipped_reason == "no GPU in this job"
+    gpu = D.gpu_join_cost(2, "gloo", 60, p.gpu_skipped_reason)
+    assert gpu.text() == "GPU memory of init_process_group: not measured — no GPU in this job" and gpu.table() is None

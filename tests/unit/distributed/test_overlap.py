@@ -163,3 +163,27 @@ def test_cli_bad_argument_one_line():
     r = subprocess.run([sys.executable, "-m", "perflab", "overlap", "--link", "smoke-signals"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "unknown link" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_two_links_side_by_side_and_their_thresholds():
+    shape = dict(h=8192, layers=80, seq=4096, mbs=1, dp_degree=8, tp_degree=8, pp_layers=4)
+    c = O.compare_links(shape)
+    t = c.table()
+    assert list(t.columns) == ["NVLink 450 GB/s", "IB NDR 50 GB/s", "closed form"] and list(t.index) == list(O.STRATEGIES)
+    assert t.loc["TP", "NVLink 450 GB/s"] == "1.88" and t.loc["PP", "IB NDR 50 GB/s"] == "0.0377"
+    assert c.thresholds() == ("DP hides its all-reduce once each rank processes ≥ 17,314 tokens per step over IB NDR "
+                              "(≥ 1,924 over NVLink); TP hides its all-gather only for h ≥ 15,391 even on NVLink.")
+    import matplotlib.pyplot as plt
+
+    plt.close(c.figure())
+
+
+def test_this_machines_ratios_or_why_not():
+    none = O.on_this_machine(None, "unknown", 1.2, "cpu", 2)
+    assert none.here is None and "nothing to compute" in none.text() and none.table() is None
+    nv = O.hardware("h100-sxm", "nvlink4-h100")
+    here = O.on_this_machine(0.333, "estimate", 1.17, "cpu", 2, references={"H100 over NVLink": nv})
+    assert here.text() == ("this machine: 0.333 TFLOP/s (estimate) over 1.17 GB/s = 285 FLOPs per byte; "
+                           "H100 over NVLink: 2,199")
+    t = here.table()
+    assert t is not None and list(t.columns) == ["t_comm / t_compute", "hidden?"]

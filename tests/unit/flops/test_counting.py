@@ -81,3 +81,16 @@ def test_conv2d(stride, padding, groups):
 def test_conv_too_big_kernel():
     with pytest.raises(InputError):
         conv2d_flops(1, 1, 1, 2, 2, 5)
+
+
+def test_hand_counts_equal_torchs_counter_for_every_layer():
+    """Lesson 01's table: every layer counted by hand agrees with torch's FlopCounterMode."""
+    from perflab.flops.counting import hand_vs_counter
+
+    counts = hand_vs_counter("cpu")
+    assert counts.all_equal and len(counts.rows) == 5
+    assert counts.linear_forward.counted == linear_flops(64, 1024, 4096) == 536_870_912
+    assert counts.example_line() == "nn.Linear forward (64 tokens, 1024→4096): 536,870,912 FLOPs = 268,435,456 MACs"
+    t = counts.table()
+    assert list(t.columns) == ["layer", "shape", "by hand (FLOPs)", "counted by torch (FLOPs)", "equal"]
+    assert set(t["equal"]) == {"yes"} and t["by hand (FLOPs)"][0] == "33,554,432"

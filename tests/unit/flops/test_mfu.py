@@ -280,3 +280,30 @@ def test_unknown_peak_uses_the_measured_ceiling_for_the_dtype_that_ran(timed, mo
     u = utilization(0.5, {"bf16": 1e3}, bases, {"bf16": 1.2e3})
     assert u.mfu == pytest.approx(1e3 / (bases["bf16"].tflops * 1e12) / 0.5)
     assert u.hfu == pytest.approx(1.2 * u.mfu)
+
+
+def test_the_published_figures_read_as_a_person_reads_them():
+    from perflab.flops import mfu as M
+
+    t = M.published_table()
+    assert list(t.columns) == ["run", "quantity", "published", "perflab, from the paper's inputs", "reproduced"]
+    palm = t[t["run"].str.startswith("PaLM") & (t["quantity"] == "mfu")].iloc[0]
+    assert (palm["published"], palm["perflab, from the paper's inputs"], palm["reproduced"]) == ("46.2 %", "46.23 %", "yes")
+    implied = t[t["quantity"].str.startswith("hfu (implied")].iloc[0]
+    assert (implied["published"], implied["perflab, from the paper's inputs"], implied["reproduced"]) == (
+        "57.8 %", "75% of a forward", "–")
+    assert set(t[t["quantity"] == "days"]["published"]) == {"34 days", "84 days"}
+    assert M.implied_recompute_text() == ("implied recompute: 75% of a forward pass; full rematerialization would give "
+                                          "HFU 61.6%")
+
+
+def test_narayanans_table_and_the_checklist_as_tables():
+    from perflab.flops import mfu as M
+
+    t = M.narayanan_table1_table()
+    assert list(t.columns) == ["parameters (B)", "layers", "hidden", "GPUs", "batch", "TFLOP/s per GPU",
+                               "HFU (published %)", "MFU (eq. 7, %)"]
+    last = t.iloc[-1]
+    assert (last["parameters (B)"], last["HFU (published %)"], last["MFU (eq. 7, %)"]) == ("1,008", "52", "39.2")
+    c = M.checklist_table()
+    assert list(c.index) == [q for _k, q, _w in M.CHECKLIST] and list(c.columns) == ["look at"]

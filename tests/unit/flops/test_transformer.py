@@ -195,3 +195,18 @@ def test_exact_for_counted_picks_the_kernel():
     assert exact_for_counted(cfg, 2, 32, 3 * unfused.hardware, steps=3).fused_attention is False
     with pytest.raises(AssertionError, match="exact count"):
         exact_for_counted(cfg, 2, 32, fused.hardware + 2)
+
+
+def test_the_counter_check_holds_perflabs_count_to_the_exact_one():
+    from perflab.flops import transformer as tf
+    from perflab.workload.models import preset
+
+    cfg = preset("tiny-gpt").with_(layers=1, hidden=32, heads=2, ffn=64, vocab=64, seq_len=16)
+    check = tf.counter_check(cfg, 2, 16, device="cpu")
+    for ck in (False, True):
+        assert check.counted[ck].total == check.exact[ck].hardware
+        assert check.counted[ck].model == check.exact[ck].model
+    assert check.exact[True].hardware > check.exact[False].hardware  # the recomputed forward
+    lines = check.text().splitlines()
+    assert lines[0].startswith(f"checkpointing=False: perflab counts {check.counted[False].total:,} = exact ")
+    assert "torch's FlopCounterMode" in lines[1] and lines[2] == str(check.counted[True])

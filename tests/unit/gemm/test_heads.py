@@ -73,3 +73,41 @@ def test_a_clear_head_size_winner_is_named_beyond_the_noise_and_a_busy_one_is_in
     b = heads.fastest_head_size(_heads(curve, busy), measure=lambda p: {**same, "tflops": curve[p["d"]],
                                                                             "quietness": busy})
     assert not b.decisive and "inconclusive: the machine was busy (other programs used 50 %" in b.text
+
+
+def _sizes(curve, quiet=None, measure=None):
+    """A `HeadSizes` built the way `measure_head_sizes` builds it, from made-up rows and timings."""
+    from perflab.core.results import SweepResult
+
+    rows = [{**r, "seconds": heads.sdpa_flops(1, r["params"]["a"], 32, r["params"]["d"]) / (r["tflops"] * 1e12)}
+            for r in _heads(curve, quiet).rows]
+    same = {"spread": 0.01, "quietness": quiet or {"verdict": "quiet", "share": 0.0}}
+    w = heads.fastest_head_size(_heads(curve, quiet), measure=measure or (lambda p: {**same, "tflops": curve[p["d"]]}))
+    return heads.HeadSizes(256, 1, 32, SweepResult(__import__("pathlib").Path("h.jsonl"), rows), w)
+
+
+@pytest.mark.parametrize("curve, answer", [
+    ({16: 1.0, 32: 1.5, 64: 2.0, 128: 3.0, 256: 2.0}, "one in between"),
+    ({16: 1.0, 32: 1.5, 64: 2.0, 128: 2.0, 256: 3.0}, "the largest d"),
+    ({16: 3.0, 32: 1.5, 64: 2.0, 128: 2.0, 256: 1.0}, "the smallest d"),
+])
+def test_the_fastest_end_is_named_only_beyond_the_noise(curve, answer):
+    run = _sizes(curve)
+    assert run.winner.decisive and run.answer() == answer
+    t = run.table()
+    assert list(t.columns) == ["heads a", "head size d", "time", "TFLOP/s"] and list(t["head size d"]) == sorted(curve)
+
+
+def test_no_end_is_named_within_the_noise_or_on_a_busy_machine():
+    close = {16: 1.0, 32: 1.5, 64: 2.0, 128: 2.25, 256: 2.3}
+    assert _sizes(close).answer() is None  # 256 beats 128 by 2 %: within the noise
+    busy = {"verdict": "disturbed", "share": 0.5, "cause": "other programs used 50 % of 2 cores"}
+    run = _sizes({16: 1.0, 32: 1.5, 64: 2.0, 128: 3.0, 256: 2.0}, busy)
+    assert run.answer() is None and "inconclusive: the machine was busy" in run.winner.text
+
+
+def test_measure_head_sizes_sweeps_then_judges():
+    run = heads.measure_head_sizes(128, b=1, s=32, dtype="fp32", device="cpu", min_d=32, max_d=128, rep_ms=2,
+                                   warmup_ms=1, progress=False)
+    assert (run.h, run.b, run.s) == (128, 1, 32) and list(run.frame["d"]) == [32, 64, 128]
+    assert run.winner.text and run.answer() in (None, *heads.ENDS)

@@ -201,3 +201,67 @@ def test_sweep_dimension_smoke_on_cpu():
                                  warmup_ms=1, progress=False)
     df = res.ok_frame()
     assert list(df["n"]) == [16, 24, 32] and (df["tflops"] > 0).all()
+
+
+def _sweep(values, times, quietness=None, fixed=(2304, 4096)):
+    """A measured sweep along n as `sweep_dimension` returns it (rows with params and metrics)."""
+    from pathlib import Path
+
+    from perflab.core.results import SweepResult
+
+    m, k = fixed
+    rows = [{"params": {"m": m, "n": n, "k": k, "dtype": "bf16"}, "status": "ok", "median_s": t,
+             "tflops": 2 * m * n * k / t / 1e12, "quietness": quietness} for n, t in zip(values, times, strict=True)]
+    return SweepResult(Path("sweep.jsonl"), rows)
+
+
+def test_a_sweep_is_fitted_with_a_gpus_sms_or_a_cpus_threads():
+    fixed = {"m": 2304, "k": 4096}
+    values = list(range(128, 6145, 64))
+    times = [shapes.predicted_time_s(2304, n, 4096, sms=108, tile=(256, 128), peak_tflops=312) for n in values]
+    target = shapes.model_target(None, "a100-sxm-80gb")
+    gpu = types.SimpleNamespace(kind="cuda", details={"sm_count": 108})
+    fit = shapes.fit_sweep(_sweep(values, times), "n", fixed, gpu, target)
+    assert (fit.unit, fit.sms, fit.best_tile) == ("SM", 108, (256, 128)) and fit.values == tuple(values)
+    assert fit.times_s == tuple(times) and len(fit.tflops) == len(values) and fit.fixed == fixed
+    assert list(fit.frame().columns)[0] == "tile × blocks per SM"
+    assert fit.quietness.verdict == "unknown" and fit.verdict().startswith("best fit: 256x128 blocks, 1 per SM on 108 SMs")
+    busy = {"verdict": "disturbed", "share": 0.9, "wall_s": 1.0, "cores": 2, "cause": "other programs used 90 % of 2 cores"}
+    noisy = shapes.fit_sweep(_sweep(values, times, busy), "n", fixed, gpu, target)
+    assert noisy.verdict() == ("inconclusive: the machine was busy (other programs used 90 % of 2 cores (in 95 of 95 "
+                               "measurements)): the fit below ranks noise, not tiles")
+    cpu = types.SimpleNamespace(kind="cpu", details={"torch_threads": 2})
+    on_cpu = shapes.fit_sweep(_sweep(values, times), "n", fixed, cpu, target)
+    assert (on_cpu.unit, on_cpu.sms) == ("thread", 2) and set(on_cpu.table["tile"]) == {
+        f"{a}x{b}" for a, b in shapes.CPU_BLOCKS}
+    assert list(on_cpu.frame().columns)[0] == "tile × blocks per thread"
+
+
+def test_a_sweeps_quietness_is_its_points_together():
+    quiet = {"verdict": "quiet", "share": 0.0, "wall_s": 1.0, "cores": 2}
+    busy = {"verdict": "disturbed", "share": 0.5, "wall_s": 1.0, "cores": 2, "cause": "other programs used 50 % of 2 cores"}
+    assert shapes.sweep_quietness(_sweep([128, 256], [1e-3, 2e-3], quiet)).quiet
+    q = shapes.sweep_quietness(_sweep([128, 256], [1e-3, 2e-3], busy))
+    assert q.disturbed and "other programs used 50 % of 2 cores" in q.line()
+    assert shapes.sweep_quietness(_sweep([128], [1e-3], None)).verdict == "unknown"
+
+
+def test_the_lesson_measures_bf16_on_a_gpu_and_fp32_elsewhere():
+    import torch
+
+    assert shapes.sweep_dtype(torch.device("cuda", 0)) == "bf16" and shapes.sweep_dtype("cuda:1") == "bf16"
+    assert shapes.sweep_dtype(torch.device("cpu")) == "fp32" and shapes.sweep_dtype("mps") == "fp32"
+    assert shapes.sweep_dtype(None) == "fp32"
+
+
+def test_the_what_if_table_puts_the_chip_as_built_beside_four_more_sms():
+    target = shapes.model_target(None, "a100-sxm-80gb")
+    assert target.choice == "a100-sxm-80gb" and target.choice in shapes.gpu_choices(None)
+    t = shapes.explain_what_if(2304, 1664, 4096, dtype="bf16", target=target, extra_sms=4)
+    assert list(t.columns) == ["as built", "4 more SMs"]
+    assert list(t.index) == ["SMs (wave size)", "waves", "utilization", "predicted"]
+    # in the guide's example 4 more SMs buy nothing: the extra column adds 9 tiles at once, more than 4 new slots
+    assert t.loc["waves", "as built"].startswith("2 ") and t.loc["waves", "4 more SMs"].startswith("2 ")
+    assert t.loc["predicted", "as built"].split(" TFLOP/s")[0] == t.loc["predicted", "4 more SMs"].split(" TFLOP/s")[0]
+    here = shapes.model_target(types.SimpleNamespace(kind="cuda", name="NVIDIA H100 80GB HBM3", details={"sm_count": 132}))
+    assert here.choice == shapes.THIS_GPU

@@ -30,7 +30,43 @@ def test_sizing_checklist_on_published_configs():
     llama = cfgs["Llama-2-7B"]
     res = sizing.sizing_checklist(vocab=llama["vocab"], b=1, s=4096, h=llama["hidden"], a=llama["heads"], t=8,
                                   d_ff=llama["d_ff"])
-    assert all(i.ok is not False for i in res), sizing.checklist_text(res)
+    # every shape passes but the vocabulary: 32000/8 = 4000 columns per tensor-parallel rank is not a multiple of 64
+    assert [i.rule for i in res if i.ok is False] == ["vocab % (64·t) == 0"], sizing.checklist_text(res)
+    one = sizing.sizing_checklist(vocab=llama["vocab"], b=1, s=4096, h=llama["hidden"], a=llama["heads"], t=1)
+    assert all(i.ok is not False for i in one), sizing.checklist_text(one)
+
+
+@pytest.mark.parametrize("vocab, t, ok, padded", [
+    (50304, 1, True, None), (50257, 1, False, 50304),  # no tensor parallelism: V % 64
+    (50304, 2, True, None),  # 25152 = 64 × 393 per rank
+    (32000, 8, False, 32256),  # 4000 per rank: a multiple of 32, not of 64
+    (50257, 8, False, 50688),  # not even whole per rank
+    (32768, 8, True, None), (51200, 8, True, None),
+])
+def test_vocab_rule_with_tensor_parallelism(vocab, t, ok, padded):
+    """A vocab-parallel output layer gives each of the t ranks n = V/t columns, so V % (64·t) == 0; Megatron-LM
+    pads the vocabulary to a multiple of 128·t (`_vocab_size_with_padding`)."""
+    item = sizing.vocab_item(vocab, t)
+    assert item.ok is ok and item.rule == ("vocab % 64 == 0" if t == 1 else "vocab % (64·t) == 0")
+    assert ok == (vocab % 64 == 0 and (vocab // t) % 64 == 0 and vocab % t == 0)
+    if padded:
+        assert f"pad V to {padded}" in item.detail or f"pad the vocabulary to {padded}" in item.detail
+        assert padded % (64 * t) == 0 and padded - vocab < 64 * t
+    if not ok and t > 1:
+        megatron = sizing.pad_to_multiple(vocab, 128 * t)
+        assert f"Megatron-LM pads to {megatron} (128·t)" in item.detail and megatron % (128 * t) == 0
+    assert sizing.sizing_checklist(vocab=vocab, b=1, s=64, h=64 * t, a=t, t=t)[0] == item
+
+
+def test_checklists_over_published_configs_name_each_failure():
+    configs = published("model_configs")["rows"]
+    checks = sizing.checklists(configs, b=4, s=2048, t=8)
+    table = checks.table()
+    assert list(table.index.names) == ["model", "check"] and list(table.columns) == ["verdict", "why"]
+    assert "note" not in set(table["verdict"]) and "note" in set(checks.table(notes=True)["verdict"])
+    assert checks.failed("Llama-2-7B") == ["vocab % (64·t) == 0"]
+    assert checks.failed("GPT-3 2.7B") == ["vocab % (64·t) == 0", "h/a divisible by 64"]
+    assert sizing.checklists(configs, b=4, s=2048, t=1).failed("Llama-2-7B") == []
 
 
 def test_sizing_checklist_failures_say_why():

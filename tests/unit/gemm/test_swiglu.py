@@ -176,7 +176,8 @@ def test_a_real_step_repeats_and_is_chosen(monkeypatch, tmp_path):
     row = s.frame.set_index("d_ff").loc[176]
     assert s.best.d_ff == 176 and row["status"] == "confirmed" and calls[176] == 3
     assert s.choice(max_params_delta_pct=5.0).startswith("choose d_ff = 176 for h = 64")
-    assert s.decision().kind == "choose"
+    d = s.decision()
+    assert d is not None and d.kind == "choose"
 
 
 def test_a_winner_measured_on_a_busy_machine_is_inconclusive(monkeypatch, tmp_path):
@@ -216,4 +217,85 @@ def test_the_alignment_sentence_follows_the_numbers(monkeypatch, tmp_path):
     fast, _ = _injected(lambda w, n: 40.0 if w % 64 == 0 else 30.0)
     s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=fast, progress=False,
                       name="t_aligned")
-    assert s.alignment_finding().endswith("faster, beyond the noise (> 1.04×)") and "(1.33×)" in s.alignment_finding()
+    assert s.alignment_finding().endswith("faster, beyond the noise (with the sweep's noise, σ = 1.0 % per width, "
+                                          "chance alone moves two widths apart by up to 1.04×)"), s.alignment_finding()
+    assert "(1.33×)" in s.alignment_finding()
+
+
+def test_the_table_says_which_widths_were_busy_and_what_each_status_means(monkeypatch, tmp_path):
+    """Lesson 05 once printed "13 point(s) stayed disturbed" above a table whose every status read `ok`,
+    with snake_case columns and 141.015 ms: the table now says it in words, with units and the digits a
+    measurement supports."""
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    measure, _ = _injected(lambda w, n: 45.0 if w == 176 else _flat(w), lambda w, n: BUSY if w == 168 else QUIET)
+    s = swiglu.search(64, 32, radius=24, step=4, dtype="fp32", device="cpu", measure=measure, progress=False)
+    t = s.table()
+    assert list(t.columns) == ["rank", "d_ff", "TFLOP/s", "time per MLP step", "vs ⌊8/3·h⌋ (×)", "parameters vs 8/3·h",
+                               "divisible by", "measured (times)", "status", "machine while measured"]
+    rows = {str(r["d_ff"]).split()[0]: r for r in t.to_dict("records")}
+    assert rows["176"]["status"] == "stood out, repeated: may win" and rows["176"]["rank"] == 1
+    assert rows["168"]["status"].endswith("; busy every time")
+    assert rows["168"]["machine while measured"] == "busy: other programs used 50 % of 2 cores"
+    assert rows["170"]["d_ff"] == "170 (⌊8/3·h⌋)" and rows["170"]["parameters vs 8/3·h"] == "-128 (-0.39 %)"
+    assert all(__import__("re").fullmatch(r"\d[\d.,]* (ns|µs|ms|s)", x) for x in t["time per MLP step"]), t
+    text = s.noise_sentence()
+    assert text.startswith("The noise: σ = ") and "how far the widths measured twice moved between two quiet" in text
+    assert "1 width(s) stood more than 3 σ above their neighbours: 1 repeated when measured again (may win)." in text
+    assert "1 of 13 widths were measured on a busy machine every time" in text
+    by = s.by_alignment()
+    assert list(by.columns) == ["alignment", "widths", "measured on a busy machine", "median TFLOP/s (quiet ones)",
+                                "best TFLOP/s (quiet ones)"]
+    assert by.set_index("alignment").loc["multiple of 8, not 64", "measured on a busy machine"] == 1
+    assert "(1 width(s) measured on a busy machine left out)" in s.alignment_finding()
+    base = s.baseline_row
+    assert base is not None and s.speedup == pytest.approx(s.best.tflops / base.tflops)
+    assert s.speedup_quietness.verdict == "quiet"
+    choice = s.choice(max_params_delta_pct=5.0)
+    assert "TFLOP/s, " in choice and ".000" not in choice and "%) against" in choice
+
+
+def test_an_unconfirmed_width_cannot_win_and_the_sentence_says_so():
+    sweep = swiglu.SwigluSearch(64, 32, "fp32", "cpu", 170, __import__("pandas").DataFrame([
+        {"d_ff": 176, "tflops": 2.0, "seconds": 1e-3, "status": "unconfirmed", "eligible": False, "disturbed": False,
+         "multiple_of": 16, "quietness_json": QUIET},
+        {"d_ff": 170, "tflops": 1.0, "seconds": 2e-3, "status": "ok", "eligible": True, "disturbed": True,
+         "multiple_of": 2, "quietness_json": BUSY}]), noise=0.02)
+    assert sweep.best.d_ff == 170  # the unconfirmed width may not win
+    assert sweep.finding().startswith("fastest that may win: d_ff = 170 at 1.00 TFLOP/s (divisible by 2); ⌊8/3·h⌋ = 170")
+    assert "1 width(s) stood more than 3 σ above their neighbours: 1 were measured only once, unconfirmed (cannot " \
+           "win)." in sweep.noise_sentence()
+    assert sweep.speedup_quietness.verdict == "disturbed"  # the baseline was busy every time
+    assert sweep.table()["status"].tolist() == ["stood out, measured once: cannot win", "ok; busy every time"]
+
+
+def test_search_sized_runs_the_lesson_at_a_row_of_its_table(monkeypatch, tmp_path):
+    from perflab.gemm.sizes import SWIGLU
+
+    monkeypatch.setenv("PERFLAB_RESULTS", str(tmp_path))
+    s = swiglu.search_sized(SWIGLU["smoke"], "cpu", name="t_sized")
+    assert (s.hidden, s.tokens, s.dtype) == (64, 32, "fp32") and s.baseline == 170
+    assert len(s.frame) == len(swiglu.candidate_widths(64, 8, 4))
+
+
+def test_a_sweep_busy_at_every_width_says_its_noise_is_the_timers_own():
+    import pandas as pd
+
+    rows = [{"d_ff": w, "tflops": 1.0 + 0.01 * i, "seconds": 1e-3, "status": "ok", "eligible": True, "disturbed": True,
+             "multiple_of": 2, "quietness_json": BUSY} for i, w in enumerate((168, 170, 172))]
+    s = swiglu.SwigluSearch(64, 32, "fp32", "cpu", 170, pd.DataFrame(rows), noise=0.05)
+    text = s.noise_sentence()
+    assert "every width was measured on a busy machine, so none was measured quietly twice" in text
+    assert "No width stood more than 3 σ above its neighbours." in text and "3 of 3 widths were measured on a busy" in text
+    assert s.alignment_finding().startswith("inconclusive: the machine was busy (other programs used 50 % of 2 cores)")
+
+
+def test_a_baseline_that_did_not_repeat_is_named_so_in_the_finding():
+    import pandas as pd
+
+    rows = [{"d_ff": 168, "tflops": 1.0, "seconds": 1e-3, "status": "ok", "eligible": True, "disturbed": False,
+             "multiple_of": 8, "quietness_json": QUIET},
+            {"d_ff": 170, "tflops": 1.4, "seconds": 1e-3, "status": "unstable", "eligible": False, "disturbed": False,
+             "multiple_of": 2, "quietness_json": QUIET}]
+    s = swiglu.SwigluSearch(64, 32, "fp32", "cpu", 170, pd.DataFrame(rows), noise=0.02)
+    assert s.finding().startswith("fastest that may win: d_ff = 168 at 1.00 TFLOP/s (divisible by 8); ⌊8/3·h⌋ = 170 at "
+                                  "1.40 TFLOP/s (stood out, did not repeat: cannot win) → 0.714×: ")

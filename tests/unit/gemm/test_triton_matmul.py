@@ -227,3 +227,11 @@ def test_a_wrong_kernel_would_be_caught():
     rtol, atol = tm.tolerance("fp32", 24, dev)
     assert torch.allclose(c, a @ b, rtol=rtol, atol=atol)
     assert not torch.allclose(c, a @ torch.randn(24, 33, device=dev), rtol=rtol, atol=atol)
+
+
+def test_a_check_in_one_line():
+    ok = tm.KernelCheck(200, 130, 96, "fp32", "cpu", True, 9.54e-06, 2.38e-07, 0.000206, True, tm.TileConfig(64, 64, 32))
+    assert ok.line() == ("200×130×96 fp32 on cpu (interpreter): max |error| vs torch 9.54e-06 "
+                         "(tolerance 0.000206 + 2.38e-07·|C|) ✓")
+    bad = tm.KernelCheck(1000, 1000, 1000, "bf16", "cuda", False, 2.0, 0.0156, 0.228, False, tm.TileConfig())
+    assert bad.line().startswith("1000×1000×1000 bf16 on cuda: max |error| vs torch 2.00 ") and bad.line().endswith("✗")

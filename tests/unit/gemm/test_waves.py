@@ -56,3 +56,27 @@ def test_parse_tile_rejects(bad):
 def test_wave_model_rejects_bad_sizes(kw):
     with pytest.raises(InputError):
         waves.wave_model(kw.pop("m"), kw.pop("n"), kw.pop("k"), **kw)
+
+
+def test_the_guides_example_from_its_record():
+    from perflab.course.reference import published
+
+    ex = waves.GuideExample.from_record(published("nvidia_wave_example"))
+    assert (ex.m, ex.k, ex.sms, ex.tile) == (2304, 4096, 108, (256, 128))
+    assert ex.full_waves() == [1536, 3072, 4608] and ex.cliffs() == [1537, 3073] and ex.past == 1664
+    t = ex.table()
+    assert list(t["n"]) == [1408, 1536, 1537, 1664, 3072, 3073]
+    assert list(t["waves"]) == [1, 1, 2, 2, 2, 3] and list(t["utilization"])[:3] == ["91.7 %", "100 %", "50.0 %"]
+    assert "Source: NVIDIA" in ex.text() and "one more wave needed from n = [1537, 3073]" in ex.text()
+
+
+def test_cliffs_predicted_for_a_sweep_and_for_the_guides_gpu_sweep():
+    c = waves.predict_cliffs(range(32, 1025, 16), {"m": 512, "k": 512}, range(128, 6145, 32), {"m": 2304, "k": 4096},
+                             sms=108)
+    assert c.guide == (1568, 3104, 4640) and c.first_guide_cliff == 1568.0  # the first multiple of 32 past 1536
+    assert [t for t, _ in c.sweep] == [(256, 128), (128, 256), (128, 128)]
+    assert all(not cl for _, cl in c.sweep)  # 512×1024 is 16 tiles of 256×128 at most: never a second wave on 108 SMs
+    assert "(none in this range)" in c.text() and "n in 128..6144: new waves start at n = [1568, 3104, 4640]" in c.text()
+    h100 = waves.predict_cliffs([64], {"m": 64, "k": 64}, range(128, 6145, 32), {"m": 2304, "k": 4096}, sms=132)
+    # 132 SMs: 14 columns of 9 tiles fill 126 slots, the 15th needs a second wave from n = 1793 (1824 on this grid)
+    assert h100.first_guide_cliff == 1824.0

@@ -6,7 +6,8 @@ import pytest
 
 from perflab.core.errors import InputError
 from perflab.hunt.pool import NAMES, regression
-from perflab.hunt.step import SMOKE, HuntStep, parity
+from perflab.hunt.sizes import SMOKE
+from perflab.hunt.step import HuntStep, parity
 
 SZ = replace(SMOKE, worker_start_s=0.0, io_ms=0.0, epoch_steps=2)
 STEPS = 4
@@ -72,3 +73,15 @@ def test_a_measured_recovery_in_the_graders_process(tmp_path):
               {"gc": 0.5}, sizes_name="smoke", reps=1)
     assert g.parity_ok and g.recall == 1.0
     assert g.recovery is not None and g.recovery.recovered["no_gc_in_step"] > 0
+
+
+def test_interleaved_rounds_carry_the_machines_quietness():
+    import itertools
+
+    from perflab.core.quietness import MadeUpLoad, injected
+    from perflab.hunt.step import interleaved
+
+    seconds = itertools.count(0.0, 1.0)  # a made-up clock: every reading one second after the last
+    with injected(MadeUpLoad(0.9, clock=lambda: float(next(seconds)))):
+        t = interleaved({"clean": lambda: HuntStep((), (), SZ)}, reps=1)
+    assert t["clean"].quietness.disturbed and t["clean"].step_s > 0

@@ -288,3 +288,15 @@ def test_phases_predicted_exactly_on_cpu(name, dtype, optimizer, ckpt):
     comps = rep.components()
     acts = activation_total(model_activation_bytes(preset(name), 2, dtype=dtype, recompute="full" if ckpt else "none"))
     assert comps["activations"] == acts + (preset(name).layers * CPU_RNG_STATE_BYTES if ckpt else 0)
+
+
+def test_every_precision_and_optimizer_in_one_table():
+    from perflab.memory.estimate import bytes_per_param_table
+
+    t = bytes_per_param_table()
+    assert len(t) == 3 * 5 + 5  # mixed precision twice: fp32 and fp16 gradients
+    mixed = t[(t["precision"] == "mixed") & (t["optimizer"] == "adamw")]
+    assert list(mixed["gradients in"]) == ["fp32", "fp16"] and list(mixed["total (B per parameter)"]) == ["18", "16"]
+    bf16 = t[(t["precision"] == "bf16") & (t["optimizer"] == "adamw")].iloc[0]
+    assert bf16["total (B per parameter)"] == "8" and bf16["gradients in"] == "bf16"
+    assert t[t["optimizer"] == "adam8bit"]["optimizer states (B)"].iloc[0] == "2.0039"  # 2 bytes + 2 fp32 scales per 2048

@@ -60,3 +60,35 @@ def test_the_memory_panel_measures_what_fits_its_budgets_and_says_why_not_otherw
     title = fig.axes[0].get_title()
     assert "too slow to measure in a slider" in title and "perflab memory --measure --preset tiny-gpt" in title
     assert len(table.columns) == 1, table.columns  # the prediction alone
+
+
+def test_the_memory_panel_refuses_a_sequence_longer_than_the_models_context():
+    with pytest.raises(InputError, match=r"^seq=1024 is longer than tiny-gpt's context of 128: choose seq ≤ 128$"):
+        plots.memory_view("tiny-gpt", batch=2, seq=1024, device="cpu")
+
+
+def test_a_large_model_shows_the_prediction_alone():
+    fig, table = plots.memory_view(model="llama2-7b", batch=2, precision="mixed", zero=3, dp=8, recompute="selective",
+                                   seq=4096, device="cpu")
+    assert list(table.columns) == ["predicted (sum of parts) (MiB)"] and "prediction only" in fig.axes[0].get_title()
+    assert table.loc["total", "predicted (sum of parts) (MiB)"].replace(",", "").isdigit()
+
+
+def test_the_anatomy_of_a_step_and_its_timeline_by_device():
+    import matplotlib.pyplot as plt
+
+    from perflab.memory import estimate
+    from perflab.workload.models import preset
+
+    rep = _gpu_report()
+    est = estimate.estimate(cfg=preset("tiny-gpt"), precision="fp32", optimizer="adamw", batch=2,
+                            activation_model="perflab")
+    fig, table = plots.step_anatomy(rep, est, title="t")
+    try:
+        assert list(table.columns) == ["predicted (sum of parts) (MiB)", "predicted peak (phase model) (MiB)",
+                                       "measured peak (torch allocator) (MiB)", "device (NVML used) (MiB)"]
+        assert table.loc["master_weights", "device (NVML used) (MiB)"] == "–"  # a bar without that part
+        assert table.loc["total", "device (NVML used) (MiB)"] == "900.0"
+    finally:
+        plt.close(fig)
+    assert plots.step_timeline(rep) is None  # a GPU's history is the memory snapshot's

@@ -74,3 +74,43 @@ def test_phases_on_gpu(dtype):
         assert r["peak_bytes"] == pytest.approx(p.peak_bytes, rel=0.15), (r["phase"], r["iteration"])
         assert r["reserved_bytes"] >= r["allocated_bytes"]
         assert r["driver_used_bytes"] >= r["reserved_bytes"]
+
+
+def test_a_gpu_report_reads_as_a_person_reads_it():
+    rep = _gpu_report()
+    assert rep.on_gpu and rep.steady_peak_bytes == rep.peak_bytes
+    t = rep.compare_table()
+    assert t["peak gap"].iloc[0] == "0 %" and t["reserved (MiB)"].iloc[0] == "109.0"
+    a = rep.agreement()
+    assert (a.device_kind, a.tolerance_end, a.tolerance_peak) == ("cuda", 0.03, 0.15) and a.holds
+    assert a.text() == ("worst gap at a phase boundary: 0 % (tolerance 3.00 %); worst peak gap: 0 % (tolerance 15.0 %): "
+                        "within both")
+    out = rep.outside_table()
+    assert list(out.columns) == ["phase", "allocated (MiB)", "peak (MiB)", "reserved (MiB)", "NVML used (MiB)",
+                                 "driver used (MiB)"]
+    assert out["NVML used (MiB)"].iloc[0] == "900.0" and out["driver used (MiB)"].iloc[0] == "–"
+    rep.meta["library_workspace_bytes"] = 8 * 2**20
+    assert rep.workspace_text() == "cuBLAS/cuBLASLt workspaces newly kept by the warm-up before the first phase: 8 MiB"
+    rep.meta["library_workspace_bytes"] = 0
+    assert "an earlier matmul in this process already took them" in (rep.workspace_text() or "")
+
+
+def test_a_peak_off_its_prediction_is_named_outside_the_tolerance():
+    rep = _gpu_report()
+    rep.rows[5]["peak_bytes"] = int(rep.predicted[5].peak_bytes * 1.2)  # the second forward peaks 20 % higher
+    a = rep.agreement()
+    assert not a.holds and a.worst_peak == pytest.approx(0.2, rel=1e-6) and "outside the tolerance" in a.text()
+    assert rep.steady_peak_bytes == max(r["peak_bytes"] for r in rep.rows if r["iteration"] == 2)
+
+
+def test_a_cpu_step_is_exact_at_phase_boundaries_and_says_what_lies_outside_the_allocator():
+    rep = probe.measure_step_phases(preset("tiny-gpt"), batch=2, device="cpu")  # lesson 03's smoke step
+    assert not rep.on_gpu and rep.workspace_text() is None
+    a = rep.agreement()
+    assert a.device_kind == "cpu" and a.worst_end == 0 and a.holds, a.text()
+    out = rep.outside_table()
+    assert list(out.columns) == ["phase", "Δ allocated (MiB)", "Δ RSS (MiB)", "peak above start (MiB)",
+                                 "Python heap peak above start, tracemalloc (MiB)"]
+    assert list(out["phase"])[:2] == ["build 0", "forward 1"]
+    last = max(r["iteration"] for r in rep.rows)
+    assert rep.steady_peak_bytes == max(r["peak_bytes"] for r in rep.rows if r["iteration"] == last)

@@ -42,3 +42,12 @@ def test_memory_note_compares_sysfs_with_proc(tmp_path):
     assert "They differ" in panel.memory_note(_topo(10 * 2**30), proc)
     assert "they agree" in panel.memory_note(_topo(24684092 * 1024), proc)
     assert "could not be read" in panel.memory_note(_topo(10 * 2**30), tmp_path / "missing")
+
+
+def test_the_published_server_reads_as_a_table_with_its_source():
+    server = panel.published()
+    assert "8×H100" in server.text() and "source: Stas Bekman" in server.text()
+    t = server.table()
+    assert list(t.index) == list(range(8)) and t.loc[0, "CPU affinity"] == "0-51,104-155"
+    assert t.loc[4, "NUMA node"] == 1 and t.loc[1, "link to GPU0"] == "NV18" and t.loc[0, "link to GPU0"] == "X"
+    assert len(server.topology.gpus) == 8

@@ -153,3 +153,18 @@ def test_bind_rank_reports_no_change_when_already_there():
     from perflab.numa.plan import RankPlan
 
     assert bind_rank(RankPlan(0, None, 0, cur)).changed is False
+
+
+def test_the_lessons_plan_check_tools_and_skipped_launch_read_as_text():
+    from perflab.numa import panel
+
+    server = panel.published().topology
+    p = plan.plan(8, server)
+    assert plan.check_text(p, server) == ("checked: 8 ranks, no CPU given twice, every CPU in the topology, every rank "
+                                         "on its GPU's node")
+    twice = [p[0], plan.RankPlan(1, p[1].gpu, p[1].node, p[0].cpus[:1], "")]
+    assert plan.check_text(twice, server).startswith("the plan has problems: CPU 0 is given to ranks 0 and 1")
+    assert list(plan.tools_table().index) == ["numactl", "lstopo", "nvidia-smi"]
+    assert plan.launch_bound(2, run=False).text().startswith("smoke mode: the torchrun launch")
+    b = plan.Binding(1, "0-1", "1", True, ["1", "1"])
+    assert list(b.table()["who"]) == ["the rank, before", "the rank, after", "DataLoader worker 0", "DataLoader worker 1"]

@@ -280,3 +280,14 @@ def test_numa_rung_is_not_applicable_on_one_node(monkeypatch):
     two = topology.Topology([topology.Node(0, [0], None), topology.Node(1, [1], None)], [[10, 20], [20, 10]], [], [0, 1])
     monkeypatch.setattr(topology, "read_topology", lambda *a, **k: two)
     assert runner.apply_rung("numa", runner.StepConfig(), ladder.preset("smoke"), CPU, []).config.numa_node == 0
+
+
+def test_the_lessons_node_table_and_description():
+    from perflab.numa.topology import GPU, Node, Topology
+
+    t = Topology([Node(0, [0, 1, 2, 3], 16 * 2**30), Node(1, [], None)], [[10, 21], [21, 10]],
+                 [GPU(0, "0000:17:00.0", 0, [0, 1, 2, 3])], [0, 1])
+    nodes = t.nodes_table()
+    assert nodes.loc[0, "CPUs"] == "0-3" and nodes.loc[0, "memory"] == "16.0 GiB" and nodes.loc[1, "memory"] == "not reported"
+    assert t.describe().splitlines() == ["distances: [[10, 21], [21, 10]]", "GPUs: [(0, '0000:17:00.0', 0, '0-3')]",
+                                         "this process may run on CPUs 0-1"]

@@ -130,3 +130,11 @@ def test_exact_ettr_agrees_with_a_monte_carlo_job(ckpt, restart, mtbf, want):
     assert abs(mc - exact) < 0.005
     if want is not None:
         assert abs(exact - want) < 0.0005 and E.ettr_first_order(tau, ckpt, restart, mtbf) < want - 0.02
+
+
+def test_the_lessons_failure_rate_and_reach_grid_read_for_a_person():
+    llama = ettr.llama3_failure_rate()
+    assert llama.describe().startswith("Llama 3's snapshot: one unexpected interruption every 3.09 h on 16384 GPUs")
+    grid = ettr.reach_table(ettr.needed_for(0.90, llama.job_mtbf_hours, [0.25, 1], [2, 20]))
+    assert list(grid.index) == ["15 s", "60 s"] and list(grid.columns) == ["R = 2 min", "R = 20 min"]
+    assert grid.loc["15 s", "R = 2 min"].endswith(" ✓") and not grid.loc["60 s", "R = 20 min"].endswith("✓")

@@ -180,3 +180,23 @@ def test_gpu_trace_faults_and_hta(fault, tmp_path):
     r = hta.cross_check(run.trace_path)
     assert r.hta_idle is not None and r.perflab_idle is not None
     assert 0 <= r.hta_idle <= 1 and 0 <= r.perflab_idle <= 1
+
+
+def test_the_sync_check_reads_only_the_values_it_is_sized_for(monkeypatch):
+    # at the GPU sizes the check's host statistics read the first `sync_values` values of each output: the
+    # fault's cost stays its syncs', not numpy's on gigabytes of activations
+    import numpy as np
+
+    seen, percentile = [], np.percentile
+    monkeypatch.setattr(np, "percentile", lambda a, q: seen.append(a.size) or percentile(a, q))
+    out = torch.arange(10.0)
+    faults.host_check(3)(None, None, out)
+    faults.host_check()(None, None, out)
+    assert seen == [3, 10]
+
+
+def test_the_profiled_step_runs_in_its_weights_dtype_fp32():
+    # lesson 09 judges the step's GEMMs against an fp32 ceiling: the step has no autocast, its weights are fp32
+    model, _, loader, step = faults.make_step(TINY, "none", batch=2, seq=8, n_batches=2)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert step(next(iter(loader))).dtype == torch.float32

@@ -33,3 +33,14 @@ def test_hta_cross_check_on_hand_built_gpu_traces(cause, tmp_path):
         assert r.hta_idle is not None and r.perflab_idle is not None and r.hta_idle < r.perflab_idle - 0.3
     else:  # idle inside the kernels' span: the two agree up to the step edges perflab counts
         assert r.difference is not None and abs(r.difference) < 0.1, r
+
+
+def test_the_cross_check_line_says_why_it_skipped(tmp_path):
+    import json
+
+    from perflab.profiling import hta
+    from perflab.profiling.trace import synthetic_step
+
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(synthetic_step(None)))
+    assert hta.cross_check_line(path).startswith("not on this trace: ")

@@ -62,3 +62,11 @@ def test_custom_kernel_skips_cleanly_or_matches_eager(monkeypatch):
     assert k.skip is None
     r = kernel.compare(k, rows=256, cols=128)
     assert r.max_abs_diff < 1e-5 and r.in_trace
+
+
+def test_a_comparison_reads_as_a_line_and_says_why_fused_can_lose():
+    from perflab.profiling.kernel import Comparison
+
+    fast = Comparison(2e-3, 1e-3, 2.0, 1e-6, True).text()
+    assert fast.startswith("eager 2.00 ms, fused 1.00 ms (2.00×)") and "Slower here" not in fast
+    assert "Slower here" in Comparison(1e-3, 2e-3, 0.5, 1e-6, True).text()

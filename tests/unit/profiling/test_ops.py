@@ -68,3 +68,25 @@ def test_tensor_core_share_is_a_name_heuristic():
         {"name": "aten::mm", "cat": "cpu_op", "ts": 0, "dur": 10},
     ])
     assert math.isclose(ops.tensor_core_share(t).share, 0.75)
+
+
+def test_the_lessons_ceiling_and_efficiency_read_as_text(tmp_path):
+    import json
+
+    import torch
+
+    from perflab.profiling.trace import synthetic_step
+
+    c = ops.ceiling(torch.device("cpu"), "fp32", 64, 5)
+    assert c.tflops > 0 and c.source.startswith("one 64³ fp32 matmul measured now on one thread")
+    assert ops.Ceiling(1.0, "stored").line() == "stored"
+    from perflab.core.quietness import Quietness
+
+    busy = Quietness("disturbed", 0.5, 1.0, 1, 0.5, 1, "other programs used 50 % of 1 core")
+    assert ops.Ceiling(1.0, "one 64³ matmul", busy).line().endswith("a busy machine's ceiling: this device's may be higher")
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(synthetic_step(None)))
+    assert ops.tensor_core_line(path).startswith("Tensor Core share: GPU traces only")
+    eff = ops.gemm_efficiency(path, 1.0)
+    lines = eff.text("a source").splitlines()
+    assert lines[0] == "ceiling 1.00 TFLOP/s (a source)" and lines[2].startswith("at most ")

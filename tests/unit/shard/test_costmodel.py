@@ -44,3 +44,19 @@ def test_bad_input_is_one_line():
         costmodel.step_traffic(1e6, 1)
     with pytest.raises(InputError):
         costmodel.prefetch(unit_bytes=1e6, n=4, busbw_gbps=-1, unit_forward_s=1)
+
+
+def test_lesson_12s_example_for_gpt2_small_on_eight_h100s():
+    from perflab.workload.models import param_count, preset
+
+    cfg = preset("gpt2-small")
+    ex = costmodel.example(cfg, 8, 8 * 1024)
+    assert ex.psi == param_count(cfg) and ex.describe().startswith(f"gpt2-small: Ψ = {param_count(cfg):,} parameters, bf16; 8 ranks")
+    table = ex.table()
+    assert list(table.index) == ["DDP sends", "ZeRO-3 sends", "DDP comm", "ZeRO-3 comm", "one block's all-gather",
+                                 "block forward at peak", "hidden in forward", "hidden in backward"]
+    nvlink, ib = table.columns
+    assert "(450 GB/s)" in nvlink and "(50 GB/s)" in ib
+    assert table.loc["hidden in forward", nvlink] == "yes" and table.loc["hidden in forward", ib].startswith("no, ")
+    assert table.loc["ZeRO-3 sends", ib].endswith("(1.5× DDP)")
+    assert len(costmodel.example(cfg, 8, 8 * 1024, busbw_here=12.5).table().columns) == 3  # this machine's link too

@@ -115,6 +115,10 @@ def test_tensor_parallel_step_has_four_all_reduces_per_block_and_sequence_parall
     sp = t.sequence_parallel
     assert sp.reduce_scatter.calls == sp.all_gather.calls == t.calls
     assert F.tp_comm(cfg, 1, batch=2, seq=32).calls == 0
+    assert t.describe(2, 32).splitlines() == [
+        f"formula, one training step: 2 all-reduces per block in the forward + 2 in the backward = 4 × {cfg.layers} "
+        f"blocks = {t.calls}, {per / 1e3:.1f} kB each (b·s·h·4 bytes, b = 2, s = 32)",
+        f"with sequence parallelism instead: {t.calls} reduce-scatters + {t.calls} all-gathers of the same b·s·h tensors"]
 
 
 def test_torchtitans_interleaved_gain_is_computed_from_its_table():

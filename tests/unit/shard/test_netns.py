@@ -138,3 +138,14 @@ def test_two_namespaced_nodes_rendezvous_and_all_reduce():
     assert set(netns.namespaces_left()) <= before  # both namespaces deleted
     for r in ranks:
         assert not psutil.pid_exists(r["pid"]) or psutil.Process(r["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_ranks_table_shows_torchruns_numbers_in_order():
+    run = netns.TwoNodeRun(True, False, [0, 0], 3.0, [{"RANK": r, "GROUP_RANK": r // 2, "LOCAL_RANK": r % 2,
+                                                         "LOCAL_WORLD_SIZE": 2, "WORLD_SIZE": 4, "all_reduce": 6.0,
+                                                         "master_addr": "10.201.0.1", "namespace_node": r // 2}
+                                                        for r in range(4)], ["", ""], [], [], [])
+    table = run.table()
+    assert list(table.columns) == ["RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "all_reduce",
+                                   "master_addr"]
+    assert list(table["GROUP_RANK"]) == [0, 0, 1, 1] and set(table["master_addr"]) == {"10.201.0.1"}

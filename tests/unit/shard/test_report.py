@@ -5,16 +5,18 @@ from __future__ import annotations
 import pytest
 
 from perflab.core.errors import InputError
-from perflab.shard.formulas import Replay
+from perflab.shard.formulas import Replay, fsdp_comm
 from perflab.shard.report import (
     Check,
     FsdpDetails,
     FsdpRankDetail,
+    PeakHolds,
     PipelineRun,
     PpDetails,
     ShardReport,
     fmt_cell,
 )
+from perflab.workload.models import preset
 
 
 def _fsdp():
@@ -65,3 +67,55 @@ def test_the_peak_table_is_fsdps_and_a_run_is_found_by_m():
         pp.peak_table()
     with pytest.raises(InputError, match="no run with m = 4: the runs have m = 1, 2"):
         PpDetails(runs, "gpipe").run(4)
+
+
+def test_a_ranks_states_and_the_checks_as_lines():
+    rep = ShardReport("fsdp", 2, {}, _fsdp().rows, [Check("loss vs one rank", [1.0], [1.0], "1e-4 relative", True,
+                                                         "largest difference 0.0e+00"), Check("bytes", 3, 4, "exact", False)])
+    assert rep.states_bytes(rank=1) == 4_000_016
+    assert rep.checks_text() == "✓ loss vs one rank: largest difference 0.0e+00\n✗ bytes"
+    assert rep.checks_text(values=True).splitlines()[1] == "✗ bytes: measured 3, predicted 4 (tolerance exact)"
+
+
+def test_fsdps_own_share_of_each_peak_in_units_of_the_prediction():
+    holds = PeakHolds({"unsharded parameters (gathered, kept)": 591_000, "all-gather buffers (a unit being gathered)": 793_000,
+                       "unsharded gradients": 1_000, "reduce-scatter buffers (a unit's gradients)": 793_000},
+                      1_384_000, 794_000, 2.0, 1.0, 1_384_000, 794_000)
+    details = FsdpDetails({0: FsdpRankDetail({}, {}, 7_719_000, "FSDPMemTracker (live tensors by kind)", {}, holds)})
+    table = ShardReport("fsdp", 2, {}, [], [], details).holds_table()
+    row = table.iloc[0].to_dict()
+    assert row["rank"] == 0 and row["peak (MB)"] == "7.72" and row["parameter units (of 2)"] == "2.00"
+    assert row["unsharded gradients"] == "0.00100" and row["gradient units"] == "1.00"
+    with pytest.raises(InputError, match="the peak's parts are FSDP's: this is pp"):
+        ShardReport("pp", 2, {}, [], []).holds_table()
+
+
+def test_the_collectives_and_losses_in_words():
+    cfg = preset("tiny-gpt")
+    text = FsdpDetails({}, fsdp_comm(cfg, 2), ["root", "blocks.0", "blocks.1"], {}, [6.954251, 6.2198],
+                       [6.954252, 6.2198]).describe().splitlines()
+    assert text[0].startswith("3 units (2 blocks + root): all-gathers 2·2 + 1 = 5, ")
+    assert text[1:] == ["losses, FSDP     : [6.95425, 6.2198]", "losses, one rank : [6.95425, 6.2198]"]
+
+
+def _pp_runs():
+    return [PipelineRun(2, m, 1 / (m + 1), Replay(1.0, [0.5, 0.5], [1 / (m + 1)] * 2), 1 / (m + 1) + 0.001, 1.0,
+                        1 / (m + 1) + 0.03, [0.5, 0.5], []) for m in (1, 4)]
+
+
+def test_the_bubble_table_in_both_conventions_and_its_tolerance():
+    table = PpDetails(_pp_runs(), "gpipe").table()
+    assert list(table.columns) == ["m", "(p−1)/(m+p−1)", "replayed", "wall clock", "(p−1)/m", "replayed, of ideal time",
+                                   "within ±0.05"]
+    row = table.set_index("m").loc[4]
+    assert row["(p−1)/(m+p−1)"] == "0.200" and row["(p−1)/m"] == "0.250" and row["within ±0.05"]
+    assert not PpDetails(_pp_runs(), "gpipe").table(tolerance=0.0005).iloc[0, -1]
+
+
+def test_the_micro_batches_each_stage_held_beside_gpipe_and_1f1b():
+    rows = [{"rank": s, "m": 4, "max_in_flight": 4, "peak_bytes": 8192, "predicted_peak_bytes": 8192} for s in (0, 1)]
+    table = ShardReport("pp", 2, {}, rows, [], PpDetails(_pp_runs(), "gpipe")).held_table()
+    assert list(table["1F1B would hold"]) == ["4.10 kB", "2.05 kB"]  # p − s micro-batches on stage s
+    assert list(table["held (bytes)"]) == ["8.19 kB", "8.19 kB"]
+    with pytest.raises(InputError, match="the micro-batches held are the pipeline's: this is fsdp"):
+        _fsdp().held_table()

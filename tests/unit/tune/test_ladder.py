@@ -26,3 +26,11 @@ def test_bad_rungs_are_one_line(text, msg):
     with pytest.raises(InputError, match=msg) as e:
         ladder.parse_rungs(text)
     assert "\n" not in str(e.value)
+
+
+def test_the_ladder_as_a_table_names_each_change_and_its_lesson():
+    from perflab.tune import ladder
+
+    table = ladder.table()
+    assert list(table.columns) == ["rung", "what it changes", "lesson"]
+    assert list(table["rung"]) == list(ladder.RUNG_NAMES) and table.loc[5, "lesson"] == "10 torch.compile"

@@ -37,3 +37,16 @@ def test_compile_figure_says_what_the_model_was():
     for fid in ("nanogpt_eager", "nanogpt_compiled"):
         ctx = published.figure(fid).context or ""
         assert "written out" in ctx and "flash attention" in ctx and "bf16" in ctx
+
+
+def test_the_compile_figure_beside_the_rung_measured_here():
+    from perflab.tune import published
+
+    quiet = [{"rung": "compile", "speedup_vs_previous": 1.1, "verdict": "kept out"}]
+    text = published.compile_text(quiet).splitlines()
+    assert text[0].startswith("Published (nanoGPT README): torch.compile cut the iteration from ~")
+    assert text[2] == "Here: the compile rung ran at 1.10× the step before it (kept out; it comes after the bf16 and SDPA rungs)."
+    busy = published.compile_text([{**quiet[0], "busy": True, "verdict": "inconclusive"}])
+    assert "measured while the machine was busy: no verdict (inconclusive)" in busy and "1.10×" not in busy
+    assert "left to `perflab tune` in smoke runs" in published.compile_text([{"rung": "baseline"}])
+    assert text[3].startswith("Published (nanoGPT commit 77e7e04c") and len(text) == 4 + len(published.not_shown())

@@ -75,3 +75,16 @@ def test_gpt2_small_pays_about_17_percent_per_step_for_full_checkpointing():
     whole = rungmath.checkpoint_cost(cfg, early_stop=False)
     assert whole.extra_flops == cfg.layers * sum(layer.values()) and r.step_increase < whole.step_increase < 1 / 3
     assert r.recompute_over_forward < 1  # less than one more forward: the LM head is not recomputed
+
+
+def test_the_lessons_arithmetic_for_gpt2_small_in_words():
+    from perflab.tune.ladder import preset as tune_preset
+
+    cfg = tune_preset("gpu").cfg
+    lines = rungmath.explain(cfg).splitlines()
+    pad, ck = rungmath.vocab_padding(cfg.vocab, 64), rungmath.checkpoint_cost(cfg, 1, cfg.seq_len)
+    assert lines[0] == "vocabulary 50,257 → 50,304 (+0.09% columns)"
+    assert [ln.strip() for ln in lines[1:4]] == [f"{w}-wide tiles across it: {a} → {b}" for w, (a, b) in pad["tiles"].items()]
+    assert lines[4].strip() == "one bf16 row: 100,514 → 100,608 bytes; a multiple of 16 bytes: False → True"
+    assert lines[5].startswith(f"full checkpointing, {cfg.name} at sequence 1024: recomputes "
+                               f"{ck.recompute_over_forward:.0%} of a forward, {ck.step_increase:+.0%} FLOPs per step")

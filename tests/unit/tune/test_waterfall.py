@@ -28,3 +28,19 @@ def test_waterfall_splits_a_step_without_counting_a_second_twice():
     assert sum(bd.values()) == pytest.approx(0.010)
     assert bd["optimizer"] == pytest.approx(0.0015) and bd["data_wait"] == pytest.approx(0.004, rel=0.05)
     assert bd["compute"] > 0 and bd["host_sync"] == 0
+
+
+def test_the_baselines_waterfall_and_the_ladders_in_the_digits_a_measurement_supports():
+    from perflab.tune import waterfall
+
+    base = {"rung": "baseline", "step_s": 0.884, "verdict": "reference", "lesson": "02 MFU vs HFU",
+            "breakdown": {"compute": 0.49272, "data_wait": 0.35925, "host_sync": 3.58e-5, "launch_overhead": 0.00757,
+                          "optimizer": 0.02456}}
+    table = waterfall.breakdown_table(base).set_index("category")
+    assert table.loc["compute", "per step"] == "493 ms" and table.loc["data wait", "share"] == "40.6 %"
+    assert waterfall.largest(base) == "compute"
+    rung = {**base, "rung": "adamw", "step_s": 0.14804, "verdict": "adopted", "adopted": True,
+            "breakdown": {**base["breakdown"], "compute": 0.08142}}
+    md = waterfall.markdown([base, rung]).splitlines()
+    assert md[2].startswith("| baseline | 493 | 359 | 0.0358 | 7.57 | 24.6 | 884 | – | reference |")
+    assert md[3].startswith("| adamw | 81.4 | 359 |") and "| 148 | -736 | adopted |" in md[3]

@@ -401,3 +401,16 @@ def test_init_follows_gpt2():
     resid = torch.cat([b.mlp.down.weight.flatten() for b in m.blocks])
     assert resid.std().item() == pytest.approx(0.02 / math.sqrt(2 * cfg.layers), rel=0.05)
     assert all(float(b.attn.q.bias.detach().abs().max()) == 0 for b in m.blocks)
+
+
+def test_presets_side_by_side_build_the_small_ones_and_count_them():
+    from perflab.workload.models import preset_table
+
+    t = preset_table(("tiny-gpt", "tiny-llama", "llama2-7b"))
+    assert t.built[:2] == (param_count(preset("tiny-gpt")), param_count(preset("tiny-llama"))) and t.built[2] is None
+    shapes = t.shape_table()
+    assert list(shapes.columns) == ["L", "h", "a", "kv", "f", "GLU", "V", "tied"] and shapes.loc["tiny-llama", "kv"] == 2
+    counts = t.count_table()
+    assert counts.loc["llama2-7b", "param_count"] == "6,738,415,616"  # the published count
+    assert counts.loc["llama2-7b", "sum(p.numel()) of the built model"] == "too large to build here"
+    assert counts.loc["tiny-gpt", "param_count"] == counts.loc["tiny-gpt", "sum(p.numel()) of the built model"]
