@@ -136,7 +136,7 @@ class FlashChecks:
 
 
 def checks(shapes, *, block_m: int = 32, block_n: int = 16, batch: int = 1, heads: int = 2) -> FlashChecks:
-    """`check` for each (seq, head_dim, causal, dtype) of `shapes` (the length is also the seed); all in one
+    """`check` for each (seq, head_dim, causal, dtype) of `shapes` (the sequence length also starts the random generator); all in one
     child interpreter when this process imported Triton natively (a child costs seconds to start)."""
     if _in_child():  # the inputs checked here, so that a wrong one is still one line
         for sh_s, sh_d, _, sh_dt in shapes:

@@ -20,6 +20,7 @@ knows (its default config) or a local `config.json`, with overrides, random weig
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -61,10 +62,11 @@ PROGRESS_EVERY_S = 10.0
 
 
 def from_factory(spec: str, *, timeout_s: float = FACTORY_TIMEOUT_S,
-                 progress: Callable[[str], None] | None = None) -> Target:
+                 progress: Callable[[str], None] | None = None, device: str | None = None) -> Target:
     """Load 'path/to/file.py:FACTORY' or 'module:FACTORY', call it, and check what it returned. A factory
     (import included) that has not returned after `timeout_s` seconds is one line; while it runs,
-    `progress` hears every PROGRESS_EVERY_S seconds how long it has waited."""
+    `progress` hears every PROGRESS_EVERY_S seconds how long it has waited. `device` (e.g. "meta", for
+    `perflab plan`) is torch's default device while the factory runs, on the thread that runs it."""
     from perflab.compiler.breaks import load_factory, user_error
 
     if ":" not in spec or not spec.rpartition(":")[2] or not spec.rpartition(":")[0]:
@@ -78,7 +80,8 @@ def from_factory(spec: str, *, timeout_s: float = FACTORY_TIMEOUT_S,
         except InputError as e:
             raise AuditInputError(str(e).replace("--explain wants", "TARGET wants")) from None
         try:
-            return fac()
+            with torch.device(device) if device else contextlib.nullcontext():
+                return fac()
         except Exception as exc:  # noqa: BLE001 - the learner's factory: its file, line and message
             raise user_error(exc, f"the factory {spec}", user_file[0]) from None
 

@@ -234,6 +234,8 @@ def _define(code, ns):
 
 
 def _limits(limits):
+    """This process's own resource limits, as answer_worker sets its own: this file runs alone in its
+    sandbox, without perflab on its path, so it cannot import that function."""
     import resource
 
     names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",

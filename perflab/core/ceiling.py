@@ -34,8 +34,8 @@ Otherwise it is kept as its slot's latest offer with `questioned` saying why, an
 version stays. A stored version is never edited: a re-measure that passes is the next version.
 
 **The store**: `<results>/<host>/<device>/ceilings.json`, one file per device: for each slot every
-stored version (oldest first) and the latest offer. The two files earlier perflab kept
-(`mamf_ceiling.json`, `mfu_ceilings.json`) are read once into it when it does not exist yet.
+stored version (oldest first) and the latest offer. Files an earlier perflab kept under other rules
+are not read: a ceiling is stored only through `admit`, so a device without this file measures again.
 """
 
 from __future__ import annotations
@@ -168,11 +168,10 @@ def _read_json(path: Path) -> Any:
 
 
 def read(path: Path) -> Store:
-    """The store at `path` (empty when there is none, or it cannot be read); where there is none yet,
-    the two files earlier perflab kept beside it are read into it (`_legacy`)."""
+    """The store at `path` (empty when there is none, or it cannot be read)."""
     doc = _read_json(path)
     if not isinstance(doc, dict):
-        return Store(path, _legacy(path.parent))
+        return Store(path, {})
     slots: dict[str, Slot] = {}
     for key, s in (doc.get("slots") or {}).items():
         if not isinstance(s, dict):
@@ -180,41 +179,6 @@ def read(path: Path) -> Store:
         stored = [r for r in (CeilingRecord.from_json(x) for x in s.get("stored") or []) if r is not None]
         slots[str(key)] = Slot(stored, CeilingRecord.from_json(s["last"]) if s.get("last") else None)
     return Store(path, slots)
-
-
-def _legacy(folder: Path) -> dict[str, Slot]:
-    """Slots from `mfu_ceilings.json` (the MFU basis, versioned by the same keys) and
-    `mamf_ceiling.json` (per dtype a search's 'best' and its 'last') in `folder`."""
-    slots: dict[str, Slot] = {}
-    mfu = _read_json(folder / "mfu_ceilings.json")
-    for key, versions in (mfu.items() if isinstance(mfu, dict) else ()):
-        recs = [r for r in (CeilingRecord.from_json({**v, "kind": "basis"}) for v in versions or []
-                            if isinstance(v, dict)) if r is not None]
-        if recs:
-            slots[str(key)] = Slot(recs, recs[-1])
-    mamf = _read_json(folder / "mamf_ceiling.json")
-    for dtype, entry in (mamf.items() if isinstance(mamf, dict) else ()):
-        if not isinstance(entry, dict):
-            continue
-        best, last = (_legacy_search(entry.get(w), str(dtype)) for w in ("best", "last"))
-        if best is not None:
-            best = replace(best, version=1, questioned=None)
-        if best is not None or last is not None:
-            slots[slot_key("search", str(dtype))] = Slot([best] if best else [], last or best)
-    return slots
-
-
-def _legacy_search(rec: Any, dtype: str) -> CeilingRecord | None:
-    if not isinstance(rec, dict) or "tflops" not in rec:
-        return None
-    keep = ("mean", "median", "max", "noise", "measurements", "disturbed", "strategy", "ranges", "evaluated",
-            "grid_points", "host")
-    return CeilingRecord.from_json({
-        "tflops": rec["tflops"], "dtype": dtype, "shape": [rec.get("m"), rec.get("n"), rec.get("k")],
-        "statistic": rec.get("stat", "mean"), "what": f"MAMF {rec.get('strategy', 'refine')} search's best",
-        "date": rec.get("date"), "quietness": rec.get("quietness"), "torch": rec.get("torch_version"),
-        "device": rec.get("device"), "kind": "search", "questioned": rec.get("questioned"),
-        "confirmed": rec.get("confirmed"), "details": {k: rec[k] for k in keep if k in rec}})
 
 
 def write(store: Store) -> None:

@@ -24,8 +24,7 @@
 - `lab15`: the lab's checks
 
 Uses other topics' formulas, never their figures, widgets or lab checks: perflab.audit (the target:
-a factory or a Hugging Face config), perflab.compiler (`breaks.load_factory` and `breaks.user_error`:
-loading a `file.py:FACTORY` target and its one-line error, as `perflab audit` loads it),
+a factory, loaded and called as `perflab audit` does it but on `meta`, or a Hugging Face config),
 perflab.distributed (lesson 06's bus factors and link table), perflab.flops (the FLOP count of an
 operator, and `mfu.utilization`), perflab.shard (lesson 12's tensor-parallel plan of perflab's
 Transformer and its checks), perflab.memory (the memory lesson's bytes per parameter, named among lab

@@ -69,27 +69,9 @@ def _transformers() -> None:
 
 def from_factory_on_meta(spec: str, timeout_s: float, progress: Callable[[str], None] | None = None):
     """A plan's target from a factory, called on `meta` on the thread that runs it (module docstring)."""
-    from perflab.audit.target import AuditInputError, call_within, target_from
-    from perflab.compiler.breaks import load_factory, user_error
+    from perflab.audit.target import from_factory
 
-    if ":" not in spec or not spec.rpartition(":")[2] or not spec.rpartition(":")[0]:
-        raise AuditInputError(f"TARGET wants path/to/file.py:FACTORY or module:FACTORY (got {spec!r}), "
-                              "or use --hf-config TYPE_OR_PATH")
-    user_file: list[str | None] = [None]
-
-    def build():
-        try:
-            fac, user_file[0] = load_factory(spec)
-        except InputError as e:
-            raise AuditInputError(str(e).replace("--explain wants", "TARGET wants")) from None
-        try:
-            with torch.device("meta"):
-                return fac()
-        except Exception as exc:  # noqa: BLE001 - the learner's factory: its file, line and message
-            raise user_error(exc, f"the factory {spec}", user_file[0]) from None
-
-    built = call_within(build, f"the factory {spec}", timeout_s, progress)
-    return target_from(built, spec, user_file[0])
+    return from_factory(spec, timeout_s=timeout_s, progress=progress, device="meta")
 
 
 def find_blocks(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:

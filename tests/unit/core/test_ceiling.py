@@ -98,26 +98,12 @@ def test_a_store_that_cannot_be_written_leaves_the_ceiling_for_this_run(tmp_path
     assert kept.stored and kept.version == 1 and blocked.is_file()
 
 
-def test_the_two_files_of_earlier_perflab_are_read_into_the_store(tmp_path):
-    """`mfu_ceilings.json` (the MFU basis) and `mamf_ceiling.json` (a search's best and last) become slots."""
-    basis = {"version": 1, "tflops": 0.1, "date": "2026-11-20 10:00", "shape": [1024, 4096, 128], "dtype": "fp32",
-             "what": "fastest of 7 timed 1024×4096×128 fp32 matmuls", "statistic": "fastest call",
-             "quietness": QUIETER.to_json(), "torch": "2.9.0", "device": "test cpu"}
-    (tmp_path / "mfu_ceilings.json").write_text(json.dumps({"fp32 1024x4096x128 torch 2.9.0": [basis]}))
-    best = {"m": 64, "n": 64, "k": 64, "tflops": 0.05, "stat": "mean", "mean": 0.05, "confirmed": True,
-            "quietness": QUIET.to_json(), "torch_version": "2.9.0", "date": "2026-11-21T09:00:00", "device": "test cpu"}
-    last = {**best, "tflops": 0.07, "questioned": "the best shape's figure did not repeat when measured again"}
-    (tmp_path / "mamf_ceiling.json").write_text(json.dumps({"fp32": {"best": best, "last": last}}))
-    store = ceiling.read(tmp_path / "ceilings.json")
-    b = store.slot("fp32 1024x4096x128 torch 2.9.0").current
-    assert b is not None and (b.tflops, b.version, b.date, b.kind) == (0.1, 1, "2026-11-20 10:00", "basis")
-    s = store.slot("fp32 search")
-    assert s.current is not None and (s.current.tflops, s.current.shape, s.current.version) == (0.05, (64, 64, 64), 1)
-    assert s.current.statistic == "mean" and s.current.details["mean"] == 0.05 and s.current.torch == "2.9.0"
-    assert s.last is not None and s.last.questioned and s.last.tflops == 0.07
-    # the first offer writes the new store with what it read
-    ceiling.offer(_rec(q=QUIETER), CPU, tmp_path / "ceilings.json")
-    assert "fp32 search" in json.loads((tmp_path / "ceilings.json").read_text())["slots"]
+def test_files_kept_under_earlier_rules_are_not_read_as_stored_ceilings(tmp_path):
+    """Only `admit` stores a ceiling: a file an earlier perflab kept beside the store is not read into it."""
+    (tmp_path / "mamf_ceiling.json").write_text(json.dumps({"fp32": {"best": {"tflops": 0.05, "m": 64, "n": 64, "k": 64}}}))
+    assert ceiling.read(tmp_path / "ceilings.json").slots == {}
+    kept = ceiling.offer(_rec(q=QUIETER), CPU, tmp_path / "ceilings.json")
+    assert kept.stored and kept.version == 1
 
 
 def test_slot_keys_name_their_kind():
