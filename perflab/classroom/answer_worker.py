@@ -227,24 +227,6 @@ def _guard(blocked_dirs, blocked_files, blocked_modules):
     sys.addaudithook(hook)
 
 
-def _limits(limits):
-    """This process's own resource limits (worker.Confinement.limits), set before anything else."""
-    import resource
-
-    names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",
-             "nproc": "RLIMIT_NPROC"}
-    for key, value in (limits or {}).items():
-        which = getattr(resource, names.get(key, ""), None)
-        if which is None or value is None:
-            continue
-        try:
-            soft, hard = resource.getrlimit(which)
-            top = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
-            resource.setrlimit(which, (top, hard))
-        except (ValueError, OSError):
-            pass
-
-
 def main():
     global _OUT, _IN
     _OUT = os.dup(1)  # the answers go here; fd 1 and sys.stdout go to stderr (the learner may print)
@@ -254,10 +236,13 @@ def main():
     setup = _read()
     if not isinstance(setup, dict):  # the judge closed the pipe before sending the setup
         return 2
-    _limits(setup.get("limits"))
     for path in reversed(setup.get("paths", ())):  # the judge's own perflab and site-packages (no .pth run)
         if path not in sys.path:
             sys.path.insert(0, path)
+    # seccomp.py imports nothing but the standard library: the limits are set before anything else is imported
+    from perflab.classroom import seccomp
+
+    seccomp.set_limits(setup.get("limits"))
     for line in setup["preload"]:  # the submission's own import statements, and the lab's modules
         try:
             exec(compile(line, "<perflab-grade>", "exec"), {})
@@ -266,8 +251,6 @@ def main():
     files = {f for f in _disarm(setup["forbidden"], setup.get("keep", ())) if _module_of(f) in setup["blocked_modules"]}
     files |= {os.path.realpath(f) for f in setup.get("blocked_files", ())}
     try:  # no new process from here on: a child would run where nothing is disarmed
-        from perflab.classroom import seccomp
-
         if not seccomp.supported():
             seccomp.install(no_processes=True)
         elif setup.get("seccomp"):

@@ -233,23 +233,14 @@ def _define(code, ns):
                 ns[bound] = _Absent(getattr(node, "module", None) or alias.name)
 
 
-def _limits(limits):
-    """This process's own resource limits, as answer_worker sets its own: this file runs alone in its
-    sandbox, without perflab on its path, so it cannot import that function."""
-    import resource
-
-    names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",
-             "nproc": "RLIMIT_NPROC"}
-    for key, value in (limits or {}).items():
-        which = getattr(resource, names.get(key, ""), None)
-        if which is None or value is None:
-            continue
-        try:
-            soft, hard = resource.getrlimit(which)
-            top = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
-            resource.setrlimit(which, (top, hard))
-        except (ValueError, OSError):
-            pass
+def _confinement(path):
+    """`seccomp.py`, loaded by its path (perflab is not in view here): its `set_limits` and `install`."""
+    spec = importlib.util.spec_from_file_location("perflab_grade_seccomp", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
@@ -260,7 +251,8 @@ def main():
     _IN = sys.stdin.buffer
     start, payload = _frame()
     _STATE.update(rank=int(start["rank"]), world=int(start["world_size"]))
-    _limits(start.get("limits"))
+    seccomp = _confinement(start["seccomp"])
+    seccomp.set_limits(start.get("limits"))
     import math
 
     import torch
@@ -272,12 +264,8 @@ def main():
         n = int(spec["nbytes"])
         inputs.append(_tensor(spec, payload[offset:offset + n]))
         offset += n
-    spec = importlib.util.spec_from_file_location("perflab_grade_seccomp", start["seccomp"])
-    if spec is not None and spec.loader is not None:
-        seccomp = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(seccomp)
-        if not seccomp.supported():
-            seccomp.install(no_processes=True)
+    if not seccomp.supported():
+        seccomp.install(no_processes=True)
     ns = {"__name__": "lab_ranks", "__builtins__": __builtins__, "torch": torch, "dist": dist, "math": math}
     try:
         _define(start["code"], ns)

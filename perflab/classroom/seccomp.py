@@ -18,8 +18,10 @@ Two filters, each a short classic-BPF program installed on every thread of the c
 System calls of another ABI than the process's own (32-bit calls through `int 0x80` on x86_64,
 x32 calls) are refused whole: their numbers differ, so a filter on numbers would not see them.
 
-This file imports nothing of perflab: the ranks of lab 06 load it by its path, in a sandbox where
-perflab is not in view. Linux on x86_64 or aarch64 only; elsewhere `supported()` says why not.
+`set_limits(limits)`, the resource limits such a process sets on itself before anything else, lives
+here too: this file imports nothing of perflab, and the ranks of lab 06 load it by its path, in a
+sandbox where perflab is not in view, so it is the one place both the answer worker and the ranks
+can take it from. Linux on x86_64 or aarch64 only; elsewhere `supported()` says why not.
 """
 
 from __future__ import annotations
@@ -93,6 +95,27 @@ def program(no_processes: bool = False, machine: str | None = None) -> bytes:
 class _Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
+
+RLIMITS = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",
+           "nproc": "RLIMIT_NPROC"}
+
+
+def set_limits(limits: dict | None) -> None:
+    """Lower this process's own resource limits (`worker.Confinement.limits`: "as", "cpu", "fsize",
+    "core", "nproc"), each to its value or to the hard limit where that is lower; a hard limit is never
+    raised. A value of None, an unknown key and a limit this system refuses are left as they are."""
+    import resource
+
+    for key, value in (limits or {}).items():
+        which = getattr(resource, RLIMITS.get(key, ""), None)
+        if which is None or value is None:
+            continue
+        try:
+            _, hard = resource.getrlimit(which)
+            top = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+            resource.setrlimit(which, (top, hard))
+        except (ValueError, OSError):
+            pass
 
 def install(no_processes: bool = False) -> None:
     """Install the filter on this process and all its threads (see the module's docstring). Raises

@@ -146,22 +146,6 @@ class Confinement:
         return {"as": self.memory_bytes, "cpu": self.cpu_s, "fsize": 64 * 2**20, "core": 0, "nproc": nproc_limit()}
 
 
-def set_limits(limits: dict[str, Any]) -> None:
-    """In a confined process: its own resource limits (`Confinement.limits`), never raised."""
-    import resource
-
-    names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",
-             "nproc": "RLIMIT_NPROC"}
-    for key, value in limits.items():
-        which = getattr(resource, names.get(key, ""), None)
-        if which is None or value is None:
-            continue
-        with contextlib.suppress(ValueError, OSError):
-            soft, hard = resource.getrlimit(which)
-            top = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
-            resource.setrlimit(which, (top, hard))
-
-
 WORK_DIR = "/tmp/w/w"  # a confined worker's working folder, in its private /tmp (the one above holds nothing)
 
 

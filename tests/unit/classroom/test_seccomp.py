@@ -57,3 +57,30 @@ def test_a_filtered_process_has_no_keyring_and_no_new_process_but_its_threads():
     assert "thread" in keyring_only and "process 0" in keyring_only and "forked" in keyring_only
     no_processes = run("1")
     assert "thread" in no_processes and "process refused 1" in no_processes and "fork refused 1" in no_processes
+
+
+LIMITS_PROBE = """
+import json, resource, sys
+from perflab.classroom import seccomp
+resource.setrlimit(resource.RLIMIT_FSIZE, (2**29, 2**30))
+before_cpu = resource.getrlimit(resource.RLIMIT_CPU)
+seccomp.set_limits({"fsize": 2**31, "core": 0, "cpu": None, "bogus": 5})
+print(json.dumps({"fsize": resource.getrlimit(resource.RLIMIT_FSIZE), "core": resource.getrlimit(resource.RLIMIT_CORE),
+                  "cpu_same": resource.getrlimit(resource.RLIMIT_CPU) == before_cpu}))
+seccomp.set_limits(None)
+"""
+
+
+def test_a_confined_process_lowers_its_own_limits_and_never_raises_a_hard_one():
+    """fsize asked above its hard limit stops at the hard limit; core goes to 0 (the hard one kept);
+    None and an unknown key change nothing; no limits at all is no change."""
+    import json
+    import resource
+
+    run = subprocess.run([sys.executable, "-c", LIMITS_PROBE], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["fsize"] == [2**30, 2**30]
+    hard_core = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    assert got["core"] == [0, hard_core]
+    assert got["cpu_same"] is True
