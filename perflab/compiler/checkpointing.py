@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from perflab.core.errors import InputError
+from perflab.core.jsonable import package_json
 from perflab.core.quietness import UNKNOWN, Quietness
 
 if TYPE_CHECKING:
@@ -182,10 +183,7 @@ def frame(rows: list[CheckpointRun]):
 
 def published():
     """The published compile MFU figures (`data/published_compile_mfu.json`), with their source."""
-    import json
-    from importlib import resources
-
-    return json.loads(resources.files("perflab.compiler").joinpath("data/published_compile_mfu.json").read_text())
+    return package_json("perflab.compiler", "published_compile_mfu.json")
 
 
 def beside_published(rows: list[CheckpointRun], *, model: str, device_name: str, peak_label: str):

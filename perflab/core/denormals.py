@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.jsonable import JSON
+from perflab.core.jsonable import JSON, package_json
 from perflab.core.quietness import UNKNOWN, Quietness
 from perflab.core.readout import MACHINE, machine, num
 from perflab.core.verdicts import busy_text
@@ -426,10 +426,7 @@ class RecordedReference:
 def reference() -> RecordedReference:
     """The figures recorded on a CPU that pays for denormals (data/denormal_reference.json), with
     their source."""
-    import json
-    from importlib import resources
-
-    raw = json.loads(resources.files("perflab.core").joinpath("data/denormal_reference.json").read_text())
+    raw = package_json("perflab.core", "denormal_reference.json")
     rows = tuple(DenormalRow(int(r["threads"]), bool(r["flush_denormal"]), r["normal_ms"] / 1e3, r["denormal_ms"] / 1e3,
                              NOT_RECORDED) for r in raw["rows"])
     return RecordedReference(raw["source"], raw.get("cpu", ""), rows, dict(raw.get("step", {})),

@@ -19,14 +19,13 @@ estimate from cores × clock × FLOPs per cycle, labelled as such with its input
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from perflab.core.dtypes import MATMUL_DTYPES
+from perflab.core.jsonable import package_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from perflab.core.device import CPUFacts, DeviceInfo
@@ -70,7 +69,7 @@ def normalize_name(name: str) -> str:
 @lru_cache(maxsize=1)
 def accelerators() -> tuple[AcceleratorSpec, ...]:
     """Every record of the table."""
-    raw = json.loads(resources.files("perflab.core").joinpath("data/accelerators.json").read_text())
+    raw = package_json("perflab.core", "accelerators.json")
     out = []
     for r in raw["accelerators"]:
         out.append(AcceleratorSpec(

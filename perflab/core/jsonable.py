@@ -71,3 +71,12 @@ def fields_json(obj: Any) -> JSON:
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"fields_json takes a dataclass instance (got {type(obj).__name__})")
     return _dataclass_to_json(obj)
+
+
+def package_json(package: str, name: str) -> Any:
+    """A JSON file that ships with perflab, `data/<name>` inside `package` (e.g. "perflab.plan"), as read:
+    reading it is an edge too, and the module that owns the file turns it into its own types."""
+    import json
+    from importlib import resources
+
+    return json.loads(resources.files(package).joinpath(f"data/{name}").read_text())

@@ -13,14 +13,12 @@ checks every field). Nothing here measures anything.
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.jsonable import JSON
+from perflab.core.jsonable import JSON, package_json
 
 REQUIRED = ("id", "what", "title", "authors", "url", "section", "hardware", "date", "unit", "values")
 
@@ -70,7 +68,7 @@ class Figure:
 
 @lru_cache(maxsize=1)
 def _raw() -> JSON:  # the data file, as read
-    return json.loads(resources.files("perflab.course").joinpath("data/published_gpu.json").read_text())
+    return package_json("perflab.course", "published_gpu.json")
 
 
 def figures() -> list[Figure]:

@@ -21,12 +21,11 @@ import platform
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.jsonable import JSON
+from perflab.core.jsonable import JSON, package_json
 from perflab.core.results import jsonable
 
 KINDS = ("waves", "heads", "swiglu", "mamf")
@@ -158,7 +157,7 @@ def missing_note(kind: str, instead: str = "the model's prediction") -> str:
 
 @lru_cache(maxsize=1)
 def _published() -> JSON:
-    return json.loads(resources.files("perflab.gemm").joinpath("data/published_shapes.json").read_text())
+    return package_json("perflab.gemm", "published_shapes.json")
 
 
 def published(key: str) -> dict[str, Any]:

@@ -21,13 +21,11 @@ figure nccl-tests' busbw is compared with); peak FLOP/s is the dense figure from
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 from perflab.core.errors import InputError
-from perflab.core.jsonable import JSON, to_json
+from perflab.core.jsonable import JSON, package_json, to_json
 from perflab.core.validate import positive_int
 
 STRATEGIES = ("DP", "ZeRO-3", "TP", "PP")
@@ -49,8 +47,7 @@ class Link:
 @lru_cache(maxsize=1)
 def links() -> tuple[Link, ...]:
     """Interconnects with their datasheet figures (perflab/distributed/data/interconnects.json)."""
-    text = resources.files("perflab.distributed").joinpath("data/interconnects.json").read_text()
-    return tuple(Link(**row) for row in json.loads(text)["links"])
+    return tuple(Link(**row) for row in package_json("perflab.distributed", "interconnects.json")["links"])
 
 
 def link(link_id: str) -> Link:

@@ -23,16 +23,14 @@ checklist says whether two MFU figures are comparable.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.jsonable import JSON, to_json
+from perflab.core.jsonable import JSON, package_json, to_json
 from perflab.core.validate import positive_number
 from perflab.flops.basis import (
     CEILING_ATTEMPTS,
@@ -156,7 +154,7 @@ def implied_recompute_fraction(mfu_value: float, hfu_value: float) -> float:
 
 @lru_cache(maxsize=1)
 def _published_raw() -> JSON:
-    return json.loads(resources.files("perflab.flops").joinpath("data/published_runs.json").read_text())
+    return package_json("perflab.flops", "published_runs.json")
 
 
 def published_runs() -> list[dict[str, Any]]:

@@ -19,14 +19,12 @@ table (`per_sm` of the A100 and H100 records, with their sources).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from perflab.core.errors import InputError
-from perflab.core.jsonable import JSON, to_json
+from perflab.core.jsonable import JSON, package_json, to_json
 
 # Which table record gives a compilation target's per-SM limits (same compute capability) and SM count.
 TARGET_GPU = {"sm_80": "a100-sxm-80gb", "sm_90": "h100-sxm"}
@@ -58,7 +56,7 @@ class SMLimits:
 
 @lru_cache(maxsize=1)
 def _records() -> dict[str, dict[str, Any]]:
-    raw = json.loads(resources.files("perflab.core").joinpath("data/accelerators.json").read_text())
+    raw = package_json("perflab.core", "accelerators.json")
     return {r["id"]: r for r in raw["accelerators"]}
 
 

@@ -8,19 +8,17 @@ tests/unit/memory/test_estimate.py holds the estimate to the papers' numbers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
-from perflab.core.jsonable import JSON
+from perflab.core.jsonable import JSON, package_json
 from perflab.memory.estimate import activations_per_layer_bytes, estimate
 
 
 @lru_cache(maxsize=1)
 def references() -> JSON:
     """Published figures shipped with perflab (`perflab/memory/data/memory_references.json`), as read."""
-    return json.loads(resources.files("perflab.memory").joinpath("data/memory_references.json").read_text())
+    return package_json("perflab.memory", "memory_references.json")
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from perflab.core.jsonable import package_json
 from perflab.numa import plan, plots, smi_topo, topology
 from perflab.numa.topology import Topology
 
@@ -41,7 +40,7 @@ class PublishedServer:
 
 def published() -> PublishedServer:
     """The 8×H100 server of `data/published_topologies.json` (nvidia-smi topo -m, with its source)."""
-    data = json.loads(resources.files("perflab.numa").joinpath("data/published_topologies.json").read_text())
+    data = package_json("perflab.numa", "published_topologies.json")
     entry = data["h100_8gpu_2socket"]
     parsed = smi_topo.parse_topo(entry["table"])
     return PublishedServer(entry["what"], entry["source"], parsed, smi_topo.topology_from_topo(parsed))

@@ -7,11 +7,11 @@ published and not measured here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
+
+from perflab.core.jsonable import package_json
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Recipe:
 
 @lru_cache(maxsize=1)
 def _raw() -> dict[str, Any]:
-    return json.loads(resources.files("perflab.numerics").joinpath("data/published_fp8.json").read_text())
+    return package_json("perflab.numerics", "published_fp8.json")
 
 
 def figures() -> tuple[Figure, ...]:

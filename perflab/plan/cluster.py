@@ -23,22 +23,20 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import resources
 
 from perflab.core.errors import InputError
 from perflab.core.hardware import DTYPE_KEYS, AcceleratorSpec, spec_peak
-from perflab.core.jsonable import JSON
+from perflab.core.jsonable import JSON, package_json
 
 DTYPE_OF = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float64": "fp64"}
 
 
 @lru_cache(maxsize=1)
 def _clusters() -> JSON:
-    return json.loads(resources.files("perflab.plan").joinpath("data/clusters.json").read_text())
+    return package_json("perflab.plan", "clusters.json")
 
 
 @dataclass(frozen=True)

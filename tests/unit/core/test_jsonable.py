@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
-from perflab.core.jsonable import fields_json, to_json
+from perflab.core.jsonable import fields_json, package_json, to_json
 
 
 @dataclass
@@ -56,3 +57,13 @@ def test_numbers_of_numpy_and_torch_and_own_methods():
                                                                                          "3": [1, 2]}
     assert to_json((1, {2})) == [1, [2]] and to_json(None) is None and to_json(True) is True
     assert to_json(Own(4)) == {"v": 4, "own": True} and to_json(object()).startswith("<object")
+
+
+def test_a_data_file_that_ships_with_perflab_is_read_from_its_package():
+    """The file inside the package named, as parsed; a name the package does not ship is an error."""
+    import perflab.plan
+
+    here = Path(perflab.plan.__file__).with_name("data") / "clusters.json"
+    assert package_json("perflab.plan", "clusters.json") == json.loads(here.read_text())
+    with pytest.raises(FileNotFoundError):
+        package_json("perflab.plan", "no_such_file.json")
