@@ -347,11 +347,11 @@ def _run(src: str, dst: str, cwd: str, limits_json: str, cpu_s: str) -> int:
         seccomp.install()
     with open(src, "rb") as f:
         data = f.read()
+    _, nbformat = need_papermill(alone=True)
     nb, why = load_notebook(data)
     if nb is None:
         print(MARK + why, flush=True)
         return EXIT_MALFORMED
-    _, nbformat = need_papermill()
     nb.cells.append(nbformat.v4.new_code_cell(GRADE_CELL))
     nbformat.write(nb, src)
     import papermill

@@ -117,3 +117,33 @@ def test_a_notebook_is_run_with_only_its_cells_types_sources_and_tags():
     assert got.cells[1].outputs == [] and [c.source for c in got.cells] == ["smoke = False", "x = 1"]
     assert dict(got.metadata) == {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
     assert E.runnable([1, 2]) == [1, 2] and E.runnable({"cells": "oops"}) == {"cells": "oops"}  # for the validator
+
+
+ALONE_PROBE = """
+import json, sys
+from pathlib import Path
+from perflab.classroom import evidence as E
+E.need_papermill(alone=True)
+good, bad = Path(sys.argv[1]), Path(sys.argv[2])
+print(json.dumps({"good": E.load_notebook(good)[1], "bad": E.load_notebook(bad)[1],
+                  "jsonschema": "jsonschema" in sys.modules, "iri": sys.modules.get("rfc3987_syntax", "absent") is None}))
+"""
+
+
+def test_the_runner_reads_notebooks_without_the_iri_grammar_and_still_validates_them(tmp_path):
+    """need_papermill(alone=True), as the runner process calls it: jsonschema is loaded, its IRI grammar
+    is not, and a notebook that does not validate is still malformed while a valid one loads."""
+    import subprocess
+    import sys
+
+    good = _notebook(tmp_path / "good.ipynb")
+    doc = json.loads(good.read_text())
+    doc["cells"][0]["execution_count"] = "one"
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(json.dumps(doc))
+    run = subprocess.run([sys.executable, "-c", ALONE_PROBE, str(good), str(bad)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["good"] == "" and got["bad"] == "malformed notebook ('one' is not of type 'integer', 'null')", got
+    assert got["jsonschema"] and got["iri"], got
